@@ -1,0 +1,25 @@
+# Helpers for kappa's own tests, benchmarks and examples (never exported).
+
+# kappa_warnings(<target>): the warning set for our own code.
+function(kappa_warnings target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+    if(KAPPA_WERROR)
+      target_compile_options(${target} PRIVATE -Werror)
+    endif()
+  elseif(MSVC)
+    target_compile_options(${target} PRIVATE /W4 /permissive-)
+    if(KAPPA_WERROR)
+      target_compile_options(${target} PRIVATE /WX)
+    endif()
+  endif()
+endfunction()
+
+# kappa_optimized(<target>): benchmarks always measure -O3 -DNDEBUG code,
+# whatever the build type.
+function(kappa_optimized target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE -O3 -march=native)
+  endif()
+  target_compile_definitions(${target} PRIVATE NDEBUG)
+endfunction()

@@ -1,0 +1,24 @@
+# Options. The developer targets default ON only when kappa is the top-level
+# project, so add_subdirectory()/FetchContent users get just the library.
+include(GNUInstallDirs)
+
+if(PROJECT_IS_TOP_LEVEL)
+  set(kappa_dev_default ON)
+else()
+  set(kappa_dev_default OFF)
+endif()
+
+option(KAPPA_BUILD_TESTS "Build kappa's tests" ${kappa_dev_default})
+option(KAPPA_BUILD_BENCHMARKS "Build kappa's benchmarks" ${kappa_dev_default})
+option(KAPPA_BUILD_EXAMPLES "Build kappa's examples" ${kappa_dev_default})
+option(KAPPA_USE_BLAS "Let Eigen hand large products to a BLAS (EIGEN_USE_BLAS)" OFF)
+option(KAPPA_USE_OPENMP "Let Eigen and kappa use OpenMP threads" OFF)
+
+# Warnings are errors when asked (CI sets KAPPA_WERROR=1 in the environment, so
+# the README's own commands are what CI runs).
+if(DEFINED ENV{KAPPA_WERROR} AND NOT "$ENV{KAPPA_WERROR}" STREQUAL "0")
+  set(kappa_werror_default ON)
+else()
+  set(kappa_werror_default OFF)
+endif()
+option(KAPPA_WERROR "Treat warnings in kappa's own code as errors" ${kappa_werror_default})

@@ -1,0 +1,144 @@
+// kappa/attention/kernels.hpp - the similarity kernels f_kappa.
+//
+// The paper writes A = f_kappa(Q K^T). kappa's score kernels apply f to the
+// *scaled* scores x = s Q K^T, with s a per-kernel parameter (`scale`, unset
+// means the kernel's default below):
+//
+// | kernel               | f(x)                | default s      | A >= 0 |
+// |----------------------|---------------------|----------------|--------|
+// | Softmax              | exp(x)              | 1/sqrt(d_QK)   | yes    |
+// | Linear               | x                   | 1 (paper, Fig.3)| no    |
+// | ReLU                 | max(x, 0)           | 1/sqrt(d_QK)   | yes    |
+// | Polynomial{p, c}     | (x + c)^p           | 1/sqrt(d_QK)   | p even |
+// | EluPlusOne (feature) | phi(q).phi(k), phi = elu + 1 | -     | yes    |
+//
+// For Linear and ReLU the scale cancels in Z^-1 A (f is homogeneous), so it
+// only changes the reported A and Z. Kernels whose A may be negative (Linear,
+// odd Polynomial) can give a normalizer near zero; a row with Z exactly zero
+// yields a zero output row (see attention.hpp).
+#pragma once
+
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "kappa/attention/concepts.hpp"
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/matrix.hpp"
+
+namespace kappa::kernels {
+
+namespace detail {
+inline double inv_sqrt(Index d) { return d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0; }
+}  // namespace detail
+
+/// The scaled exponential: f(x) = exp(x), x = s q.k, s = 1/sqrt(d_QK) by
+/// default, so Z^-1 A = softmax(s Q K^T) row by row. Shift-invariant: attention
+/// subtracts each row's maximum first, so logits of any size stay finite.
+struct Softmax {
+  static constexpr bool kShiftInvariant = true;
+  static constexpr const char* kName = "softmax";
+  /// s; unset means 1/sqrt(d_QK).
+  std::optional<double> scale{};
+
+  [[nodiscard]] double scale_for(Index d_qk) const { return scale.value_or(detail::inv_sqrt(d_qk)); }
+  template <Scalar T>
+  T operator()(T x) const {
+    return std::exp(x);
+  }
+  template <Scalar T>
+  void apply(T* x, Index n) const {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
+    a = a.exp();
+  }
+};
+
+/// The linear kernel of the paper's Figure 3: f(x) = x, with s = 1 by default,
+/// so A = Q K^T exactly. Weights Z^-1 A may be negative.
+struct Linear {
+  static constexpr const char* kName = "linear";
+  /// s; unset means 1 (the paper's f(x) = x).
+  std::optional<double> scale{};
+
+  [[nodiscard]] double scale_for(Index /*d_qk*/) const { return scale.value_or(1.0); }
+  template <Scalar T>
+  T operator()(T x) const {
+    return x;
+  }
+  template <Scalar T>
+  void apply(T* /*x*/, Index /*n*/) const {}
+};
+
+/// f(x) = max(x, 0): keys with negative similarity get weight 0.
+struct ReLU {
+  static constexpr const char* kName = "relu";
+  std::optional<double> scale{};
+
+  [[nodiscard]] double scale_for(Index d_qk) const { return scale.value_or(detail::inv_sqrt(d_qk)); }
+  template <Scalar T>
+  T operator()(T x) const {
+    return x > T(0) ? x : T(0);
+  }
+  template <Scalar T>
+  void apply(T* x, Index n) const {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
+    a = a.max(T(0));
+  }
+};
+
+/// f(x) = (x + c)^p for an integer degree p >= 1 and offset c.
+class Polynomial {
+ public:
+  static constexpr const char* kName = "polynomial";
+
+  /// Throws std::invalid_argument if degree < 1.
+  explicit Polynomial(int degree = 2, double offset = 0.0,
+                      std::optional<double> scale = std::nullopt)
+      : degree_(degree), offset_(offset), scale_(scale) {
+    if (degree < 1) {
+      throw std::invalid_argument("kappa: Polynomial kernel degree must be >= 1, got " +
+                                  std::to_string(degree));
+    }
+  }
+
+  [[nodiscard]] int degree() const { return degree_; }
+  [[nodiscard]] double offset() const { return offset_; }
+  [[nodiscard]] double scale_for(Index d_qk) const { return scale_.value_or(detail::inv_sqrt(d_qk)); }
+
+  template <Scalar T>
+  T operator()(T x) const {
+    const T base = x + static_cast<T>(offset_);
+    T r = T(1);
+    for (int i = 0; i < degree_; ++i) r *= base;
+    return r;
+  }
+  template <Scalar T>
+  void apply(T* x, Index n) const {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
+    a += static_cast<T>(offset_);
+    const Eigen::Array<T, Eigen::Dynamic, 1> base = a;
+    for (int i = 1; i < degree_; ++i) a *= base;
+  }
+
+ private:
+  int degree_;
+  double offset_;
+  std::optional<double> scale_;
+};
+
+/// Feature-map kernel of Katharopoulos et al. (2020), "Transformers are RNNs":
+/// kappa(q, k) = phi(q) . phi(k) with phi(x) = elu(x) + 1 elementwise
+/// (x + 1 for x > 0, exp(x) otherwise), which is positive. No scale.
+struct EluPlusOne {
+  static constexpr const char* kName = "elu+1";
+
+  template <Scalar T>
+  RowMatrix<T> feature_map(ConstMatrixRef<T> x, FeatureRole /*role*/) const {
+    RowMatrix<T> phi(x.rows(), x.cols());
+    phi.array() = (x.array() > T(0)).select(x.array() + T(1), x.array().exp());
+    return phi;
+  }
+};
+
+}  // namespace kappa::kernels

@@ -1,0 +1,12 @@
+// kappa/kappa.hpp - umbrella header: everything kappa offers.
+#pragma once
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/core/threading.hpp"
+
+#include "kappa/attention/attention.hpp"
+#include "kappa/attention/concepts.hpp"
+#include "kappa/attention/kernels.hpp"
+#include "kappa/attention/masks.hpp"

@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "kappa/attention/attention.hpp"
+TEST(Placeholder, Builds) { SUCCEED(); }

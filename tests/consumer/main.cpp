@@ -1,0 +1,19 @@
+// A downstream program: one softmax attention call through the installed
+// package. Exits non-zero if the weights do not behave.
+#include <kappa/kappa.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+int main() {
+  kappa::RowMatrix<double> q(2, 2), k(2, 2), v(2, 1);
+  q << 1, 0, 0, 1;
+  k << 1, 0, 0, 1;
+  v << 1, 3;
+  const kappa::RowMatrix<double> y = kappa::attention(q, k, v, kappa::kernels::Softmax{.scale = 1.0});
+  // Row 0: weights softmax(1, 0) on values (1, 3).
+  const double w = std::exp(1.0) / (std::exp(1.0) + 1.0);
+  const double expect = w * 1 + (1 - w) * 3;
+  std::printf("y(0) = %.12f (expected %.12f)\n", y(0, 0), expect);
+  return std::abs(y(0, 0) - expect) < 1e-12 ? 0 : 1;
+}
