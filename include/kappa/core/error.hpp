@@ -42,7 +42,9 @@ class RangeError : public std::out_of_range {
 
 /// "(rows x cols)": how kappa prints a shape in messages.
 inline std::string shape_string(Index rows, Index cols) {
-  return "(" + std::to_string(rows) + " x " + std::to_string(cols) + ")";
+  std::string s = "(";  // appended piecewise: GCC 12 warns (-Wrestrict) on a + chain
+  s.append(std::to_string(rows)).append(" x ").append(std::to_string(cols)).push_back(')');
+  return s;
 }
 
 /// The shape of any Eigen expression, formatted as by shape_string().

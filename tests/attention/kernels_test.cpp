@@ -1,0 +1,108 @@
+// Tests for kappa/attention/kernels.hpp: each f_kappa against its formula,
+// scalar and vectorized forms agree, default and custom scales.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kappa/attention/kernels.hpp"
+
+namespace kappa {
+namespace {
+
+template <class T>
+class KernelsTest : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(KernelsTest, Scalars);
+
+template <class K, class T>
+std::vector<T> vectorized(const K& k, std::vector<T> x) {
+  k.apply(x.data(), static_cast<Index>(x.size()));
+  return x;
+}
+
+TYPED_TEST(KernelsTest, SoftmaxIsExpWithInverseSqrtScale) {
+  using T = TypeParam;
+  kernels::Softmax k;
+  EXPECT_DOUBLE_EQ(k.scale_for(64), 0.125);
+  EXPECT_DOUBLE_EQ(k.scale_for(4), 0.5);
+  EXPECT_NEAR(static_cast<double>(k(T(1))), std::exp(1.0), 1e-6);
+  k.scale = 2.0;
+  EXPECT_DOUBLE_EQ(k.scale_for(64), 2.0);
+  const std::vector<T> x{T(-3), T(0), T(0.5), T(7)};
+  const auto y = vectorized(k, x);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(y[i], std::exp(x[i]), 1e-6 * std::exp(x[i]));
+  static_assert(ShiftInvariantKernel<kernels::Softmax>);
+}
+
+TYPED_TEST(KernelsTest, LinearIsIdentityWithUnitScale) {
+  using T = TypeParam;
+  kernels::Linear k;
+  EXPECT_DOUBLE_EQ(k.scale_for(64), 1.0);
+  EXPECT_EQ(k(T(-2.5)), T(-2.5));
+  EXPECT_EQ(vectorized(k, std::vector<T>{T(-1), T(3), T(2), T(4), T(5)}),
+            (std::vector<T>{T(-1), T(3), T(2), T(4), T(5)}));
+  static_assert(!ShiftInvariantKernel<kernels::Linear>);
+}
+
+TYPED_TEST(KernelsTest, ReluClampsNegatives) {
+  using T = TypeParam;
+  kernels::ReLU k;
+  EXPECT_DOUBLE_EQ(k.scale_for(16), 0.25);
+  EXPECT_EQ(k(T(-2)), T(0));
+  EXPECT_EQ(k(T(2)), T(2));
+  // (5 entries: GCC 12 warns -Warray-bounds on Eigen packets over a 3-float array)
+  EXPECT_EQ(vectorized(k, std::vector<T>{T(-1), T(0), T(3), T(-4), T(5)}),
+            (std::vector<T>{T(0), T(0), T(3), T(0), T(5)}));
+}
+
+TYPED_TEST(KernelsTest, PolynomialIsPowerOfShiftedScore) {
+  using T = TypeParam;
+  const kernels::Polynomial cube(3, 1.0);
+  EXPECT_EQ(cube.degree(), 3);
+  EXPECT_EQ(cube(T(2)), T(27));     // (2 + 1)^3
+  EXPECT_EQ(cube(T(-3)), T(-8));    // (-3 + 1)^3
+  const kernels::Polynomial square;  // degree 2, offset 0
+  EXPECT_EQ(square(T(-3)), T(9));
+  const std::vector<T> x{T(-3), T(0), T(2), T(0.5)};
+  const auto y = vectorized(cube, x);
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], cube(x[i]), 1e-6);
+  EXPECT_THROW(kernels::Polynomial(0), std::invalid_argument);
+}
+
+TYPED_TEST(KernelsTest, EluPlusOneFeatureMapIsPositive) {
+  using T = TypeParam;
+  RowMatrix<T> x(2, 3);
+  x << T(-2), T(0), T(1.5), T(-0.5), T(3), T(-30);
+  const RowMatrix<T> phi = kernels::EluPlusOne{}.feature_map<T>(x, FeatureRole::kQuery);
+  ASSERT_EQ(phi.rows(), 2);
+  ASSERT_EQ(phi.cols(), 3);
+  const double expect[2][3] = {{std::exp(-2.0), 1.0, 2.5}, {std::exp(-0.5), 4.0, std::exp(-30.0)}};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_NEAR(static_cast<double>(phi(i, j)), expect[i][j], 1e-6 * expect[i][j] + 1e-30);
+      EXPECT_GT(phi(i, j), T(0));
+    }
+}
+
+// The concepts accept the built-in kernels and reject what is not a kernel.
+static_assert(Kernel<kernels::Softmax> && ScoreKernel<kernels::Softmax>);
+static_assert(Kernel<kernels::Linear> && Kernel<kernels::ReLU> && Kernel<kernels::Polynomial>);
+static_assert(Kernel<kernels::EluPlusOne> && FeatureMapKernel<kernels::EluPlusOne>);
+static_assert(!ScoreKernel<kernels::EluPlusOne>);
+static_assert(!Kernel<int>);
+struct OnlyScale {
+  double scale_for(Index) const { return 1; }
+};
+static_assert(!Kernel<OnlyScale>);
+struct NoScale {
+  template <Scalar T>
+  T operator()(T x) const {
+    return x;
+  }
+};
+static_assert(!Kernel<NoScale>);
+
+}  // namespace
+}  // namespace kappa
