@@ -1,0 +1,599 @@
+// kappa/tokenize/bpe.hpp - byte-level byte-pair encoding with exactly the ids
+// of GPT-2 and tiktoken (r50k_base/gpt2, cl100k_base, o200k_base).
+//
+// Vocabulary: mergeable tokens (byte strings; all 256 single bytes are
+// tokens, so every byte string can be encoded) and special tokens (text such
+// as "<|endoftext|>" with an id of its own). A merge (a, b) -> c has a
+// priority; lower merges first.
+//
+// encode(text) = concat over pieces p of pre_tokenize(text) of bpe(p), where
+//   bpe(p) = [id(p)] if p is itself a mergeable token (tiktoken's shortcut);
+//   otherwise start from the single bytes of p and repeatedly merge the
+//   adjacent pair of lowest priority, the leftmost on ties, until no adjacent
+//   pair has a merge.
+// Priorities: for a tiktoken rank file the priority of (a, b) is the rank of
+// the token a+b (what tiktoken does); for GPT-2's encoder.json + vocab.bpe it
+// is the line of "a b" in vocab.bpe (what GPT-2's encoder.py does). The two
+// agree on GPT-2's files.
+//
+// Cost: pre-tokenization is linear; a piece of n bytes that is not a token
+// costs O(n^2) with small n and O(n log n) above 64 bytes (a binary heap over
+// a linked list of parts), so a 100 KB word without spaces is not quadratic.
+//
+// decode(encode(s)) == s for every byte string s, including invalid UTF-8:
+// pieces cover the input and tokens are bytes. Special tokens are text unless
+// encode(text, SpecialTokens::kRecognize) is asked for.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/detail_hash.hpp"
+#include "kappa/tokenize/formats.hpp"
+#include "kappa/tokenize/pretokenize.hpp"
+
+namespace kappa::tokenize {
+
+/// A special token: its text and its id.
+struct SpecialToken {
+  std::string text;
+  TokenId id;
+};
+
+/// How encode() treats text that spells a special token.
+enum class SpecialTokens {
+  kAsText,     ///< like any other text (tiktoken's encode_ordinary)
+  kRecognize,  ///< as the special token's id (tiktoken's encode(allowed_special="all"))
+};
+
+/// GPT-2's / r50k_base's special tokens.
+inline std::vector<SpecialToken> gpt2_special_tokens() { return {{"<|endoftext|>", 50256}}; }
+/// cl100k_base's special tokens.
+inline std::vector<SpecialToken> cl100k_special_tokens() {
+  return {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
+          {"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}};
+}
+/// o200k_base's special tokens.
+inline std::vector<SpecialToken> o200k_special_tokens() {
+  return {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
+}
+
+/// The vocabulary and merges of a byte-level BPE, independent of the split
+/// pattern: loading, saving, merging one piece, decoding.
+class BpeModel {
+ public:
+  static constexpr std::uint32_t kNoMerge = std::numeric_limits<std::uint32_t>::max();
+
+  BpeModel() = default;
+
+  // ---- loading ---------------------------------------------------------------
+
+  /// From tiktoken's rank file format: lines "<base64 of token bytes> <rank>"
+  /// (empty lines ignored); the rank is the id. `name` names the file in
+  /// errors. Throws FormatError on a malformed line, bad base64, a duplicate
+  /// rank or token, or a missing single byte; specials must not reuse a rank.
+  static BpeModel from_tiktoken(std::string_view contents, std::string_view name,
+                                std::vector<SpecialToken> specials) {
+    BpeModel m;
+    std::size_t line_no = 0;
+    for (std::size_t pos = 0; pos < contents.size();) {
+      std::size_t eol = contents.find('\n', pos);
+      if (eol == std::string_view::npos) eol = contents.size();
+      std::string_view line = contents.substr(pos, eol - pos);
+      pos = eol + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty()) continue;
+      const std::size_t sp = line.find(' ');
+      if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
+        detail::format_error(name, line_no, "expected '<base64 token> <rank>'");
+      const std::optional<std::string> bytes = base64_decode(line.substr(0, sp));
+      if (!bytes) detail::format_error(name, line_no, "invalid base64 '" + std::string(line.substr(0, sp)) + "'");
+      const std::string_view r = line.substr(sp + 1);
+      long long rank = 0;
+      if (r.empty() || r.size() > 10) detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
+      for (char c : r) {
+        if (c < '0' || c > '9') detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
+        rank = rank * 10 + (c - '0');
+      }
+      if (rank > std::numeric_limits<TokenId>::max())
+        detail::format_error(name, line_no, "rank " + std::string(r) + " is too large");
+      m.add_token(*bytes, static_cast<TokenId>(rank), name, line_no);
+    }
+    m.finish_tokens(name);
+    // Every split a + b of a token into two tokens is a merge with the
+    // token's rank as priority: tiktoken looks up the rank of a + b.
+    for (std::size_t id = 0; id < m.tokens_.size(); ++id) {
+      if (!m.assigned_[id]) continue;
+      const std::string_view t = m.token_bytes(static_cast<TokenId>(id));
+      for (std::size_t k = 1; k < t.size(); ++k) {
+        const std::uint32_t a = m.ids_.find(t.substr(0, k)), b = m.ids_.find(t.substr(k));
+        if (a != detail::StringMap::kMissing && b != detail::StringMap::kMissing)
+          m.pairs_.insert(a, b, {static_cast<std::uint32_t>(id), static_cast<std::uint32_t>(id)});
+      }
+    }
+    m.set_specials(std::move(specials), name);
+    return m;
+  }
+
+  /// From GPT-2's encoder.json (token string -> id, in GPT-2's byte alphabet)
+  /// and vocab.bpe (an optional "#version" line, then one merge "a b" per
+  /// line, in priority order). Entries of encoder.json that are neither a
+  /// single byte nor made by a merge (GPT-2's "<|endoftext|>") are special
+  /// tokens. Throws FormatError naming the file and line for malformed JSON,
+  /// token strings outside GPT-2's alphabet, duplicate ids or tokens, and
+  /// merges of unknown tokens.
+  static BpeModel from_gpt2(std::string_view encoder_json, std::string_view encoder_name,
+                            std::string_view vocab_bpe, std::string_view vocab_name) {
+    const auto entries = parse_json_int_object(encoder_json, encoder_name);
+    const Gpt2ByteAlphabet& alphabet = gpt2_alphabet();
+    std::unordered_map<std::string, std::pair<TokenId, std::string>> by_text;  // key -> (id, bytes)
+    std::vector<std::pair<std::string, TokenId>> keys;
+    std::unordered_map<long long, std::string> seen_ids;
+    for (const auto& [key, id] : entries) {
+      if (id < 0 || id > std::numeric_limits<TokenId>::max())
+        throw FormatError("kappa: " + std::string(encoder_name) + ": id " + std::to_string(id) +
+                          " of token \"" + detail::printable(key) + "\" is out of range");
+      if (!seen_ids.emplace(id, key).second)
+        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate id " + std::to_string(id) +
+                          " (tokens \"" + detail::printable(seen_ids[id]) + "\" and \"" + detail::printable(key) + "\")");
+      std::optional<std::string> bytes = alphabet.decode(key);
+      if (!bytes)
+        throw FormatError("kappa: " + std::string(encoder_name) + ": unknown token string \"" +
+                          detail::printable(key) + "\" (id " + std::to_string(id) +
+                          ") has a character outside GPT-2's byte alphabet");
+      if (!by_text.emplace(key, std::pair{static_cast<TokenId>(id), std::move(*bytes)}).second)
+        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate token \"" + detail::printable(key) + "\"");
+      keys.emplace_back(key, static_cast<TokenId>(id));
+    }
+    BpeModel m;
+    std::vector<bool> mergeable(keys.size(), false);
+    std::unordered_map<std::string, std::size_t> index_of;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      index_of[keys[k].first] = k;
+      if (by_text[keys[k].first].second.size() == 1) mergeable[k] = true;
+    }
+    // Merges: parse first, so that tokens made by merges are known.
+    struct Line { std::size_t a, b, c, line_no; };
+    std::vector<Line> merges;
+    std::size_t line_no = 0;
+    for (std::size_t pos = 0; pos < vocab_bpe.size();) {
+      std::size_t eol = vocab_bpe.find('\n', pos);
+      if (eol == std::string_view::npos) eol = vocab_bpe.size();
+      std::string_view line = vocab_bpe.substr(pos, eol - pos);
+      pos = eol + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+      const std::size_t sp = line.find(' ');
+      if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() ||
+          line.find(' ', sp + 1) != std::string_view::npos)
+        detail::format_error(vocab_name, line_no, "expected a merge '<token> <token>', got '" + detail::printable(line) + "'");
+      const std::string a(line.substr(0, sp)), b(line.substr(sp + 1)), c = a + b;
+      for (const std::string* t : {&a, &b, &c}) {
+        if (!index_of.contains(*t))
+          detail::format_error(vocab_name, line_no, "merge '" + detail::printable(line) + "': token \"" +
+                                                        detail::printable(*t) + "\" is not in " + std::string(encoder_name));
+      }
+      merges.push_back({index_of[a], index_of[b], index_of[c], line_no});
+      mergeable[index_of[c]] = true;
+    }
+    std::vector<SpecialToken> specials;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (mergeable[k])
+        m.add_token(by_text[keys[k].first].second, keys[k].second, encoder_name, 1);
+      else
+        specials.push_back({keys[k].first, keys[k].second});
+    }
+    m.finish_tokens(encoder_name);
+    std::uint32_t priority = 0;
+    for (const Line& l : merges) {
+      const auto id = [&](std::size_t k) { return static_cast<std::uint32_t>(keys[k].second); };
+      if (!m.pairs_.insert(id(l.a), id(l.b), {priority++, id(l.c)}))
+        detail::format_error(vocab_name, l.line_no, "duplicate merge");
+      m.merges_.emplace_back(keys[l.a].second, keys[l.b].second);
+    }
+    m.set_specials(std::move(specials), encoder_name);
+    return m;
+  }
+
+  // ---- queries ---------------------------------------------------------------
+
+  /// N_T: one more than the largest id (mergeable or special).
+  std::size_t vocab_size() const noexcept { return vocab_size_; }
+  /// Number of mergeable (non-special) tokens.
+  std::size_t mergeable_count() const noexcept { return ids_.size(); }
+  const std::vector<SpecialToken>& special_tokens() const noexcept { return specials_; }
+
+  /// The id of a mergeable token's bytes, or of a special token's text.
+  std::optional<TokenId> find(std::string_view token) const {
+    const std::uint32_t id = ids_.find(token);
+    if (id != detail::StringMap::kMissing) return static_cast<TokenId>(id);
+    for (const SpecialToken& s : specials_)
+      if (s.text == token) return s.id;
+    return std::nullopt;
+  }
+
+  /// The bytes of token `id` (the text of a special token). Throws
+  /// RangeError naming the id and N_T if id is not assigned.
+  std::string token(TokenId id) const { return std::string(checked_bytes(id)); }
+
+  /// True if id is a special token.
+  bool is_special(TokenId id) const noexcept {
+    return std::any_of(specials_.begin(), specials_.end(), [id](const SpecialToken& s) { return s.id == id; });
+  }
+
+  /// Concatenated bytes of the tokens. Throws RangeError naming the first
+  /// id that is not in the vocabulary.
+  std::string decode(std::span<const TokenId> ids) const {
+    std::string out;
+    for (TokenId id : ids) out += checked_bytes(id);
+    return out;
+  }
+
+  /// Appends bpe(piece) to out (see the file comment). piece is non-empty.
+  void encode_piece(std::string_view piece, std::vector<TokenId>& out) const {
+    const std::uint32_t whole = ids_.find(piece);
+    if (whole != detail::StringMap::kMissing) {
+      out.push_back(static_cast<TokenId>(whole));
+      return;
+    }
+    if (piece.size() <= kSmallPiece)
+      merge_small(piece, out, kNoMerge);
+    else
+      merge_heap(piece, out);
+  }
+
+  /// The merges "a b" in priority order (as GPT-2's vocab.bpe lists them).
+  /// For a model read from ranks they are derived: token c of rank r splits
+  /// into the two parts that bpe(c) gives with merges of priority < r only.
+  std::vector<std::pair<TokenId, TokenId>> merges() const {
+    if (!merges_.empty() || mergeable_count() <= 256) return merges_;
+    std::vector<std::pair<TokenId, TokenId>> out;
+    std::vector<TokenId> parts;
+    for (std::size_t id = 0; id < tokens_.size(); ++id) {
+      if (!assigned_[id] || is_special(static_cast<TokenId>(id))) continue;
+      const std::string_view t = token_bytes(static_cast<TokenId>(id));
+      if (t.size() < 2) continue;
+      parts.clear();
+      merge_small(t, parts, static_cast<std::uint32_t>(id));
+      if (parts.size() != 2)
+        throw FormatError("kappa: token " + std::to_string(id) + " (\"" + detail::printable(t) +
+                          "\") is not the merge of two lower-ranked tokens; it has no GPT-2 merge");
+      out.emplace_back(parts[0], parts[1]);
+    }
+    return out;
+  }
+
+  // ---- saving ----------------------------------------------------------------
+
+  /// tiktoken's rank file: "<base64 bytes> <id>\n" per mergeable token, by id.
+  std::string to_tiktoken() const {
+    std::string out;
+    for (std::size_t id = 0; id < tokens_.size(); ++id) {
+      if (!assigned_[id] || is_special(static_cast<TokenId>(id))) continue;
+      out += base64_encode(token_bytes(static_cast<TokenId>(id)));
+      out += ' ';
+      out += std::to_string(id);
+      out += '\n';
+    }
+    return out;
+  }
+
+  /// GPT-2's encoder.json (mergeable tokens then specials) and vocab.bpe.
+  std::pair<std::string, std::string> to_gpt2() const {
+    const Gpt2ByteAlphabet& alphabet = gpt2_alphabet();
+    std::string json = "{";
+    bool first = true;
+    for (std::size_t id = 0; id < tokens_.size(); ++id) {
+      if (!assigned_[id]) continue;
+      const bool special = is_special(static_cast<TokenId>(id));
+      const std::string_view t = token_bytes(static_cast<TokenId>(id));
+      json += first ? "" : ", ";
+      json += json_quote(special ? std::string(t) : alphabet.encode(t));
+      json += ": " + std::to_string(id);
+      first = false;
+    }
+    json += "}";
+    std::string bpe = "#version: 0.2\n";
+    for (const auto& [a, b] : merges()) {
+      bpe += alphabet.encode(token_bytes(a));
+      bpe += ' ';
+      bpe += alphabet.encode(token_bytes(b));
+      bpe += '\n';
+    }
+    return {std::move(json), std::move(bpe)};
+  }
+
+  // ---- building (used by the trainer) ----------------------------------------
+
+  /// Adds mergeable token `bytes` with `id`; FormatError on duplicates.
+  void add_token(std::string_view bytes, TokenId id, std::string_view file, std::size_t line) {
+    if (bytes.empty()) detail::format_error(file, line, "empty token");
+    const auto u = static_cast<std::size_t>(id);
+    if (u >= tokens_.size()) {
+      tokens_.resize(u + 1);
+      assigned_.resize(u + 1, false);
+    }
+    if (assigned_[u]) detail::format_error(file, line, "duplicate rank " + std::to_string(id));
+    if (!ids_.insert(bytes, static_cast<std::uint32_t>(id)))
+      detail::format_error(file, line, "duplicate token \"" + detail::printable(bytes) + "\" (rank " +
+                                           std::to_string(id) + " and rank " + std::to_string(ids_.find(bytes)) + ")");
+    tokens_[u] = std::string(bytes);
+    assigned_[u] = true;
+  }
+  /// Checks that all 256 single bytes are tokens and caches their ids.
+  void finish_tokens(std::string_view file) {
+    for (int b = 0; b < 256; ++b) {
+      const char c = static_cast<char>(b);
+      const std::uint32_t id = ids_.find(std::string_view(&c, 1));
+      if (id == detail::StringMap::kMissing)
+        throw FormatError("kappa: " + std::string(file) + ": the single byte 0x" + hex_byte(b) +
+                          " is not a token (byte-level BPE needs all 256)");
+      byte_id_[static_cast<std::size_t>(b)] = id;
+    }
+    vocab_size_ = tokens_.size();
+  }
+  /// Adds merge (a, b) -> c with the given priority.
+  void add_merge(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
+    pairs_.insert(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
+                  {priority, static_cast<std::uint32_t>(c)});
+    merges_.emplace_back(a, b);
+  }
+  /// Sets the special tokens; FormatError if one reuses an id or a text.
+  void set_specials(std::vector<SpecialToken> specials, std::string_view file) {
+    for (const SpecialToken& s : specials) {
+      if (s.text.empty() || s.id < 0)
+        throw FormatError("kappa: " + std::string(file) + ": invalid special token \"" + detail::printable(s.text) + "\"");
+      const auto u = static_cast<std::size_t>(s.id);
+      if (u < assigned_.size() && assigned_[u])
+        throw FormatError("kappa: " + std::string(file) + ": special token \"" + detail::printable(s.text) +
+                          "\" reuses id " + std::to_string(s.id));
+      if (u >= tokens_.size()) {
+        tokens_.resize(u + 1);
+        assigned_.resize(u + 1, false);
+      }
+      tokens_[u] = s.text;
+      assigned_[u] = true;
+    }
+    specials_ = std::move(specials);
+    std::sort(specials_.begin(), specials_.end(), [](const auto& x, const auto& y) { return x.text.size() > y.text.size(); });
+    vocab_size_ = tokens_.size();
+  }
+  std::uint32_t byte_id(unsigned char b) const noexcept { return byte_id_[b]; }
+  /// The merge of adjacent tokens (a, b), if any.
+  detail::Merge merge_of(std::uint32_t a, std::uint32_t b) const noexcept { return pairs_.find(a, b); }
+
+ private:
+  static constexpr std::size_t kSmallPiece = 64;
+
+  static std::string hex_byte(int b) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    return {kHex[b >> 4], kHex[b & 15]};
+  }
+
+  std::string_view token_bytes(TokenId id) const { return tokens_[static_cast<std::size_t>(id)]; }
+  std::string_view checked_bytes(TokenId id) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size() || !assigned_[static_cast<std::size_t>(id)]) {
+      if (id >= 0 && static_cast<std::size_t>(id) < tokens_.size())
+        throw RangeError("kappa: token id " + std::to_string(id) + " is not assigned in the vocabulary of size " +
+                         std::to_string(vocab_size_));
+      require_index("token id", id, static_cast<long long>(vocab_size_), "a vocabulary");
+    }
+    return tokens_[static_cast<std::size_t>(id)];
+  }
+
+  // Quadratic merge for short pieces (tiktoken's scheme on token ids); only
+  // merges with priority < limit are applied.
+  void merge_small(std::string_view piece, std::vector<TokenId>& out, std::uint32_t limit) const {
+    std::uint32_t ids[kSmallPiece + 1];
+    std::uint32_t prio[kSmallPiece + 1];
+    std::uint32_t result[kSmallPiece + 1];
+    std::vector<std::uint32_t> big_ids, big_prio, big_result;
+    std::uint32_t* id = ids;
+    std::uint32_t* pr = prio;
+    std::uint32_t* res = result;
+    if (piece.size() > kSmallPiece) {  // only from merges() on a long token
+      big_ids.resize(piece.size());
+      big_prio.resize(piece.size());
+      big_result.resize(piece.size());
+      id = big_ids.data();
+      pr = big_prio.data();
+      res = big_result.data();
+    }
+    std::size_t n = piece.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      id[k] = byte_id_[static_cast<unsigned char>(piece[k])];
+      pr[k] = kNoMerge;
+      res[k] = kNoMerge;
+    }
+    auto look = [&](std::size_t k) {
+      const detail::Merge m = pairs_.find(id[k], id[k + 1]);
+      pr[k] = m.priority < limit ? m.priority : kNoMerge;
+      res[k] = m.result;
+    };
+    for (std::size_t k = 0; k + 1 < n; ++k) look(k);
+    while (n > 1) {
+      std::size_t best = 0;
+      for (std::size_t k = 1; k + 1 < n; ++k)
+        if (pr[k] < pr[best]) best = k;
+      if (pr[best] == kNoMerge) break;
+      id[best] = res[best];
+      for (std::size_t k = best + 1; k + 1 < n; ++k) {
+        id[k] = id[k + 1];
+        pr[k] = pr[k + 1];
+        res[k] = res[k + 1];
+      }
+      --n;
+      if (best + 1 < n) look(best);
+      if (best > 0) look(best - 1);
+    }
+    for (std::size_t k = 0; k < n; ++k) out.push_back(static_cast<TokenId>(id[k]));
+  }
+
+  // O(n log n) merge: parts in a doubly linked list (indexed by their first
+  // byte), candidate pairs in a min-heap ordered by (priority, position);
+  // entries made stale by a merge are recognized by a version stamp.
+  void merge_heap(std::string_view piece, std::vector<TokenId>& out) const {
+    const auto n = static_cast<std::uint32_t>(piece.size());
+    constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+    std::vector<std::uint32_t> id(n), next(n), prev(n), version(n, 0);
+    for (std::uint32_t k = 0; k < n; ++k) {
+      id[k] = byte_id_[static_cast<unsigned char>(piece[k])];
+      next[k] = k + 1 < n ? k + 1 : kNone;
+      prev[k] = k > 0 ? k - 1 : kNone;
+    }
+    struct Entry {
+      std::uint32_t priority, left, right, version_sum;
+      bool operator>(const Entry& o) const {
+        return priority != o.priority ? priority > o.priority : left > o.left;
+      }
+    };
+    std::vector<Entry> storage;
+    storage.reserve(n);
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap(std::greater<Entry>{}, std::move(storage));
+    auto push = [&](std::uint32_t l) {
+      const std::uint32_t r = next[l];
+      if (r == kNone) return;
+      const detail::Merge m = pairs_.find(id[l], id[r]);
+      if (m.priority != kNoMerge) heap.push({m.priority, l, r, version[l] + version[r]});
+    };
+    for (std::uint32_t k = 0; k + 1 < n; ++k) push(k);
+    while (!heap.empty()) {
+      const Entry e = heap.top();
+      heap.pop();
+      if (next[e.left] != e.right || version[e.left] + version[e.right] != e.version_sum) continue;
+      if (id[e.left] == kNone || id[e.right] == kNone) continue;
+      const detail::Merge m = pairs_.find(id[e.left], id[e.right]);
+      if (m.priority != e.priority) continue;
+      id[e.left] = m.result;
+      ++version[e.left];
+      id[e.right] = kNone;  // dead
+      next[e.left] = next[e.right];
+      if (next[e.right] != kNone) prev[next[e.right]] = e.left;
+      if (prev[e.left] != kNone) push(prev[e.left]);
+      push(e.left);
+    }
+    for (std::uint32_t k = 0; k != kNone; k = next[k]) out.push_back(static_cast<TokenId>(id[k]));
+  }
+
+  std::vector<std::string> tokens_;   // id -> bytes (special: text)
+  std::vector<bool> assigned_;        // id -> in the vocabulary
+  detail::StringMap ids_;             // mergeable bytes -> id
+  detail::PairMap pairs_;             // (a, b) -> merge
+  std::vector<std::pair<TokenId, TokenId>> merges_;  // in priority order, when known
+  std::vector<SpecialToken> specials_;  // longest text first
+  std::uint32_t byte_id_[256] = {};
+  std::size_t vocab_size_ = 0;
+};
+
+/// Byte-level BPE with the split pattern `Split` (a PreTokenizer): the
+/// tokenizer of GPT-2 (Gpt2Split), cl100k_base (Cl100kSplit) or o200k_base
+/// (O200kSplit). See the file comment for the algorithm.
+///
+/// Example:
+///   auto tok = kappa::tokenize::Cl100kTokenizer::from_tiktoken_file("cl100k_base.tiktoken");
+///   std::vector<kappa::TokenId> ids = tok.encode("hello world");  // {15339, 1917}
+template <PreTokenizer Split>
+class BytePairTokenizer {
+ public:
+  using split_type = Split;
+
+  explicit BytePairTokenizer(BpeModel model) : model_(std::move(model)) {}
+
+  /// Loads a tiktoken rank file (e.g. cl100k_base.tiktoken). `specials`
+  /// defaults to the encoding's special tokens when Split is one of the
+  /// three known patterns; FormatError on a bad file.
+  static BytePairTokenizer from_tiktoken_file(const std::string& path,
+                                              std::optional<std::vector<SpecialToken>> specials = std::nullopt) {
+    return BytePairTokenizer(BpeModel::from_tiktoken(read_file(path), path, specials ? *specials : default_specials()));
+  }
+  /// Loads GPT-2's encoder.json and vocab.bpe; FormatError on bad files.
+  static BytePairTokenizer from_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {
+    return BytePairTokenizer(BpeModel::from_gpt2(read_file(encoder_json), encoder_json, read_file(vocab_bpe), vocab_bpe));
+  }
+
+  /// encode(text) with special-token text treated as text.
+  std::vector<TokenId> encode(std::string_view text) const { return encode(text, SpecialTokens::kAsText); }
+
+  /// The token ids of text (see the file comment).
+  std::vector<TokenId> encode(std::string_view text, SpecialTokens specials) const {
+    std::vector<TokenId> out;
+    out.reserve(text.size() / 3 + 1);
+    if (specials == SpecialTokens::kRecognize && !model_.special_tokens().empty()) {
+      std::size_t pos = 0;
+      while (pos < text.size()) {
+        std::size_t best = std::string_view::npos;
+        const SpecialToken* which = nullptr;
+        for (const SpecialToken& s : model_.special_tokens()) {  // longest first
+          const std::size_t at = text.find(s.text, pos);
+          if (at < best) {
+            best = at;
+            which = &s;
+          }
+        }
+        encode_ordinary(text.substr(pos, best == std::string_view::npos ? std::string_view::npos : best - pos), out);
+        if (which == nullptr) break;
+        out.push_back(which->id);
+        pos = best + which->text.size();
+      }
+      return out;
+    }
+    encode_ordinary(text, out);
+    return out;
+  }
+
+  /// The bytes of the tokens, concatenated; RangeError naming a bad id.
+  std::string decode(std::span<const TokenId> ids) const { return model_.decode(ids); }
+  /// N_T (largest id + 1).
+  std::size_t vocab_size() const noexcept { return model_.vocab_size(); }
+  /// The bytes of a token (the text of a special token); RangeError if none.
+  std::string token(TokenId id) const { return model_.token(id); }
+  /// The id of a token's bytes or a special token's text.
+  std::optional<TokenId> find(std::string_view token) const { return model_.find(token); }
+
+  const BpeModel& model() const noexcept { return model_; }
+
+  /// Saves in tiktoken's rank file format (special tokens are not part of it).
+  void save_tiktoken(const std::string& path) const { write_file(path, model_.to_tiktoken()); }
+  /// Saves as GPT-2's encoder.json + vocab.bpe (special tokens in encoder.json).
+  void save_gpt2(const std::string& encoder_json, const std::string& vocab_bpe) const {
+    const auto [json, bpe] = model_.to_gpt2();
+    write_file(encoder_json, json);
+    write_file(vocab_bpe, bpe);
+  }
+
+ private:
+  static std::vector<SpecialToken> default_specials() {
+    if constexpr (std::is_same_v<Split, Gpt2Split>) return gpt2_special_tokens();
+    else if constexpr (std::is_same_v<Split, Cl100kSplit>) return cl100k_special_tokens();
+    else if constexpr (std::is_same_v<Split, O200kSplit>) return o200k_special_tokens();
+    else return {};
+  }
+  void encode_ordinary(std::string_view text, std::vector<TokenId>& out) const {
+    split<Split>(text, [&](std::string_view piece) { model_.encode_piece(piece, out); });
+  }
+
+  BpeModel model_;
+};
+
+/// GPT-2 / r50k_base: encoder.json + vocab.bpe, or r50k_base.tiktoken.
+using Gpt2Tokenizer = BytePairTokenizer<Gpt2Split>;
+/// cl100k_base (GPT-3.5/4): cl100k_base.tiktoken.
+using Cl100kTokenizer = BytePairTokenizer<Cl100kSplit>;
+/// o200k_base (GPT-4o): o200k_base.tiktoken.
+using O200kTokenizer = BytePairTokenizer<O200kSplit>;
+
+}  // namespace kappa::tokenize
