@@ -20,6 +20,11 @@ endfunction()
 function(kappa_optimized target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -O3 -march=native)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      # GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics
+      # headers when Eigen is inlined with -march=native (a false positive).
+      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+    endif()
   endif()
   target_compile_definitions(${target} PRIVATE NDEBUG)
 endfunction()
