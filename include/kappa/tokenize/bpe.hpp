@@ -372,6 +372,12 @@ class BpeModel {
     std::sort(specials_.begin(), specials_.end(), [](const auto& x, const auto& y) { return x.text.size() > y.text.size(); });
     vocab_size_ = tokens_.size();
   }
+  /// Adds merge (a, b) -> c without listing it among merges() (an extra
+  /// split of an existing token); ignored if (a, b) already merges.
+  void add_merge_quiet(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
+    pairs_.insert(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
+                  {priority, static_cast<std::uint32_t>(c)});
+  }
   std::uint32_t byte_id(unsigned char b) const noexcept { return byte_id_[b]; }
   /// The merge of adjacent tokens (a, b), if any.
   detail::Merge merge_of(std::uint32_t a, std::uint32_t b) const noexcept { return pairs_.find(a, b); }

@@ -1,0 +1,141 @@
+// kappa/tokenize/char_tokenizer.hpp - character tokenizer (the paper's
+// Figure 1): tokens are strings of 1..K characters (Unicode code points; an
+// invalid UTF-8 byte counts as one character), encoding is greedy longest
+// match.
+//
+// encode(text): at each position take the longest token (at most K
+// characters) that the text starts with; a character that is no token
+// becomes the unknown token (id 0). decode(ids) concatenates the tokens, so
+// decode(encode(s)) == s whenever every character of s is in the vocabulary.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/utf8.hpp"
+
+namespace kappa::tokenize {
+
+/// Greedy longest-match tokenizer over tokens of up to K characters.
+class CharTokenizer {
+ public:
+  /// The unknown token's text; it always has id 0.
+  static constexpr std::string_view kUnknown = "<unk>";
+
+  /// From a list of tokens (each of 1..max_chars characters; duplicates and
+  /// empty strings are errors). Ids: 0 is <unk>, then the list in order.
+  /// Throws std::invalid_argument on a bad list or max_chars < 1.
+  CharTokenizer(const std::vector<std::string>& tokens, std::size_t max_chars = 2) : max_chars_(max_chars) {
+    if (max_chars < 1) throw std::invalid_argument("kappa: CharTokenizer: K (max_chars) must be >= 1");
+    add(std::string(kUnknown));
+    for (const std::string& t : tokens) {
+      const std::size_t n = count_chars(t);
+      if (n == 0 || n > max_chars)
+        throw std::invalid_argument("kappa: CharTokenizer: token \"" + t + "\" has " + std::to_string(n) +
+                                    " characters, not 1.." + std::to_string(max_chars));
+      if (!add(t)) throw std::invalid_argument("kappa: CharTokenizer: duplicate token \"" + t + "\"");
+    }
+  }
+
+  /// From a corpus: every character of the corpus (sorted by code point),
+  /// then the most frequent strings of 2..K consecutive characters (ties by
+  /// byte order) until the vocabulary (with <unk>) has `vocab_size` tokens
+  /// or no string occurs twice.
+  static CharTokenizer from_corpus(std::string_view corpus, std::size_t vocab_size, std::size_t max_chars = 2) {
+    std::vector<std::size_t> starts;  // byte offsets of the characters, plus the end
+    for (std::size_t i = 0; i < corpus.size(); i += decode_utf8(corpus, i).length) starts.push_back(i);
+    starts.push_back(corpus.size());
+    std::map<std::string, std::size_t> singles;
+    std::unordered_map<std::string, std::size_t> grams;
+    for (std::size_t c = 0; c + 1 < starts.size(); ++c) {
+      singles[std::string(corpus.substr(starts[c], starts[c + 1] - starts[c]))] += 1;
+      for (std::size_t k = 2; k <= max_chars && c + k < starts.size(); ++k)
+        grams[std::string(corpus.substr(starts[c], starts[c + k] - starts[c]))] += 1;
+    }
+    std::vector<std::pair<std::string, std::size_t>> chars(singles.begin(), singles.end());
+    std::sort(chars.begin(), chars.end(), [](const auto& a, const auto& b) {
+      const Utf8Char x = decode_utf8(a.first, 0), y = decode_utf8(b.first, 0);
+      // valid characters by code point first, then invalid bytes by value
+      return x.valid != y.valid ? x.valid : x.code_point < y.code_point;
+    });
+    std::vector<std::string> tokens;
+    for (const auto& [t, n] : chars) tokens.push_back(t);
+    std::vector<std::pair<std::string, std::size_t>> ranked(grams.begin(), grams.end());
+    std::sort(ranked.begin(), ranked.end(),
+              [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+    for (const auto& [t, n] : ranked) {
+      if (tokens.size() + 1 >= vocab_size || n < 2) break;
+      tokens.push_back(t);
+    }
+    return CharTokenizer(tokens, max_chars);
+  }
+
+  /// Greedy longest match (see the file comment).
+  std::vector<TokenId> encode(std::string_view text) const {
+    std::vector<TokenId> out;
+    std::vector<std::size_t> ends(max_chars_);
+    for (std::size_t i = 0; i < text.size();) {
+      std::size_t n = 0;
+      for (std::size_t j = i; n < max_chars_ && j < text.size(); ++n) {
+        j += decode_utf8(text, j).length;
+        ends[n] = j;
+      }
+      TokenId id = 0;
+      std::size_t end = ends[0];
+      for (std::size_t k = n; k-- > 0;) {
+        const auto it = ids_.find(std::string(text.substr(i, ends[k] - i)));
+        if (it != ids_.end()) {
+          id = it->second;
+          end = ends[k];
+          break;
+        }
+      }
+      out.push_back(id);
+      i = end;
+    }
+    return out;
+  }
+
+  /// Concatenation of the tokens; RangeError naming an id outside [0, N_T).
+  std::string decode(std::span<const TokenId> ids) const {
+    std::string out;
+    for (TokenId id : ids) out += token(id);
+    return out;
+  }
+
+  std::size_t vocab_size() const noexcept { return tokens_.size(); }
+  std::size_t max_chars() const noexcept { return max_chars_; }
+  /// The string of token id; RangeError naming the id and N_T if none.
+  std::string token(TokenId id) const {
+    require_index("token id", id, static_cast<long long>(tokens_.size()), "a vocabulary");
+    return tokens_[static_cast<std::size_t>(id)];
+  }
+  std::optional<TokenId> find(std::string_view token) const {
+    const auto it = ids_.find(std::string(token));
+    if (it == ids_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  bool add(const std::string& t) {
+    if (!ids_.emplace(t, static_cast<TokenId>(tokens_.size())).second) return false;
+    tokens_.push_back(t);
+    return true;
+  }
+  std::size_t max_chars_;
+  std::vector<std::string> tokens_;
+  std::unordered_map<std::string, TokenId> ids_;
+};
+
+}  // namespace kappa::tokenize
