@@ -9,4 +9,5 @@
 #include "kappa/attention/attention.hpp"
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
+#include "kappa/attention/linear.hpp"
 #include "kappa/attention/masks.hpp"
