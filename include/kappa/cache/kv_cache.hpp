@@ -1,0 +1,145 @@
+// kappa/cache/kv_cache.hpp - the key/value cache of one attention layer.
+//
+// Decoding one token at a time, token t's query attends to the keys and
+// values of tokens 0..t. Those of the past do not change, so a layer keeps
+// them: per key/value head g, K_g (t x d_head) and V_g (t x d_v). This is the
+// KV cache. It is a TokenStore (token_store.hpp) of 2 H_kv streams - K_0 ..
+// K_{H_kv-1}, then V_0 .. V_{H_kv-1} - so growth, a fixed capacity, the
+// sliding-window ring, truncate (rollback) and reset behave as described
+// there, and keys(g)/values(g) are views of the preallocated storage.
+//
+// Memory: per token and layer the cache holds H_kv (d_head + d_v) scalars,
+// i.e. 2 H_kv d_head sizeof(storage) bytes when d_v = d_head. Grouped-query
+// attention shrinks it by H / H_kv against multi-head attention; multi-query
+// attention (H_kv = 1) by H.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kappa/cache/token_store.hpp"
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+
+namespace kappa {
+
+/// The shape of one layer's KV cache.
+struct KVCacheConfig {
+  Index n_kv_heads = 1;  ///< H_kv
+  Index d_head = 64;     ///< d_QK per head (width of K_g)
+  Index d_v = 0;         ///< width of V_g; 0 means d_head
+  [[nodiscard]] Index value_width() const { return d_v > 0 ? d_v : d_head; }
+};
+
+/// Bytes of KV cache per token: H_kv (d_head + d_v) x layers x bytes_per_scalar,
+/// which is 2 x H_kv x d_head x layers x sizeof(storage) when d_v = d_head.
+inline std::size_t kv_cache_bytes_per_token(const KVCacheConfig& c, Index layers,
+                                            std::size_t bytes_per_scalar) {
+  return static_cast<std::size_t>(c.n_kv_heads) *
+         static_cast<std::size_t>(c.d_head + c.value_width()) * static_cast<std::size_t>(layers) *
+         bytes_per_scalar;
+}
+
+/// One layer's KV cache: K_g and V_g for each key/value head g, stored in T.
+/// \tparam R  retention policy: cache::Growable, cache::FixedCapacity or
+///            cache::SlidingWindow (see token_store.hpp).
+template <Scalar T, cache::RetentionPolicy R = cache::Growable>
+class KVCache {
+ public:
+  using Retention = R;
+  using Store = cache::TokenStore<T, R>;
+  using ConstView = typename Store::ConstView;
+
+  /// An empty cache for the given shape. \throws std::invalid_argument for
+  /// non-positive sizes (and as TokenStore for a bad retention policy).
+  explicit KVCache(const KVCacheConfig& config, R retention = {})
+      : config_(checked(config)), store_(widths(config_), retention) {}
+
+  [[nodiscard]] const KVCacheConfig& config() const { return config_; }
+  [[nodiscard]] Index n_kv_heads() const { return config_.n_kv_heads; }
+  /// t: tokens appended so far = the position of the next token.
+  [[nodiscard]] Index length() const { return store_.length(); }
+  /// Rows held: t, or min(t, W) for a sliding window.
+  [[nodiscard]] Index stored() const { return store_.stored(); }
+  /// Position of the oldest stored token.
+  [[nodiscard]] Index first_position() const { return store_.first_position(); }
+  [[nodiscard]] Index capacity() const { return store_.capacity(); }
+  /// Bytes of the live rows: stored() x bytes_per_token(config, 1, sizeof(T)).
+  [[nodiscard]] std::size_t bytes() const { return store_.bytes(); }
+  /// Bytes allocated: capacity() tokens.
+  [[nodiscard]] std::size_t capacity_bytes() const { return store_.capacity_bytes(); }
+
+  /// Bytes per token of a model of `layers` such layers, stored in T:
+  /// 2 x H_kv x d_head x layers x sizeof(T) when d_v = d_head.
+  static std::size_t bytes_per_token(const KVCacheConfig& c, Index layers = 1) {
+    return kv_cache_bytes_per_token(c, layers, sizeof(T));
+  }
+
+  /// K_g: stored() x d_head, a view into the storage (row order as in TokenStore).
+  [[nodiscard]] ConstView keys(Index g) const {
+    require_index("kv head", g, config_.n_kv_heads, "the cache's kv heads");
+    return store_.stream(g);
+  }
+  /// V_g: stored() x d_v, a view into the storage.
+  [[nodiscard]] ConstView values(Index g) const {
+    require_index("kv head", g, config_.n_kv_heads, "the cache's kv heads");
+    return store_.stream(config_.n_kv_heads + g);
+  }
+
+  /// Appends n tokens: k = [K_0 ... K_{H_kv-1}] (n x H_kv d_head) and
+  /// v = [V_0 ... V_{H_kv-1}] (n x H_kv d_v), the stacked layout of
+  /// MultiHeadAttention's projections.
+  /// \throws ShapeError naming the expected and actual shapes; RangeError
+  ///         past a FixedCapacity. On an error the cache is unchanged.
+  void append(ConstMatrixRef<T> k, ConstMatrixRef<T> v) {
+    const Index h = config_.n_kv_heads, dk = config_.d_head, dv = config_.value_width();
+    require_shapes(k.cols() == h * dk, "KVCache::append", "k", k.rows(), k.cols(), "the expected shape",
+                   k.rows(), h * dk, "k is n x (H_kv d_head)");
+    require_shapes(v.cols() == h * dv && v.rows() == k.rows(), "KVCache::append", "v", v.rows(),
+                   v.cols(), "the expected shape", k.rows(), h * dv, "v is n x (H_kv d_v), n as in k");
+    std::vector<ConstMatrixRef<T>> rows;
+    rows.reserve(static_cast<std::size_t>(2 * h));
+    for (Index g = 0; g < h; ++g) rows.emplace_back(k.middleCols(g * dk, dk));
+    for (Index g = 0; g < h; ++g) rows.emplace_back(v.middleCols(g * dv, dv));
+    store_.append(rows);
+  }
+
+  /// Rolls back to the first len tokens (see TokenStore::truncate).
+  void truncate(Index len) { store_.truncate(len); }
+  /// Forgets every token; keeps the allocation.
+  void reset() { store_.reset(); }
+  /// See TokenStore::reserve.
+  void reserve(Index tokens) { store_.reserve(tokens); }
+
+  /// Copies K_g (or V_g) at positions first .. first + count - 1, in position
+  /// order, into out (count x width): what a sliding-window chunk needs.
+  void copy_keys(Index g, Index first, Index count, MatrixRef<T> out) const {
+    store_.copy_chronological(g, first, count, out);
+  }
+  void copy_values(Index g, Index first, Index count, MatrixRef<T> out) const {
+    store_.copy_chronological(config_.n_kv_heads + g, first, count, out);
+  }
+
+  /// The underlying store (for code generic over caches).
+  [[nodiscard]] const Store& store() const { return store_; }
+
+ private:
+  static KVCacheConfig checked(KVCacheConfig c) {
+    if (c.n_kv_heads < 1 || c.d_head < 1 || c.d_v < 0) {
+      throw std::invalid_argument("kappa: KVCache: n_kv_heads and d_head must be >= 1 and d_v >= 0");
+    }
+    return c;
+  }
+  static std::vector<Index> widths(const KVCacheConfig& c) {
+    std::vector<Index> w;
+    for (Index g = 0; g < c.n_kv_heads; ++g) w.push_back(c.d_head);
+    for (Index g = 0; g < c.n_kv_heads; ++g) w.push_back(c.value_width());
+    return w;
+  }
+
+  KVCacheConfig config_;
+  Store store_;
+};
+
+}  // namespace kappa

@@ -1,0 +1,620 @@
+// kappa/heads/multi_head_attention.hpp - multi-head, grouped-query and
+// multi-query attention with the output projection W^O (the paper's
+// section 2.2).
+//
+// With H query heads, H_kv key/value heads (G = H / H_kv query heads per kv
+// head) and inputs X^Q (N_Q x d_in), X^K = X^V (N_KV x d_kv_in):
+//
+//     Q = X^Q W^Q + b_Q         W^Q = [W^Q_1 ... W^Q_H]       (d_in x H d_head)
+//     K = X^K W^K + b_K         W^K = [W^K_1 ... W^K_Hkv]     (d_kv_in x H_kv d_head)
+//     V = X^V W^V + b_V         W^V = [W^V_1 ... W^V_Hkv]     (d_kv_in x H_kv d_v)
+//     Y_h = Z_h^-1 A_h V_g,     A_h = f_kappa(s Q_h K_g^T) masked,  g = h / G
+//     Y   = [Y_1 ... Y_H] W^O + b_O                            W^O: (H d_v x d_out)
+//
+// Q_h is the column block h of Q (no copy), and [Y_1 ... Y_H] is one
+// N_Q x (H d_v) matrix, so the output is one GEMM. A positional policy (RoPE)
+// transforms Q_h and K_g by absolute position before the scores.
+//
+// Batches: a SequenceBatch packs B sequences of different lengths one after
+// the other in one matrix (sum_b N_b rows) with their lengths, a view of the
+// caller's rows. The projections are one GEMM over all rows; attention runs
+// per sequence, so no sequence sees another's keys and there is no padding to
+// mask: key padding is handled by construction, and each sequence's result
+// equals running it alone. The (sequence, kv head) pairs are spread over
+// kappa::num_threads() OpenMP threads; each is computed by one thread in a
+// fixed order, so results do not depend on the thread count.
+//
+// Decoding: forward_cached() appends the new tokens' K and V to a KVCache and
+// attends over everything cached, with the causal mask aligned to the last
+// positions and the positional policy fed the absolute positions, so prefill
+// then token-by-token decode equals the full causal forward pass.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kappa/attention/attention.hpp"
+#include "kappa/attention/concepts.hpp"
+#include "kappa/attention/kernels.hpp"
+#include "kappa/attention/masks.hpp"
+#include "kappa/cache/kv_cache.hpp"
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/core/threading.hpp"
+#include "kappa/heads/grouping.hpp"
+#include "kappa/heads/positional.hpp"
+
+namespace kappa {
+
+/// Sizes of a multi-head attention layer. Zeros mean the defaults noted.
+struct HeadsConfig {
+  Index d_in = 0;        ///< width of X^Q (d_model)
+  Index n_heads = 1;     ///< H, query heads
+  Index d_head = 0;      ///< d_QK per head; 0 means d_in / n_heads
+  Index n_kv_heads = 0;  ///< H_kv; 0 means n_heads (the grouping policy checks it)
+  Index d_v = 0;         ///< width of each V_h; 0 means d_head
+  Index d_kv_in = 0;     ///< width of X^K = X^V; 0 means d_in
+  Index d_out = 0;       ///< width of the output; 0 means d_in
+};
+
+/// B sequences of different lengths packed one after the other: sequence b is
+/// rows offsets()[b] .. offsets()[b+1] - 1 of `rows` (sum_b N_b x d). A view:
+/// `rows` refers to the caller's matrix, nothing is copied.
+template <Scalar T>
+struct SequenceBatch {
+  ConstMatrixRef<T> rows;     ///< (sum_b N_b, d)
+  std::vector<Index> lengths; ///< N_b, each >= 0
+
+  /// Prefix sums of the lengths: B + 1 entries, offsets()[0] = 0.
+  /// \throws ShapeError if a length is negative or they do not sum to rows.rows().
+  [[nodiscard]] std::vector<Index> offsets() const {
+    std::vector<Index> off(lengths.size() + 1, 0);
+    for (std::size_t b = 0; b < lengths.size(); ++b) {
+      if (lengths[b] < 0) {
+        throw ShapeError("kappa: SequenceBatch: length " + std::to_string(lengths[b]) +
+                         " of sequence " + std::to_string(b) + " is negative");
+      }
+      off[b + 1] = off[b] + lengths[b];
+    }
+    if (off.back() != rows.rows()) {
+      throw ShapeError("kappa: SequenceBatch: the lengths sum to " + std::to_string(off.back()) +
+                       " rows but the packed matrix is " + shape_of(rows));
+    }
+    return off;
+  }
+};
+
+/// Multi-head attention with W^O; grouped-query and multi-query by the
+/// grouping policy (see the file comment for the equations).
+///
+/// \tparam T         float or double
+/// \tparam Kernel    similarity kernel f_kappa (kernels::Softmax, Linear, ...)
+/// \tparam Grouping  MultiHead (H_kv = H), GroupedQuery (H_kv divides H) or
+///                   MultiQuery (H_kv = 1)
+/// \tparam Position  positional policy applied to Q_h and K_g (NoPosition, RoPE)
+///
+/// ```cpp
+/// kappa::GroupedQueryAttention<float> attn({.d_in = 512, .n_heads = 8, .n_kv_heads = 2});
+/// attn.set_weights(w_q, w_k, w_v, w_o);
+/// kappa::RowMatrix<float> y = attn.forward(x, kappa::CausalMask{});   // (N, 512)
+/// ```
+/// Weights start at zero. A layer object is read-only during forward calls,
+/// so several threads may call them at once.
+template <Scalar T, class Kernel = kernels::Softmax, HeadGrouping Grouping = MultiHead,
+          class Position = NoPosition>
+class MultiHeadAttention {
+  static_assert(check_kernel<Kernel>());
+  static_assert(check_positional<Position>());
+
+ public:
+  using value_type = T;
+  using KernelType = Kernel;
+  using GroupingType = Grouping;
+  using PositionType = Position;
+
+  /// A layer of the given sizes with zero weights and no biases.
+  /// \throws std::invalid_argument for non-positive sizes, d_head = 0 with
+  ///         n_heads not dividing d_in, or an H_kv the grouping does not allow.
+  explicit MultiHeadAttention(HeadsConfig config, Kernel kernel = {}, Position position = {})
+      : config_(resolve(config)), kernel_(std::move(kernel)), position_(std::move(position)) {
+    w_q_ = RowMatrix<T>::Zero(config_.d_in, config_.n_heads * config_.d_head);
+    w_k_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_head);
+    w_v_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_v);
+    w_o_ = RowMatrix<T>::Zero(config_.n_heads * config_.d_v, config_.d_out);
+  }
+
+  /// The sizes, with every default resolved.
+  [[nodiscard]] const HeadsConfig& config() const { return config_; }
+  [[nodiscard]] Index n_heads() const { return config_.n_heads; }
+  [[nodiscard]] Index n_kv_heads() const { return config_.n_kv_heads; }
+  /// G = H / H_kv: query heads per key/value head.
+  [[nodiscard]] Index group_size() const { return config_.n_heads / config_.n_kv_heads; }
+  [[nodiscard]] Index d_head() const { return config_.d_head; }
+  [[nodiscard]] Index d_v() const { return config_.d_v; }
+  [[nodiscard]] const Kernel& kernel() const { return kernel_; }
+  [[nodiscard]] const Position& position() const { return position_; }
+  /// The shape of the KV cache this layer decodes with.
+  [[nodiscard]] KVCacheConfig kv_cache_config() const {
+    return {config_.n_kv_heads, config_.d_head, config_.d_v};
+  }
+
+  /// W^Q (d_in x H d_head), W^K (d_kv_in x H_kv d_head), W^V (d_kv_in x
+  /// H_kv d_v), W^O (H d_v x d_out), and the biases (size 0 when absent).
+  [[nodiscard]] const RowMatrix<T>& w_q() const { return w_q_; }
+  [[nodiscard]] const RowMatrix<T>& w_k() const { return w_k_; }
+  [[nodiscard]] const RowMatrix<T>& w_v() const { return w_v_; }
+  [[nodiscard]] const RowMatrix<T>& w_o() const { return w_o_; }
+  [[nodiscard]] const RowVector<T>& b_q() const { return b_q_; }
+  [[nodiscard]] const RowVector<T>& b_k() const { return b_k_; }
+  [[nodiscard]] const RowVector<T>& b_v() const { return b_v_; }
+  [[nodiscard]] const RowVector<T>& b_o() const { return b_o_; }
+
+  /// Sets W^Q, W^K, W^V, W^O in the paper's convention (Q = X W^Q, head h is
+  /// column block h). Shapes: W^Q d_in x (H d_head), W^K d_kv_in x
+  /// (H_kv d_head), W^V d_kv_in x (H_kv d_v), W^O (H d_v) x d_out.
+  /// \throws ShapeError naming the actual and the expected shape.
+  void set_weights(ConstMatrixRef<T> w_q, ConstMatrixRef<T> w_k, ConstMatrixRef<T> w_v,
+                   ConstMatrixRef<T> w_o) {
+    constexpr const char* what = "MultiHeadAttention::set_weights";
+    const HeadsConfig& c = config_;
+    expect_shape(what, "w_q", w_q, c.d_in, c.n_heads * c.d_head, "W^Q is d_in x (n_heads d_head)");
+    expect_shape(what, "w_k", w_k, c.d_kv_in, c.n_kv_heads * c.d_head,
+                 "W^K is d_kv_in x (n_kv_heads d_head)");
+    expect_shape(what, "w_v", w_v, c.d_kv_in, c.n_kv_heads * c.d_v,
+                 "W^V is d_kv_in x (n_kv_heads d_v)");
+    expect_shape(what, "w_o", w_o, c.n_heads * c.d_v, c.d_out, "W^O is (n_heads d_v) x d_out");
+    w_q_ = w_q;
+    w_k_ = w_k;
+    w_v_ = w_v;
+    w_o_ = w_o;
+  }
+
+  /// Sets the biases b_Q (H d_head), b_K (H_kv d_head), b_V (H_kv d_v),
+  /// b_O (d_out), added to every row. An empty vector means no bias.
+  /// \throws ShapeError naming the actual and the expected length.
+  void set_biases(const RowVector<T>& b_q, const RowVector<T>& b_k, const RowVector<T>& b_v,
+                  const RowVector<T>& b_o) {
+    constexpr const char* what = "MultiHeadAttention::set_biases";
+    const HeadsConfig& c = config_;
+    expect_bias(what, "b_q", b_q, c.n_heads * c.d_head);
+    expect_bias(what, "b_k", b_k, c.n_kv_heads * c.d_head);
+    expect_bias(what, "b_v", b_v, c.n_kv_heads * c.d_v);
+    expect_bias(what, "b_o", b_o, c.d_out);
+    b_q_ = b_q;
+    b_k_ = b_k;
+    b_v_ = b_v;
+    b_o_ = b_o;
+  }
+
+  /// Sets the weights from PyTorch's nn.MultiheadAttention (embed_dim E =
+  /// d_in = d_out = H d_head, kdim = vdim = E): `in_proj_weight` is
+  /// [W_q; W_k; W_v] (3E x E) applied as x W^T, so W^Q = W_q^T etc.;
+  /// `out_proj_weight` (E x E) gives W^O = out_proj.weight^T. PyTorch splits
+  /// the embedding into heads in contiguous blocks, as kappa does.
+  /// \throws ShapeError naming the actual and the expected shape (also when
+  ///         this layer is not shaped like an nn.MultiheadAttention).
+  void set_weights_from_torch_mha(ConstMatrixRef<T> in_proj_weight,
+                                  ConstMatrixRef<T> out_proj_weight) {
+    constexpr const char* what = "MultiHeadAttention::set_weights_from_torch_mha";
+    const Index e = config_.n_heads * config_.d_head;
+    require_torch_shape(what);
+    expect_shape(what, "in_proj_weight", in_proj_weight, 3 * e, e,
+                 "[W_q; W_k; W_v], each embed_dim x embed_dim");
+    expect_shape(what, "out_proj.weight", out_proj_weight, e, e, "embed_dim x embed_dim");
+    w_q_ = in_proj_weight.topRows(e).transpose();
+    w_k_ = in_proj_weight.middleRows(e, e).transpose();
+    w_v_ = in_proj_weight.bottomRows(e).transpose();
+    w_o_ = out_proj_weight.transpose();
+  }
+
+  /// Sets the biases from nn.MultiheadAttention: `in_proj_bias` (3E) is
+  /// [b_q; b_k; b_v]; `out_proj_bias` (E) is b_O.
+  /// \throws ShapeError naming the actual and the expected length.
+  void set_biases_from_torch_mha(const RowVector<T>& in_proj_bias,
+                                 const RowVector<T>& out_proj_bias) {
+    constexpr const char* what = "MultiHeadAttention::set_biases_from_torch_mha";
+    const Index e = config_.n_heads * config_.d_head;
+    require_torch_shape(what);
+    expect_bias(what, "in_proj_bias", in_proj_bias, 3 * e);
+    expect_bias(what, "out_proj.bias", out_proj_bias, e);
+    if (in_proj_bias.size() == 0) {
+      b_q_.resize(0);
+      b_k_.resize(0);
+      b_v_.resize(0);
+    } else {
+      b_q_ = in_proj_bias.segment(0, e);
+      b_k_ = in_proj_bias.segment(e, e);
+      b_v_ = in_proj_bias.segment(2 * e, e);
+    }
+    b_o_ = out_proj_bias;
+  }
+
+  /// Sets the weights from Hugging Face LLaMA-style projections (nn.Linear,
+  /// weight is out_features x in_features, applied as x W^T): q_proj
+  /// (H d_head x d_in), k_proj (H_kv d_head x d_kv_in), v_proj (H_kv d_v x
+  /// d_kv_in), o_proj (d_out x H d_v). Head h is rows h d_head .. of q_proj,
+  /// as in HF's view(N, H, d_head). (RoPE conventions - HF's rotate_half pairs
+  /// dimension i with i + d_head / 2 - are the positional policy's concern.)
+  /// \throws ShapeError naming the actual and the expected shape.
+  void set_weights_from_hf(ConstMatrixRef<T> q_proj, ConstMatrixRef<T> k_proj,
+                           ConstMatrixRef<T> v_proj, ConstMatrixRef<T> o_proj) {
+    constexpr const char* what = "MultiHeadAttention::set_weights_from_hf";
+    const HeadsConfig& c = config_;
+    expect_shape(what, "q_proj.weight", q_proj, c.n_heads * c.d_head, c.d_in,
+                 "nn.Linear weight: (n_heads d_head) x d_in");
+    expect_shape(what, "k_proj.weight", k_proj, c.n_kv_heads * c.d_head, c.d_kv_in,
+                 "nn.Linear weight: (n_kv_heads d_head) x d_kv_in");
+    expect_shape(what, "v_proj.weight", v_proj, c.n_kv_heads * c.d_v, c.d_kv_in,
+                 "nn.Linear weight: (n_kv_heads d_v) x d_kv_in");
+    expect_shape(what, "o_proj.weight", o_proj, c.d_out, c.n_heads * c.d_v,
+                 "nn.Linear weight: d_out x (n_heads d_v)");
+    w_q_ = q_proj.transpose();
+    w_k_ = k_proj.transpose();
+    w_v_ = v_proj.transpose();
+    w_o_ = o_proj.transpose();
+  }
+
+  /// Self-attention of one sequence: X^Q = X^K = X^V = x (N x d_in), each
+  /// head masked by `mask` bound to (N, N); returns Y (N x d_out).
+  /// \throws ShapeError if x is not N x d_in (or d_kv_in != d_in).
+  template <class M = NoMask>
+  RowMatrix<T> forward(ConstMatrixRef<T> x, const M& mask = {}) const {
+    static_assert(check_mask<M>());
+    require_self_attention("MultiHeadAttention::forward");
+    const std::vector<Index> off{0, x.rows()};
+    return run(x, off, x, off, mask);
+  }
+
+  /// Cross-attention: queries from xq (N_Q x d_in), keys and values from xkv
+  /// (N_KV x d_kv_in), as in the original decoder; mask bound to (N_Q, N_KV).
+  /// Returns Y (N_Q x d_out).
+  template <class M = NoMask>
+  RowMatrix<T> forward_cross(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv, const M& mask = {}) const {
+    static_assert(check_mask<M>());
+    const std::vector<Index> q_off{0, xq.rows()}, kv_off{0, xkv.rows()};
+    return run(xq, q_off, xkv, kv_off, mask);
+  }
+
+  /// Self-attention of a batch of B packed sequences (see SequenceBatch):
+  /// sequence b attends only to itself, `mask` bound to (N_b, N_b) per
+  /// sequence. Returns the packed outputs (sum_b N_b x d_out), row for row
+  /// equal to forward() of each sequence alone.
+  template <class M = NoMask>
+  RowMatrix<T> forward(const SequenceBatch<T>& x, const M& mask = {}) const {
+    static_assert(check_mask<M>());
+    require_self_attention("MultiHeadAttention::forward");
+    const std::vector<Index> off = x.offsets();
+    return run(x.rows, off, x.rows, off, mask);
+  }
+
+  /// Cross-attention of B sequence pairs: queries of sequence b from xq's
+  /// sequence b, keys and values from xkv's sequence b; `mask` bound to
+  /// (N_Q_b, N_KV_b). Returns the packed outputs (sum_b N_Q_b x d_out).
+  /// \throws ShapeError if the batches differ in B.
+  template <class M = NoMask>
+  RowMatrix<T> forward_cross(const SequenceBatch<T>& xq, const SequenceBatch<T>& xkv,
+                             const M& mask = {}) const {
+    static_assert(check_mask<M>());
+    if (xq.lengths.size() != xkv.lengths.size()) {
+      throw ShapeError("kappa: MultiHeadAttention::forward_cross: " +
+                       std::to_string(xq.lengths.size()) + " query sequences but " +
+                       std::to_string(xkv.lengths.size()) + " key/value sequences");
+    }
+    return run(xq.rows, xq.offsets(), xkv.rows, xkv.offsets(), mask);
+  }
+
+  /// Causal self-attention of n new tokens x (n x d_in) that continue the
+  /// sequence held by `cache`: their K and V are appended to the cache, and
+  /// token i (absolute position t + i, t = cache.length() before the call)
+  /// attends to every cached position <= t + i - or, for a SlidingWindow
+  /// cache of window W, to positions t + i - W + 1 .. t + i. The positional
+  /// policy sees the absolute positions. Prefill is one call with the prompt,
+  /// decoding one call per token; the concatenated outputs equal
+  /// forward(whole sequence, CausalMask{}) (or SlidingWindowMask{W}).
+  /// Returns Y (n x d_out).
+  /// \throws ShapeError if x or the cache's shape do not fit this layer;
+  ///         RangeError when a FixedCapacity cache would overflow (the cache
+  ///         is then unchanged).
+  template <cache::RetentionPolicy R>
+  RowMatrix<T> forward_cached(ConstMatrixRef<T> x, KVCache<T, R>& cache) const {
+    require_self_attention("MultiHeadAttention::forward_cached");
+    check_input("MultiHeadAttention::forward_cached", "x", x, config_.d_in, "d_in");
+    const KVCacheConfig& cc = cache.config();
+    if (cc.n_kv_heads != config_.n_kv_heads || cc.d_head != config_.d_head ||
+        cc.value_width() != config_.d_v) {
+      throw ShapeError("kappa: MultiHeadAttention::forward_cached: the cache holds " +
+                       std::to_string(cc.n_kv_heads) + " kv heads of d_head " +
+                       std::to_string(cc.d_head) + ", d_v " + std::to_string(cc.value_width()) +
+                       " but the layer has " + std::to_string(config_.n_kv_heads) +
+                       " kv heads of d_head " + std::to_string(config_.d_head) + ", d_v " +
+                       std::to_string(config_.d_v));
+    }
+    const Index n = x.rows(), t0 = cache.length();
+    const Index h_kv = config_.n_kv_heads, dh = config_.d_head, dv = config_.d_v;
+    RowMatrix<T> q, k, v;
+    project(x, w_q_, b_q_, q);  // (n, H d_head)
+    project(x, w_k_, b_k_, k);  // (n, H_kv d_head)
+    project(x, w_v_, b_v_, v);  // (n, H_kv d_v)
+    apply_position(q, config_.n_heads, 0, n, t0);
+    apply_position(k, h_kv, 0, n, t0);
+    RowMatrix<T> y(n, config_.n_heads * dv);  // (n, H d_v)
+    const std::vector<Index> q_off{0, n};
+    const auto from_cache = [&cache](Index /*b*/, Index g) {
+      return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));
+    };
+    if constexpr (!R::kWindowed) {
+      cache.append(k, v);
+      attend_all(q, q_off, from_cache, y, CausalMask{});
+    } else {
+      const Index w = cache.store().retention().window;
+      if (t0 + n <= w) {
+        // No wrap yet: the ring holds positions 0 .. t0 + n - 1 in order, all
+        // inside every query's window.
+        cache.append(k, v);
+        attend_all(q, q_off, from_cache, y, CausalMask{});
+      } else if (n == 1) {
+        // The ring holds exactly the window of the new token (in ring order,
+        // which attention does not care about).
+        cache.append(k, v);
+        attend_all(q, q_off, from_cache, y, NoMask{});
+      } else {
+        // A chunk of n > 1 tokens after wrapping: its first tokens need keys
+        // the chunk itself evicts, so gather the last W - 1 cached tokens in
+        // position order in front of the new ones.
+        const Index old = std::min(t0, w - 1);
+        std::vector<RowMatrix<T>> kk(static_cast<std::size_t>(h_kv)), vv(kk.size());
+        for (Index g = 0; g < h_kv; ++g) {
+          RowMatrix<T>& kg = kk[static_cast<std::size_t>(g)];
+          RowMatrix<T>& vg = vv[static_cast<std::size_t>(g)];
+          kg.resize(old + n, dh);  // (old + n, d_head)
+          vg.resize(old + n, dv);  // (old + n, d_v)
+          cache.copy_keys(g, t0 - old, old, kg.topRows(old));
+          cache.copy_values(g, t0 - old, old, vg.topRows(old));
+          kg.bottomRows(n) = k.middleCols(g * dh, dh);
+          vg.bottomRows(n) = v.middleCols(g * dv, dv);
+        }
+        cache.append(k, v);
+        const auto gathered = [&kk, &vv](Index /*b*/, Index g) {
+          return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(kk[static_cast<std::size_t>(g)],
+                                                                 vv[static_cast<std::size_t>(g)]);
+        };
+        attend_all(q, q_off, gathered, y, SlidingWindowMask{w});
+      }
+    }
+    RowMatrix<T> out;
+    project(y, w_o_, b_o_, out);  // (n, d_out)
+    return out;
+  }
+
+  /// The attention weights Z_h^-1 A_h of every head h (N_Q x N_KV each), for
+  /// queries xq and keys xkv (pass x twice for self-attention). Allocates
+  /// H N_Q N_KV: for inspection, not speed.
+  template <class M = NoMask>
+  std::vector<RowMatrix<T>> head_weights(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv,
+                                         const M& mask = {}) const {
+    static_assert(check_mask<M>());
+    check_input("MultiHeadAttention::head_weights", "X^Q", xq, config_.d_in, "d_in");
+    check_input("MultiHeadAttention::head_weights", "X^K", xkv, config_.d_kv_in, "d_kv_in");
+    RowMatrix<T> q, k, v;
+    project(xq, w_q_, b_q_, q);
+    project(xkv, w_k_, b_k_, k);
+    project(xkv, w_v_, b_v_, v);
+    apply_position(q, config_.n_heads, 0, q.rows(), 0);
+    apply_position(k, config_.n_kv_heads, 0, k.rows(), 0);
+    const Index dh = config_.d_head, dv = config_.d_v, grp = group_size();
+    std::vector<RowMatrix<T>> weights;
+    for (Index h = 0; h < config_.n_heads; ++h) {
+      const Index g = h / grp;
+      auto d = attention_details(q.middleCols(h * dh, dh), k.middleCols(g * dh, dh),
+                                 v.middleCols(g * dv, dv), kernel_, mask);
+      weights.push_back(std::move(d.weights));
+    }
+    return weights;
+  }
+
+ private:
+  /// Scratch memory of one thread.
+  struct TaskScratch {
+    AttentionWorkspace<T> ws;
+    RowMatrix<T> qg, yg;
+  };
+
+  static HeadsConfig resolve(HeadsConfig c) {
+    if (c.d_in < 1 || c.n_heads < 1) {
+      throw std::invalid_argument("kappa: MultiHeadAttention: d_in and n_heads must be >= 1, got " +
+                                  std::to_string(c.d_in) + " and " + std::to_string(c.n_heads));
+    }
+    if (c.d_head == 0) {
+      if (c.d_in % c.n_heads != 0) {
+        throw std::invalid_argument("kappa: MultiHeadAttention: d_head = 0 means d_in / n_heads, "
+                                    "but n_heads = " + std::to_string(c.n_heads) +
+                                    " does not divide d_in = " + std::to_string(c.d_in));
+      }
+      c.d_head = c.d_in / c.n_heads;
+    }
+    if (c.d_head < 0 || c.d_v < 0 || c.d_kv_in < 0 || c.d_out < 0 || c.n_kv_heads < 0) {
+      throw std::invalid_argument("kappa: MultiHeadAttention: sizes must not be negative");
+    }
+    c.n_kv_heads = Grouping::kv_heads(c.n_heads, c.n_kv_heads);
+    if (c.d_v == 0) c.d_v = c.d_head;
+    if (c.d_kv_in == 0) c.d_kv_in = c.d_in;
+    if (c.d_out == 0) c.d_out = c.d_in;
+    return c;
+  }
+
+  static void expect_shape(const char* what, const char* name, const ConstMatrixRef<T>& m,
+                           Index rows, Index cols, const char* rule) {
+    require_shapes(m.rows() == rows && m.cols() == cols, what, name, m.rows(), m.cols(),
+                   "the expected shape", rows, cols, rule);
+  }
+  static void expect_bias(const char* what, const char* name, const RowVector<T>& b, Index n) {
+    require_shapes(b.size() == 0 || b.size() == n, what, name, 1, b.size(), "the expected shape",
+                   1, n, "a bias is one row, or empty for none");
+  }
+  static void check_input(const char* what, const char* name, const ConstMatrixRef<T>& x,
+                          Index cols, const char* width_name) {
+    if (x.cols() == cols) return;
+    throw ShapeError(std::string("kappa: ") + what + ": " + name + " is " + shape_of(x) +
+                     " but the layer expects " + std::to_string(cols) + " columns (" +
+                     width_name + ")");
+  }
+  void require_self_attention(const char* what) const {
+    if (config_.d_kv_in != config_.d_in) {
+      throw ShapeError(std::string("kappa: ") + what + ": self-attention needs d_kv_in = d_in, " +
+                       "the layer has d_in = " + std::to_string(config_.d_in) + " and d_kv_in = " +
+                       std::to_string(config_.d_kv_in) + " (use forward_cross)");
+    }
+  }
+  void require_torch_shape(const char* what) const {
+    const HeadsConfig& c = config_;
+    const Index e = c.n_heads * c.d_head;
+    if (c.n_kv_heads != c.n_heads || c.d_v != c.d_head || c.d_in != e || c.d_kv_in != e ||
+        c.d_out != e) {
+      throw ShapeError(std::string("kappa: ") + what + ": nn.MultiheadAttention has " +
+                       "n_kv_heads = n_heads, d_v = d_head and d_in = d_kv_in = d_out = n_heads " +
+                       "d_head; this layer is not shaped so");
+    }
+  }
+
+  /// out = x W + b.
+  static void project(const ConstMatrixRef<T>& x, const RowMatrix<T>& w, const RowVector<T>& b,
+                      RowMatrix<T>& out) {
+    out.resize(x.rows(), w.cols());
+    out.noalias() = x * w;  // (N, width)
+    if (b.size() != 0) out.rowwise() += b;
+  }
+
+  /// Applies the positional policy to rows [row0, row0 + rows) of every head
+  /// block of m (heads blocks of d_head columns), the first at `first_position`.
+  void apply_position(RowMatrix<T>& m, Index heads, Index row0, Index rows,
+                      Index first_position) const {
+    if constexpr (!std::same_as<Position, NoPosition>) {
+      const Index dh = config_.d_head;
+      for (Index h = 0; h < heads; ++h) {
+        MatrixRef<T> block(m.block(row0, h * dh, rows, dh));
+        position_.apply(block, first_position);
+      }
+    }
+  }
+
+  /// Attends the G query heads of kv head g for one sequence. q: the
+  /// sequence's (n_q x H d_head) rows of Q; kg (n_kv x d_head), vg (n_kv x d_v);
+  /// y: the sequence's (n_q x H d_v) rows of [Y_1 ... Y_H].
+  template <class M>
+  void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& kg,
+                    const ConstMatrixRef<T>& vg, MatrixRef<T> y, const M& mask,
+                    TaskScratch& s) const {
+    const Index grp = group_size(), dh = config_.d_head, dv = config_.d_v, n_q = q.rows();
+    if (grp == 1) {
+      attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel_,
+                        mask);
+      return;
+    }
+    const GroupedRows<M> grouped{&mask, grp};
+    if (n_q == 1) {
+      // One query: its G heads are G contiguous rows of d_head, no copy.
+      const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
+      Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
+      attention_into<T>(qg, kg, vg, yg, s.ws, kernel_, grouped);
+      return;
+    }
+    // Row i G + j of qg is query i of head g G + j.
+    s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
+    s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
+    for (Index i = 0; i < n_q; ++i) {
+      s.qg.middleRows(i * grp, grp) =
+          Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
+    }
+    attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel_, grouped);
+    for (Index i = 0; i < n_q; ++i) {
+      Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
+          s.yg.middleRows(i * grp, grp);
+    }
+  }
+
+  /// Runs every (sequence b, kv head g) task: sequence b is rows
+  /// q_off[b] .. q_off[b+1] - 1 of q and y; kv(b, g) returns its (K_g, V_g).
+  /// Tasks are independent; with OpenMP they are spread over the threads.
+  template <class M, class KV>
+  void attend_all(const RowMatrix<T>& q, const std::vector<Index>& q_off, const KV& kv,
+                  RowMatrix<T>& y, const M& mask) const {
+    const Index n_seq = static_cast<Index>(q_off.size()) - 1;
+    const Index h_kv = config_.n_kv_heads;
+    const Index tasks = n_seq * h_kv;
+    // Validate the mask for every sequence up front: nothing may throw inside
+    // the parallel region.
+    for (Index b = 0; b < n_seq; ++b) {
+      (void)mask.bind(q_off[b + 1] - q_off[b], kv(b, 0).first.rows());
+    }
+    const auto task = [&](Index t, TaskScratch& s) {
+      const Index b = t / h_kv, g = t % h_kv;
+      const Index r0 = q_off[b], n = q_off[b + 1] - q_off[b];
+      const auto kvg = kv(b, g);
+      attend_group(ConstMatrixRef<T>(q.middleRows(r0, n)), g, kvg.first, kvg.second,
+                   MatrixRef<T>(y.middleRows(r0, n)), mask, s);
+    };
+#ifdef _OPENMP
+    const int threads = static_cast<int>(std::min<Index>(num_threads(), tasks));
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+      {
+        TaskScratch s;
+#pragma omp for schedule(dynamic, 1)
+        for (Index t = 0; t < tasks; ++t) task(t, s);
+      }
+      return;
+    }
+#endif
+    // One task (or one thread): attention_into may still split query rows.
+    TaskScratch s;
+    for (Index t = 0; t < tasks; ++t) task(t, s);
+  }
+
+  /// The shared body of forward / forward_cross.
+  template <class M>
+  RowMatrix<T> run(ConstMatrixRef<T> xq, const std::vector<Index>& q_off, ConstMatrixRef<T> xkv,
+                   const std::vector<Index>& kv_off, const M& mask) const {
+    constexpr const char* what = "MultiHeadAttention::forward";
+    check_input(what, "X^Q", xq, config_.d_in, "d_in");
+    check_input(what, "X^K", xkv, config_.d_kv_in, "d_kv_in");
+    const Index h_kv = config_.n_kv_heads, dh = config_.d_head, dv = config_.d_v;
+    RowMatrix<T> q, k, v;
+    project(xq, w_q_, b_q_, q);    // (N_Q, H d_head)
+    project(xkv, w_k_, b_k_, k);   // (N_KV, H_kv d_head)
+    project(xkv, w_v_, b_v_, v);   // (N_KV, H_kv d_v)
+    for (std::size_t b = 0; b + 1 < q_off.size(); ++b) {
+      apply_position(q, config_.n_heads, q_off[b], q_off[b + 1] - q_off[b], 0);
+      apply_position(k, h_kv, kv_off[b], kv_off[b + 1] - kv_off[b], 0);
+    }
+    RowMatrix<T> y(q.rows(), config_.n_heads * dv);  // (N_Q, H d_v)
+    const auto from_kv = [&](Index b, Index g) {
+      const Index r0 = kv_off[b], n = kv_off[b + 1] - kv_off[b];
+      return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(k.block(r0, g * dh, n, dh),
+                                                             v.block(r0, g * dv, n, dv));
+    };
+    attend_all(q, q_off, from_kv, y, mask);
+    RowMatrix<T> out;
+    project(y, w_o_, b_o_, out);  // (N_Q, d_out)
+    return out;
+  }
+
+  HeadsConfig config_;
+  Kernel kernel_;
+  Position position_;
+  RowMatrix<T> w_q_, w_k_, w_v_, w_o_;
+  RowVector<T> b_q_, b_k_, b_v_, b_o_;
+};
+
+/// Grouped-query attention: H_kv divides H (HeadsConfig::n_kv_heads).
+template <Scalar T, class Kernel = kernels::Softmax, class Position = NoPosition>
+using GroupedQueryAttention = MultiHeadAttention<T, Kernel, GroupedQuery, Position>;
+
+/// Multi-query attention: one key/value head for all query heads.
+template <Scalar T, class Kernel = kernels::Softmax, class Position = NoPosition>
+using MultiQueryAttention = MultiHeadAttention<T, Kernel, MultiQuery, Position>;
+
+}  // namespace kappa

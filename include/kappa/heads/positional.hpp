@@ -1,0 +1,51 @@
+// kappa/heads/positional.hpp - the positional hook of multi-head attention.
+//
+// A positional policy changes each head's queries and keys according to their
+// absolute positions, after the projections and before the scores: rotary
+// embeddings (RoPE) rotate row i of Q_h and K_h by angles proportional to its
+// position. Multi-head attention calls
+//
+//     policy.apply(x, first_position)
+//
+// once per head and per sequence, with x a writable view of that head's
+// (N x d_head) block of Q or K, whose row i sits at absolute position
+// first_position + i. With a KV cache first_position is the cache length, so
+// decoding token t rotates by position t exactly as the full pass would. K is
+// stored in the cache after the policy was applied.
+#pragma once
+
+#include <concepts>
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/matrix.hpp"
+
+namespace kappa {
+
+/// What a positional policy provides: `apply(MatrixRef<T> x, Index
+/// first_position) const` for float and double, changing x (N x d_head; row i
+/// at position first_position + i) in place.
+template <class P>
+concept PositionalPolicy = requires(const P& p, MatrixRef<float> xf, MatrixRef<double> xd,
+                                    Index pos) {
+  p.apply(xf, pos);
+  p.apply(xd, pos);
+};
+
+/// No positional information inside attention (positions were added to the
+/// embeddings, or the model has none): apply() does nothing.
+struct NoPosition {
+  template <Scalar T>
+  void apply(MatrixRef<T> /*x*/, Index /*first_position*/) const {}
+};
+
+/// Compile-time check with a readable message.
+template <class P>
+consteval bool check_positional() {
+  static_assert(PositionalPolicy<P>,
+                "kappa: a positional policy must provide `template <Scalar T> void "
+                "apply(MatrixRef<T> x, Index first_position) const` (row i of x is at position "
+                "first_position + i), e.g. kappa::NoPosition");
+  return PositionalPolicy<P>;
+}
+
+}  // namespace kappa

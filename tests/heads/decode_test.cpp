@@ -1,0 +1,170 @@
+// Incremental decoding through the KV cache equals the full causal forward
+// pass: prefill, then one token at a time (and chunks), for multi-head,
+// grouped-query and multi-query attention, softmax and linear kernels, a
+// positional policy, with and without the sliding window.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kappa/cache/kv_cache.hpp"
+#include "kappa/heads/multi_head_attention.hpp"
+#include "support/heads_reference.hpp"
+#include "support/test_position.hpp"
+
+namespace {
+
+using kappa::Index;
+using kappa::RowMatrix;
+using namespace kappa::testing;
+
+/// The tolerance: 1e-5 relative in float, 1e-12 in double.
+template <class T>
+constexpr double kDecodeRel = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+
+template <class T>
+class DecodeTest : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(DecodeTest, Scalars);
+
+struct Case {
+  Index n_heads, n_kv_heads;
+  const char* name;
+};
+const Case kCases[] = {{4, 4, "MHA"}, {4, 2, "GQA"}, {4, 1, "MQA"}};
+
+/// Runs `steps` (token counts: prefill, then chunks/single tokens) through a
+/// cache and returns the stacked outputs.
+template <class Attn, class Cache, class T>
+RowMatrix<T> decode(const Attn& attn, Cache& cache, const RowMatrix<T>& x,
+                    const std::vector<Index>& steps) {
+  RowMatrix<T> y(x.rows(), attn.config().d_out);
+  Index r = 0;
+  for (Index n : steps) {
+    y.middleRows(r, n) = attn.forward_cached(RowMatrix<T>(x.middleRows(r, n)), cache);
+    r += n;
+  }
+  EXPECT_EQ(r, x.rows());
+  EXPECT_EQ(cache.length(), x.rows());
+  return y;
+}
+
+/// prefill 7, then 1 token at a time up to 20; and a chunked schedule.
+const std::vector<std::vector<Index>> kSchedules{
+    {7, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {3, 4, 1, 6, 1, 2, 3},
+};
+
+template <class T, class Kernel, class Mask, class Retention>
+void check_decode(const Kernel& kernel, const Mask& mask, const Retention& retention,
+                  bool positive_inputs) {
+  const Index d = 8, dh = 4, n = 20;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const auto w = random_heads_weights<T>(d, d, c.n_heads, c.n_kv_heads, dh, dh, d, true, 7,
+                                           0.5, positive_inputs ? 0.0 : -0.5);
+    kappa::GroupedQueryAttention<T, Kernel, FirstPairRotation> attn(
+        {.d_in = d, .n_heads = c.n_heads, .d_head = dh, .n_kv_heads = c.n_kv_heads}, kernel,
+        FirstPairRotation{0.25});
+    attn.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
+    attn.set_biases(w.b_q, w.b_k, w.b_v, w.b_o);
+    RowMatrix<T> x = random_matrix<T>(n, d, 3, positive_inputs ? 0.5 : 1.0);
+    if (positive_inputs) x.array() += T(0.5);
+    const RowMatrix<T> full = attn.forward(x, mask);
+    for (std::size_t s = 0; s < kSchedules.size(); ++s) {
+      SCOPED_TRACE("schedule " + std::to_string(s));
+      kappa::KVCache<T, Retention> cache(attn.kv_cache_config(), retention);
+      const RowMatrix<T> inc = decode(attn, cache, x, kSchedules[s]);
+      EXPECT_LE(max_scaled_error(inc, full, kDecodeRel<T>, 0.0), 1.0)
+          << "incremental\n" << inc << "\nfull\n" << full;
+    }
+  }
+}
+
+TYPED_TEST(DecodeTest, SoftmaxGrowableCacheEqualsFullCausalPass) {
+  check_decode<TypeParam>(kappa::kernels::Softmax{}, kappa::CausalMask{},
+                          kappa::cache::Growable{4}, false);
+}
+
+TYPED_TEST(DecodeTest, SoftmaxFixedCacheEqualsFullCausalPass) {
+  check_decode<TypeParam>(kappa::kernels::Softmax{}, kappa::CausalMask{},
+                          kappa::cache::FixedCapacity{20}, false);
+}
+
+TYPED_TEST(DecodeTest, LinearKernelEqualsFullCausalPass) {
+  check_decode<TypeParam>(kappa::kernels::Linear{}, kappa::CausalMask{},
+                          kappa::cache::Growable{}, true);
+}
+
+TYPED_TEST(DecodeTest, FeatureMapKernelEqualsFullCausalPass) {
+  check_decode<TypeParam>(kappa::kernels::EluPlusOne{}, kappa::CausalMask{},
+                          kappa::cache::Growable{}, false);
+}
+
+TYPED_TEST(DecodeTest, SoftmaxSlidingWindowRingEqualsFullWindowedPass) {
+  for (Index w : {1, 3, 5, 8}) {
+    SCOPED_TRACE("window " + std::to_string(w));
+    check_decode<TypeParam>(kappa::kernels::Softmax{}, kappa::SlidingWindowMask{w},
+                            kappa::cache::SlidingWindow{w}, false);
+  }
+}
+
+TYPED_TEST(DecodeTest, LinearSlidingWindowRingEqualsFullWindowedPass) {
+  check_decode<TypeParam>(kappa::kernels::Linear{}, kappa::SlidingWindowMask{5},
+                          kappa::cache::SlidingWindow{5}, true);
+}
+
+// A growable cache with the window mask applied by the full pass would not
+// match a causal decode: check the test can fail (the window matters).
+TYPED_TEST(DecodeTest, WindowChangesTheResult) {
+  using T = TypeParam;
+  const Index d = 8;
+  const auto w = random_heads_weights<T>(d, d, 2, 2, 4, 4, d, false, 5);
+  kappa::MultiHeadAttention<T> attn({.d_in = d, .n_heads = 2});
+  attn.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
+  const RowMatrix<T> x = random_matrix<T>(12, d, 1);
+  kappa::KVCache<T, kappa::cache::SlidingWindow> ring(attn.kv_cache_config(), {4});
+  const RowMatrix<T> inc = decode(attn, ring, x, {12});
+  EXPECT_GT(max_scaled_error(inc, attn.forward(x, kappa::CausalMask{}), kDecodeRel<T>, 0.0), 10.0);
+  EXPECT_EQ(ring.stored(), 4);
+}
+
+TYPED_TEST(DecodeTest, TruncateRollsBackForSpeculativeDecoding) {
+  using T = TypeParam;
+  const Index d = 8, dh = 2;
+  const auto w = random_heads_weights<T>(d, d, 4, 2, dh, dh, d, true, 13);
+  kappa::GroupedQueryAttention<T, kappa::kernels::Softmax, FirstPairRotation> attn(
+      {.d_in = d, .n_heads = 4, .d_head = dh, .n_kv_heads = 2});
+  attn.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
+  const RowMatrix<T> x = random_matrix<T>(10, d, 2);
+  RowMatrix<T> draft = random_matrix<T>(3, d, 99);
+  kappa::KVCache<T> cache(attn.kv_cache_config());
+  attn.forward_cached(RowMatrix<T>(x.topRows(6)), cache);
+  attn.forward_cached(draft, cache);  // rejected draft tokens
+  ASSERT_EQ(cache.length(), 9);
+  cache.truncate(6);
+  const RowMatrix<T> rest = attn.forward_cached(RowMatrix<T>(x.bottomRows(4)), cache);
+  const RowMatrix<T> full = attn.forward(x, kappa::CausalMask{});
+  EXPECT_LE(max_scaled_error(rest, RowMatrix<T>(full.bottomRows(4)), kDecodeRel<T>, 0.0), 1.0);
+}
+
+TEST(DecodeErrors, FixedCapacityOverflowThrowsAndLeavesCacheUnchanged) {
+  kappa::MultiHeadAttention<double> attn({.d_in = 4, .n_heads = 2});
+  kappa::KVCache<double, kappa::cache::FixedCapacity> cache(attn.kv_cache_config(), {5});
+  attn.forward_cached(RowMatrix<double>::Ones(4, 4), cache);
+  EXPECT_THROW(attn.forward_cached(RowMatrix<double>::Ones(2, 4), cache), kappa::RangeError);
+  EXPECT_EQ(cache.length(), 4);
+  EXPECT_NO_THROW(attn.forward_cached(RowMatrix<double>::Ones(1, 4), cache));
+}
+
+TEST(DecodeErrors, CacheOfAnotherShapeIsRejected) {
+  kappa::GroupedQueryAttention<double> attn({.d_in = 8, .n_heads = 4, .n_kv_heads = 2});
+  kappa::KVCache<double> cache({.n_kv_heads = 4, .d_head = 2});
+  EXPECT_THROW(attn.forward_cached(RowMatrix<double>::Ones(1, 8), cache), kappa::ShapeError);
+  kappa::KVCache<double> good(attn.kv_cache_config());
+  EXPECT_THROW(attn.forward_cached(RowMatrix<double>::Ones(1, 7), good), kappa::ShapeError);
+  EXPECT_EQ(good.length(), 0);
+}
+
+}  // namespace
