@@ -103,6 +103,35 @@ void BM_Attention_Softmax_FullMatrix(benchmark::State& state) {
   set_rates(state, 4.0 * double(n) * double(n) * double(d), n);
 }
 
+// Feature-map kernel (elu + 1): the quadratic path against the linear-time
+// one (linear.hpp), causal. Rate: tokens/s; the quadratic path's GFLOP/s
+// counts its (N^2 + N)/2 visible pairs as above.
+void BM_Attention_EluPlusOne_Causal_Quadratic(benchmark::State& state) {
+  const Index n = state.range(0), d = state.range(1);
+  use_threads(state);
+  const RowMatrix<float> q = random(n, d, 1), k = random(n, d, 2), v = random(n, d, 3);
+  RowMatrix<float> y(n, d);
+  kappa::AttentionWorkspace<float> ws;
+  kappa::attention_into<float>(q, k, v, y, ws, kappa::kernels::EluPlusOne{}, kappa::CausalMask{});
+  for (auto _ : state) {
+    kappa::attention_into<float>(q, k, v, y, ws, kappa::kernels::EluPlusOne{}, kappa::CausalMask{});
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_rates(state, 2.0 * (double(n) * double(n) + double(n)) * double(d), n);
+}
+
+void BM_Attention_EluPlusOne_Causal_LinearTime(benchmark::State& state) {
+  const Index n = state.range(0), d = state.range(1);
+  use_threads(state);
+  const RowMatrix<float> q = random(n, d, 1), k = random(n, d, 2), v = random(n, d, 3);
+  for (auto _ : state) {
+    RowMatrix<float> y = kappa::linear_attention(q, k, v, kappa::kernels::EluPlusOne{}, kappa::CausalMask{});
+    benchmark::DoNotOptimize(y.data());
+  }
+  // Useful flops of the recurrence: phi(k)^T v rank-1 updates and phi(q) S.
+  set_rates(state, 4.0 * double(n) * double(d) * double(d), n);
+}
+
 void shapes(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
     for (int d : {64, 128})
@@ -114,6 +143,12 @@ BENCHMARK(BM_Attention_Softmax)->Apply(shapes);
 BENCHMARK(BM_EigenGemm_SameShapes)->Apply(shapes);
 BENCHMARK(BM_Attention_Softmax_Causal)->Apply(shapes);
 BENCHMARK(BM_Attention_Softmax_FullMatrix)->Apply(shapes);
+BENCHMARK(BM_Attention_EluPlusOne_Causal_Quadratic)
+    ->Args({1024, 64, 1})->Args({4096, 64, 1})
+    ->ArgNames({"N", "d", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Attention_EluPlusOne_Causal_LinearTime)
+    ->Args({1024, 64, 1})->Args({4096, 64, 1})->Args({16384, 64, 1})
+    ->ArgNames({"N", "d", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
