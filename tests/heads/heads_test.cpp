@@ -3,6 +3,7 @@
 // weight layouts and errors.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -318,6 +319,47 @@ TEST(HeadsErrors, WeightShapeErrorsNameExpectedAndActualShapes) {
   const std::string in = message_of([&] { attn.forward(RowMatrix<double>(3, 7)); });
   EXPECT_NE(in.find("(3 x 7)"), std::string::npos) << in;
   EXPECT_NE(in.find("8 columns"), std::string::npos) << in;
+}
+
+}  // namespace
+
+namespace {
+
+using kappa::Index;
+using kappa::RowMatrix;
+using namespace kappa::testing;
+
+TYPED_TEST(HeadsTest, GroupedAttentionOnProjectedInputsMatchesPerHeadAttention) {
+  using T = TypeParam;
+  const Index h = 6, h_kv = 3, dh = 4, dv = 3, nq = 5, nkv = 8;
+  const RowMatrix<T> q = random_matrix<T>(nq, h * dh, 1), k = random_matrix<T>(nkv, h_kv * dh, 2),
+                     v = random_matrix<T>(nkv, h_kv * dv, 3);
+  RowMatrix<T> y(nq, h * dv);
+  kappa::grouped_attention_into<T>(q, k, v, y, h, h_kv, kappa::kernels::Softmax{},
+                                   kappa::CausalMask{});
+  for (Index hh = 0; hh < h; ++hh) {
+    const Index g = hh / (h / h_kv);
+    const RowMatrix<T> want = kappa::attention(q.middleCols(hh * dh, dh), k.middleCols(g * dh, dh),
+                                               v.middleCols(g * dv, dv), kappa::kernels::Softmax{},
+                                               kappa::CausalMask{});
+    EXPECT_LE(max_scaled_error(RowMatrix<T>(y.middleCols(hh * dv, dv)), want, Tolerance<T>::kRel,
+                               Tolerance<T>::kAbs),
+              1.0);
+  }
+  RowMatrix<T> bad(nq, h * dv + 1);
+  EXPECT_THROW(kappa::grouped_attention_into<T>(q, k, v, bad, h, h_kv), kappa::ShapeError);
+  EXPECT_THROW(kappa::grouped_attention_into<T>(q, k, v, y, h, 4), std::invalid_argument);
+  // The cache form: the same keys appended to a cache, the last query.
+  kappa::KVCache<T> cache({.n_kv_heads = h_kv, .d_head = dh, .d_v = dv});
+  cache.append(k, v);
+  RowMatrix<T> y_last(1, h * dv);
+  kappa::grouped_attention_into<T>(q.bottomRows(1), cache, y_last, h);
+  RowMatrix<T> y_full(nq, h * dv);
+  kappa::grouped_attention_into<T>(q, k, v, y_full, h, h_kv, kappa::kernels::Softmax{},
+                                   kappa::CausalMask{});
+  EXPECT_LE(max_scaled_error(y_last, RowMatrix<T>(y_full.bottomRows(1)), Tolerance<T>::kRel,
+                             Tolerance<T>::kAbs),
+            1.0);
 }
 
 }  // namespace

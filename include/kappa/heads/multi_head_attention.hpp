@@ -45,6 +45,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/threading.hpp"
+#include "kappa/heads/grouped_attention.hpp"
 #include "kappa/heads/grouping.hpp"
 #include "kappa/heads/positional.hpp"
 
@@ -417,12 +418,6 @@ class MultiHeadAttention {
   }
 
  private:
-  /// Scratch memory of one thread.
-  struct TaskScratch {
-    AttentionWorkspace<T> ws;
-    RowMatrix<T> qg, yg;
-  };
-
   static HeadsConfig resolve(HeadsConfig c) {
     if (c.d_in < 1 || c.n_heads < 1) {
       throw std::invalid_argument("kappa: MultiHeadAttention: d_in and n_heads must be >= 1, got " +
@@ -501,77 +496,13 @@ class MultiHeadAttention {
     }
   }
 
-  /// Attends the G query heads of kv head g for one sequence. q: the
-  /// sequence's (n_q x H d_head) rows of Q; kg (n_kv x d_head), vg (n_kv x d_v);
-  /// y: the sequence's (n_q x H d_v) rows of [Y_1 ... Y_H].
-  template <class M>
-  void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& kg,
-                    const ConstMatrixRef<T>& vg, MatrixRef<T> y, const M& mask,
-                    TaskScratch& s) const {
-    const Index grp = group_size(), dh = config_.d_head, dv = config_.d_v, n_q = q.rows();
-    if (grp == 1) {
-      attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel_,
-                        mask);
-      return;
-    }
-    const GroupedRows<M> grouped{&mask, grp};
-    if (n_q == 1) {
-      // One query: its G heads are G contiguous rows of d_head, no copy.
-      const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
-      Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
-      attention_into<T>(qg, kg, vg, yg, s.ws, kernel_, grouped);
-      return;
-    }
-    // Row i G + j of qg is query i of head g G + j.
-    s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
-    s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
-    for (Index i = 0; i < n_q; ++i) {
-      s.qg.middleRows(i * grp, grp) =
-          Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
-    }
-    attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel_, grouped);
-    for (Index i = 0; i < n_q; ++i) {
-      Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
-          s.yg.middleRows(i * grp, grp);
-    }
-  }
-
-  /// Runs every (sequence b, kv head g) task: sequence b is rows
-  /// q_off[b] .. q_off[b+1] - 1 of q and y; kv(b, g) returns its (K_g, V_g).
-  /// Tasks are independent; with OpenMP they are spread over the threads.
+  /// Runs attention for every (sequence, kv head) pair (see
+  /// grouped_attention.hpp): sequence b is rows q_off[b] .. q_off[b+1] - 1.
   template <class M, class KV>
   void attend_all(const RowMatrix<T>& q, const std::vector<Index>& q_off, const KV& kv,
                   RowMatrix<T>& y, const M& mask) const {
-    const Index n_seq = static_cast<Index>(q_off.size()) - 1;
-    const Index h_kv = config_.n_kv_heads;
-    const Index tasks = n_seq * h_kv;
-    // Validate the mask for every sequence up front: nothing may throw inside
-    // the parallel region.
-    for (Index b = 0; b < n_seq; ++b) {
-      (void)mask.bind(q_off[b + 1] - q_off[b], kv(b, 0).first.rows());
-    }
-    const auto task = [&](Index t, TaskScratch& s) {
-      const Index b = t / h_kv, g = t % h_kv;
-      const Index r0 = q_off[b], n = q_off[b + 1] - q_off[b];
-      const auto kvg = kv(b, g);
-      attend_group(ConstMatrixRef<T>(q.middleRows(r0, n)), g, kvg.first, kvg.second,
-                   MatrixRef<T>(y.middleRows(r0, n)), mask, s);
-    };
-#ifdef _OPENMP
-    const int threads = static_cast<int>(std::min<Index>(num_threads(), tasks));
-    if (threads > 1) {
-#pragma omp parallel num_threads(threads)
-      {
-        TaskScratch s;
-#pragma omp for schedule(dynamic, 1)
-        for (Index t = 0; t < tasks; ++t) task(t, s);
-      }
-      return;
-    }
-#endif
-    // One task (or one thread): attention_into may still split query rows.
-    TaskScratch s;
-    for (Index t = 0; t < tasks; ++t) task(t, s);
+    detail::grouped_attention_tasks<T>(ConstMatrixRef<T>(q), q_off, kv, MatrixRef<T>(y),
+                                       config_.n_heads, config_.n_kv_heads, kernel_, mask);
   }
 
   /// The shared body of forward / forward_cross.

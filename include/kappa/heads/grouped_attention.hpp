@@ -1,0 +1,179 @@
+// kappa/heads/grouped_attention.hpp - the attention step of multi-head,
+// grouped-query and multi-query attention, on already projected Q, K, V.
+//
+// With Q = [Q_1 ... Q_H] (N_Q x H d_head), K = [K_1 ... K_Hkv] (N_KV x H_kv
+// d_head), V = [V_1 ... V_Hkv] (N_KV x H_kv d_v) and G = H / H_kv:
+//
+//     Y_h = Z_h^-1 A_h V_g,   A_h = f_kappa(s Q_h K_g^T) masked,   g = h / G
+//     Y   = [Y_1 ... Y_H]                                 (N_Q x H d_v)
+//
+// For each kv head g the G query heads g G .. g G + G - 1 are attended in one
+// call: their queries are stacked as the rows of one (N_Q G x d_head) matrix
+// (row i G + j = query i of head g G + j; for N_Q = 1 this is a view of Q's
+// row, no copy) and GroupedRows maps the mask's rows back. K_g and V_g are
+// read once per group: never repeated in memory, and a decode step streams
+// the cache once, not G times.
+//
+// MultiHeadAttention calls this after its projections; the free functions
+// below serve callers that project themselves (and the benchmarks).
+#pragma once
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "kappa/attention/attention.hpp"
+#include "kappa/attention/concepts.hpp"
+#include "kappa/attention/kernels.hpp"
+#include "kappa/attention/masks.hpp"
+#include "kappa/cache/kv_cache.hpp"
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/core/threading.hpp"
+#include "kappa/heads/grouping.hpp"
+
+namespace kappa {
+
+namespace detail {
+
+/// Scratch memory of one thread.
+template <class T>
+struct HeadsScratch {
+  AttentionWorkspace<T> ws;
+  RowMatrix<T> qg, yg;
+};
+
+/// Attends the G query heads of kv head g for one sequence. q: the
+/// sequence's (n_q x H d_head) rows of Q; kg (n_kv x d_head), vg (n_kv x d_v);
+/// y: the sequence's (n_q x H d_v) rows of [Y_1 ... Y_H].
+template <class T, class K, class M>
+void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& kg,
+                  const ConstMatrixRef<T>& vg, MatrixRef<T> y, Index grp, const K& kernel,
+                  const M& mask, HeadsScratch<T>& s) {
+  const Index dh = kg.cols(), dv = vg.cols(), n_q = q.rows();
+  if (grp == 1) {
+    attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
+                      mask);
+    return;
+  }
+  const GroupedRows<M> grouped{&mask, grp};
+  if (n_q == 1) {
+    // One query: its G heads are G contiguous rows of d_head, no copy.
+    const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
+    Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
+    attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
+    return;
+  }
+  // Row i G + j of qg is query i of head g G + j.
+  s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
+  s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
+  for (Index i = 0; i < n_q; ++i) {
+    s.qg.middleRows(i * grp, grp) =
+        Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
+  }
+  attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel, grouped);
+  for (Index i = 0; i < n_q; ++i) {
+    Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
+        s.yg.middleRows(i * grp, grp);
+  }
+}
+
+/// Runs every (sequence b, kv head g) task: sequence b is rows
+/// q_off[b] .. q_off[b+1] - 1 of q and y; kv(b, g) returns its (K_g, V_g) as
+/// a pair of ConstMatrixRef. Tasks are independent and each is computed by one
+/// thread in a fixed order; with OpenMP and several tasks they are spread over
+/// kappa::num_threads() threads, otherwise attention_into may split rows.
+template <class T, class KV, class K, class M>
+void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index>& q_off,
+                             const KV& kv, MatrixRef<T> y, Index n_heads, Index n_kv_heads,
+                             const K& kernel, const M& mask) {
+  const Index n_seq = static_cast<Index>(q_off.size()) - 1;
+  const Index grp = n_heads / n_kv_heads;
+  const Index tasks = n_seq * n_kv_heads;
+  // Validate the mask for every sequence up front: nothing may throw inside
+  // the parallel region.
+  for (Index b = 0; b < n_seq; ++b) {
+    (void)mask.bind(q_off[b + 1] - q_off[b], kv(b, 0).first.rows());
+  }
+  const auto task = [&](Index t, HeadsScratch<T>& s) {
+    const Index b = t / n_kv_heads, g = t % n_kv_heads;
+    const Index r0 = q_off[b], n = q_off[b + 1] - q_off[b];
+    const auto kvg = kv(b, g);
+    attend_group<T>(ConstMatrixRef<T>(q.middleRows(r0, n)), g, kvg.first, kvg.second,
+                    MatrixRef<T>(y.middleRows(r0, n)), grp, kernel, mask, s);
+  };
+#ifdef _OPENMP
+  const int threads = static_cast<int>(std::min<Index>(num_threads(), tasks));
+  if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+    {
+      HeadsScratch<T> s;
+#pragma omp for schedule(dynamic, 1)
+      for (Index t = 0; t < tasks; ++t) task(t, s);
+    }
+    return;
+  }
+#endif
+  HeadsScratch<T> s;
+  for (Index t = 0; t < tasks; ++t) task(t, s);
+}
+
+}  // namespace detail
+
+/// [Y_1 ... Y_H] for one sequence from stacked, already projected Q (N_Q x
+/// H d_head), K (N_KV x H_kv d_head), V (N_KV x H_kv d_v), written into y
+/// (N_Q x H d_v, preallocated); query head h uses kv head h / (H / H_kv);
+/// `mask` is bound to (N_Q, N_KV) for every head.
+/// \throws ShapeError when the shapes do not fit; std::invalid_argument when
+///         n_kv_heads does not divide n_heads.
+template <Scalar T, class K = kernels::Softmax, class M = NoMask>
+void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v,
+                            MatrixRef<T> y, Index n_heads, Index n_kv_heads, const K& kernel = {},
+                            const M& mask = {}) {
+  static_assert(detail::check_policies<K, M>());
+  constexpr const char* what = "grouped_attention_into";
+  (void)GroupedQuery::kv_heads(n_heads, n_kv_heads);
+  const Index dh = q.cols() / n_heads, dv = v.cols() / n_kv_heads;
+  require_shapes(q.cols() == n_heads * dh && k.cols() == n_kv_heads * dh, what, "Q", q, "K", k,
+                 "Q is N_Q x (n_heads d_head), K is N_KV x (n_kv_heads d_head)");
+  require_shapes(v.rows() == k.rows() && v.cols() == n_kv_heads * dv, what, "K", k, "V", v,
+                 "V is N_KV x (n_kv_heads d_v)");
+  require_shapes(y.rows() == q.rows() && y.cols() == n_heads * dv, what, "Y", y.rows(), y.cols(),
+                 "the expected shape", q.rows(), n_heads * dv, "Y is N_Q x (n_heads d_v)");
+  const std::vector<Index> q_off{0, q.rows()};
+  const auto kv = [&](Index /*b*/, Index g) {
+    return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(k.middleCols(g * dh, dh),
+                                                           v.middleCols(g * dv, dv));
+  };
+  detail::grouped_attention_tasks<T>(q, q_off, kv, y, n_heads, n_kv_heads, kernel, mask);
+}
+
+/// The attention part of a decode step: [Y_1 ... Y_H] for n already projected
+/// (and position-encoded) queries q (n x H d_head) against every row the
+/// cache stores, into y (n x H d_v). `mask` is bound to (n, stored()); the
+/// default CausalMask's offset stored() - n makes the queries the last n
+/// positions, which is right when they were appended last. For a
+/// SlidingWindow cache the rows are in ring order: use n = 1 with NoMask
+/// (MultiHeadAttention::forward_cached handles every case).
+/// \throws ShapeError when the shapes do not fit the cache.
+template <Scalar T, cache::RetentionPolicy R, class K = kernels::Softmax, class M = CausalMask>
+void grouped_attention_into(ConstMatrixRef<T> q, const KVCache<T, R>& cache, MatrixRef<T> y,
+                            Index n_heads, const K& kernel = {}, const M& mask = {}) {
+  static_assert(detail::check_policies<K, M>());
+  constexpr const char* what = "grouped_attention_into (cache)";
+  const KVCacheConfig& c = cache.config();
+  (void)GroupedQuery::kv_heads(n_heads, c.n_kv_heads);
+  require_shapes(q.cols() == n_heads * c.d_head, what, "Q", q.rows(), q.cols(),
+                 "the expected shape", q.rows(), n_heads * c.d_head, "Q is n x (n_heads d_head)");
+  require_shapes(y.rows() == q.rows() && y.cols() == n_heads * c.value_width(), what, "Y",
+                 y.rows(), y.cols(), "the expected shape", q.rows(), n_heads * c.value_width(),
+                 "Y is n x (n_heads d_v)");
+  const std::vector<Index> q_off{0, q.rows()};
+  const auto kv = [&cache](Index /*b*/, Index g) {
+    return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));
+  };
+  detail::grouped_attention_tasks<T>(q, q_off, kv, y, n_heads, c.n_kv_heads, kernel, mask);
+}
+
+}  // namespace kappa
