@@ -1,0 +1,132 @@
+// kappa/embed/rope.hpp - rotary position embedding (RoPE; Su et al. 2021).
+//
+// RoPE rotates pairs of channels of a query or key at position p by angles
+// p theta_i, theta_i = b^{-2i / d_R} (i = 0 .. d_R/2 - 1, base b = 10000 by
+// default), so that <RoPE(q, m), RoPE(k, n)> depends on q, k and m - n only.
+// Two conventions pair the channels differently (same rotation otherwise):
+//
+//   RotateHalf  (GPT-NeoX, LLaMA in Hugging Face, DeepSeek): pair (i, i + d_R/2)
+//       x'_i         = x_i cos(p theta_i) - x_{i+d_R/2} sin(p theta_i)
+//       x'_{i+d_R/2} = x_{i+d_R/2} cos(p theta_i) + x_i sin(p theta_i)
+//   Interleaved (GPT-J, RoFormer, Meta's LLaMA reference): pair (2i, 2i + 1)
+//       x'_{2i}   = x_{2i} cos(p theta_i) - x_{2i+1} sin(p theta_i)
+//       x'_{2i+1} = x_{2i+1} cos(p theta_i) + x_{2i} sin(p theta_i)
+//
+// The first d_R columns of each head rotate; columns d_R.. (partial rotary, as
+// GPT-NeoX's rotary_pct or GPT-J's rotary_dim) pass unchanged. Row r of the
+// input sits at position offset + r: prefill uses offset 0, decoding with a
+// KV cache passes the number of cached tokens.
+//
+// Usage from attention (Q stacked as N x (H d_head), head h = column block h):
+//   kappa::Rope<float> rope(d_head);              // RotateHalf, base 10000
+//   rope.apply_heads(q, n_heads, offset);         // in place, every head
+//   rope.apply(q.middleCols(h * d_head, d_head), offset);  // one head (a block)
+//   rope.apply(k_rope, offset);                   // DeepSeek's decoupled key, N x d_R
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+
+namespace kappa {
+
+/// RoPE pairs channel i with i + d_R/2 (GPT-NeoX, Hugging Face LLaMA).
+struct RotateHalf {};
+/// RoPE pairs channel 2i with 2i + 1 (GPT-J, RoFormer, Meta's LLaMA).
+struct Interleaved {};
+
+/// Rotary position embedding; see the file comment.
+template <Scalar T, class Convention = RotateHalf>
+class Rope {
+  static_assert(std::is_same_v<Convention, RotateHalf> || std::is_same_v<Convention, Interleaved>,
+                "Rope: Convention must be kappa::RotateHalf or kappa::Interleaved");
+
+ public:
+  /// d_R = rotary_dim (even, > 0); base b > 0. Throws ShapeError for an odd
+  /// or non-positive d_R, std::invalid_argument for base <= 0.
+  explicit Rope(Index rotary_dim, double base = 10000.0) : d_rot_(rotary_dim), base_(base) {
+    require_shapes(rotary_dim > 0 && rotary_dim % 2 == 0, "RoPE", "rotary dim", 1, rotary_dim, "pairs", 1, rotary_dim / 2,
+                   "the rotary dimension must be even and positive");
+    if (!(base > 0)) throw std::invalid_argument("kappa: RoPE: base must be > 0");
+    inv_freq_.resize(static_cast<std::size_t>(d_rot_ / 2));
+    for (Index i = 0; i < d_rot_ / 2; ++i)
+      inv_freq_[static_cast<std::size_t>(i)] = std::pow(base_, -static_cast<double>(2 * i) / static_cast<double>(d_rot_));
+  }
+
+  /// d_R.
+  Index rotary_dim() const noexcept { return d_rot_; }
+  double base() const noexcept { return base_; }
+  /// theta_i = b^{-2i / d_R}.
+  double theta(Index i) const { return inv_freq_[static_cast<std::size_t>(i)]; }
+
+  /// Rotates x (N x d, d >= d_R) in place, row r at position offset + r.
+  void apply(MatrixRef<T> x, Index offset = 0) const {
+    check(x.cols(), "X");
+    if (offset < 0) throw RangeError("kappa: RoPE: position offset " + std::to_string(offset) + " is negative");
+    for (Index r = 0; r < x.rows(); ++r) rotate_row(x.row(r).data(), static_cast<double>(offset + r));
+  }
+  /// Rotates row r of x by position positions[r] (any order, e.g. packed
+  /// sequences). ShapeError if the sizes differ.
+  void apply(MatrixRef<T> x, std::span<const Index> positions) const {
+    check(x.cols(), "X");
+    require_shapes(static_cast<Index>(positions.size()) == x.rows(), "RoPE", "X", x.rows(), x.cols(), "positions",
+                   static_cast<Index>(positions.size()), 1, "one position per row");
+    for (Index r = 0; r < x.rows(); ++r) rotate_row(x.row(r).data(), static_cast<double>(positions[static_cast<std::size_t>(r)]));
+  }
+  /// Rotates every head of a stacked N x (H d_head) matrix in place: head h
+  /// is the column block [h d_head, (h+1) d_head). ShapeError unless H
+  /// divides the width and d_head >= d_R.
+  void apply_heads(MatrixRef<T> x, Index n_heads, Index offset = 0) const {
+    require_shapes(n_heads > 0 && x.cols() % n_heads == 0, "RoPE heads", "X", x.rows(), x.cols(), "heads", n_heads, 1,
+                   "the number of heads must divide the width of X");
+    const Index d_head = x.cols() / n_heads;
+    check(d_head, "a head of X");
+    for (Index r = 0; r < x.rows(); ++r)
+      for (Index h = 0; h < n_heads; ++h) rotate_row(x.row(r).data() + h * d_head, static_cast<double>(offset + r));
+  }
+  /// A rotated copy of x.
+  RowMatrix<T> rotated(ConstMatrixRef<T> x, Index offset = 0) const {
+    RowMatrix<T> y = x;
+    apply(y, offset);
+    return y;
+  }
+
+ private:
+  void check(Index width, const char* what) const {
+    require_shapes(width >= d_rot_, "RoPE", what, 1, width, "rotary dim", 1, d_rot_,
+                   "RoPE rotates the first d_R columns, so a row needs at least d_R");
+  }
+  void rotate_row(T* v, double p) const {
+    const Index half = d_rot_ / 2;
+    for (Index i = 0; i < half; ++i) {
+      const double a = p * inv_freq_[static_cast<std::size_t>(i)];
+      const T c = static_cast<T>(std::cos(a)), s = static_cast<T>(std::sin(a));
+      T* x0;
+      T* x1;
+      if constexpr (std::is_same_v<Convention, RotateHalf>) {
+        x0 = v + i;
+        x1 = v + i + half;
+      } else {
+        x0 = v + 2 * i;
+        x1 = v + 2 * i + 1;
+      }
+      const T a0 = *x0, a1 = *x1;
+      *x0 = a0 * c - a1 * s;
+      *x1 = a1 * c + a0 * s;
+    }
+  }
+
+  Index d_rot_;
+  double base_;
+  std::vector<double> inv_freq_;  // theta_i
+};
+
+}  // namespace kappa
