@@ -11,3 +11,14 @@
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/linear.hpp"
 #include "kappa/attention/masks.hpp"
+
+#include "kappa/tokenize/bpe.hpp"
+#include "kappa/tokenize/bpe_train.hpp"
+#include "kappa/tokenize/char_tokenizer.hpp"
+#include "kappa/tokenize/concepts.hpp"
+#include "kappa/tokenize/pretokenize.hpp"
+#include "kappa/tokenize/word_tokenizer.hpp"
+
+#include "kappa/embed/embedding.hpp"
+#include "kappa/embed/positional.hpp"
+#include "kappa/embed/rope.hpp"
