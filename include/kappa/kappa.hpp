@@ -22,3 +22,6 @@
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
 #include "kappa/embed/rope.hpp"
+
+#include "kappa/heads/latent.hpp"
+#include "kappa/transformer/norms.hpp"
