@@ -528,7 +528,9 @@ class BytePairTokenizer {
   }
   /// Loads GPT-2's encoder.json and vocab.bpe; FormatError on bad files.
   static BytePairTokenizer from_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {
-    return BytePairTokenizer(BpeModel::from_gpt2(read_file(encoder_json), encoder_json, read_file(vocab_bpe), vocab_bpe));
+    const std::string encoder = read_file(encoder_json);
+    const std::string merges = read_file(vocab_bpe);
+    return BytePairTokenizer(BpeModel::from_gpt2(encoder, encoder_json, merges, vocab_bpe));
   }
 
   /// encode(text) with special-token text treated as text.

@@ -1,0 +1,125 @@
+// bench_tokenize: byte-level BPE encode throughput (MB/s, 1 MB = 10^6 bytes)
+// on English and on CJK-heavy text, for GPT-2 (r50k), cl100k_base and
+// o200k_base, single core. The peers (tiktoken's Rust core as WebAssembly,
+// Hugging Face tokenizers' native binding) run on the same bytes in
+// benchmarks/tokenize_peers.cjs, which also runs this binary and prints the
+// figures side by side.
+//
+// Inputs: tests/data/tokenize/bench/{english,cjk}.txt, each repeated (whole
+// copies) to at least 1 MiB. Vocabularies: tests/tokenize/peer/vocab/ (run
+// .ci/setup.d/tokenize-peers.sh once); without them the benchmarks report an
+// error instead of a figure.
+//
+// Also: BM_Split_* (pre-tokenization alone, the share of the time spent
+// splitting) and BM_LongWord (one word of N bytes without spaces: the
+// per-byte time must not grow with N - the merge is O(N log N)).
+#include <benchmark/benchmark.h>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "kappa/tokenize/bpe.hpp"
+
+namespace {
+
+namespace tk = kappa::tokenize;
+
+std::string source(const std::string& rel) { return std::string(KAPPA_SOURCE_DIR) + "/" + rel; }
+std::string vocab(const std::string& name) { return source("tests/tokenize/peer/vocab/" + name); }
+
+/// The file repeated (whole copies) to at least 1 MiB, as the peer script does.
+const std::string& text(const std::string& which) {
+  static std::map<std::string, std::string> cache;
+  auto it = cache.find(which);
+  if (it == cache.end()) {
+    const std::string one = tk::read_file(source("tests/data/tokenize/bench/" + which + ".txt"));
+    std::string all;
+    while (all.size() < (1u << 20)) all += one;
+    it = cache.emplace(which, std::move(all)).first;
+  }
+  return it->second;
+}
+
+template <class Tok>
+const Tok* load(const std::function<Tok()>& f, benchmark::State& state) {
+  try {
+    static const Tok tok = f();
+    return &tok;
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string(e.what()) + " (run .ci/setup.d/tokenize-peers.sh)").c_str());
+    return nullptr;
+  }
+}
+
+const tk::Gpt2Tokenizer* gpt2(benchmark::State& s) {
+  return load<tk::Gpt2Tokenizer>([] { return tk::Gpt2Tokenizer::from_gpt2_files(vocab("gpt2/encoder.json"), vocab("gpt2/vocab.bpe")); }, s);
+}
+const tk::Cl100kTokenizer* cl100k(benchmark::State& s) {
+  return load<tk::Cl100kTokenizer>([] { return tk::Cl100kTokenizer::from_tiktoken_file(vocab("cl100k_base.tiktoken")); }, s);
+}
+const tk::O200kTokenizer* o200k(benchmark::State& s) {
+  return load<tk::O200kTokenizer>([] { return tk::O200kTokenizer::from_tiktoken_file(vocab("o200k_base.tiktoken")); }, s);
+}
+
+template <class Tok>
+void encode(benchmark::State& state, const Tok* tok, const std::string& which) {
+  if (tok == nullptr) return;
+  const std::string& t = text(which);
+  std::size_t n_tokens = 0;
+  for (auto _ : state) {
+    auto ids = tok->encode(t);
+    n_tokens = ids.size();
+    benchmark::DoNotOptimize(ids.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size()));
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens"] = static_cast<double>(n_tokens);
+}
+
+void BM_Encode_Gpt2_English(benchmark::State& s) { encode(s, gpt2(s), "english"); }
+void BM_Encode_Gpt2_Cjk(benchmark::State& s) { encode(s, gpt2(s), "cjk"); }
+void BM_Encode_Cl100k_English(benchmark::State& s) { encode(s, cl100k(s), "english"); }
+void BM_Encode_Cl100k_Cjk(benchmark::State& s) { encode(s, cl100k(s), "cjk"); }
+void BM_Encode_O200k_English(benchmark::State& s) { encode(s, o200k(s), "english"); }
+void BM_Encode_O200k_Cjk(benchmark::State& s) { encode(s, o200k(s), "cjk"); }
+BENCHMARK(BM_Encode_Gpt2_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_Gpt2_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_Cl100k_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_Cl100k_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_O200k_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_O200k_Cjk)->Unit(benchmark::kMillisecond);
+
+template <class Split>
+void split_only(benchmark::State& state, const std::string& which) {
+  const std::string& t = text(which);
+  for (auto _ : state) {
+    std::size_t pieces = 0;
+    tk::split<Split>(t, [&](std::string_view) { ++pieces; });
+    benchmark::DoNotOptimize(pieces);
+  }
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6, benchmark::Counter::kIsIterationInvariantRate);
+}
+void BM_Split_Gpt2_English(benchmark::State& s) { split_only<tk::Gpt2Split>(s, "english"); }
+void BM_Split_Cl100k_Cjk(benchmark::State& s) { split_only<tk::Cl100kSplit>(s, "cjk"); }
+void BM_Split_O200k_English(benchmark::State& s) { split_only<tk::O200kSplit>(s, "english"); }
+BENCHMARK(BM_Split_Gpt2_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Split_Cl100k_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Split_O200k_English)->Unit(benchmark::kMillisecond);
+
+// One word of N bytes, no spaces ("abcdefghij" repeated): one piece.
+void BM_LongWord(benchmark::State& state) {
+  const tk::Cl100kTokenizer* tok = cl100k(state);
+  if (tok == nullptr) return;
+  std::string word;
+  while (word.size() < static_cast<std::size_t>(state.range(0))) word += "qzjxkvbwyf";
+  word.resize(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(tok->encode(word).data());
+  state.counters["ns/byte"] = benchmark::Counter(static_cast<double>(word.size()) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_LongWord)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

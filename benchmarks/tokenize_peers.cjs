@@ -1,0 +1,112 @@
+#!/usr/bin/env node
+// Encode throughput of the reference tokenizers on the same bytes as
+// bench_tokenize, side by side with kappa's figures.
+//
+//   node benchmarks/tokenize_peers.cjs [path/to/bench_tokenize] [--reps N]
+//
+// Peers (installed by .ci/setup.d/tokenize-peers.sh in tests/tokenize/peer):
+//   tiktoken  @dqbd/tiktoken: tiktoken's Rust core compiled to WebAssembly,
+//             encode_ordinary() on gpt2, cl100k_base, o200k_base;
+//   HF        @anush008/tokenizers: Hugging Face tokenizers' native Rust
+//             binding, with a GPT-2 tokenizer.json built from encoder.json +
+//             vocab.bpe (peer.cjs export). Its BPE keeps a word cache.
+// Inputs: tests/data/tokenize/bench/{english,cjk}.txt repeated (whole
+// copies) to at least 1 MiB, exactly as bench_tokenize builds them.
+// Each figure is the median MB/s (10^6 bytes) of N timed runs (default 5)
+// after one warm-up run; everything runs on one thread (HF's parallelism off).
+// If the path to bench_tokenize is given, it is run with the same number of
+// repetitions and its medians are printed in the same table.
+"use strict";
+process.env.RAYON_NUM_THREADS = "1";
+process.env.TOKENIZERS_PARALLELISM = "false";
+const fs = require("fs");
+const path = require("path");
+const { execFileSync } = require("child_process");
+
+const root = path.resolve(__dirname, "..");
+const peerDir = path.join(root, "tests", "tokenize", "peer");
+const req = (m) => require(require.resolve(m, { paths: [peerDir] }));
+
+const args = process.argv.slice(2);
+let reps = 5;
+let benchBinary = null;
+for (let i = 0; i < args.length; ++i) {
+  if (args[i] === "--reps") reps = Number(args[++i]);
+  else benchBinary = args[i];
+}
+
+function input(which) {
+  const one = fs.readFileSync(path.join(root, "tests", "data", "tokenize", "bench", `${which}.txt`));
+  const copies = [];
+  let size = 0;
+  while (size < 1 << 20) { copies.push(one); size += one.length; }
+  const bytes = Buffer.concat(copies);
+  return { text: bytes.toString("utf8"), bytes: bytes.length };
+}
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+async function measure(fn, bytes) {
+  await fn();  // warm-up
+  const rates = [];
+  for (let r = 0; r < reps; ++r) {
+    const t0 = process.hrtime.bigint();
+    let runs = 0;
+    let elapsed = 0;
+    do {  // at least 0.5 s per repetition
+      await fn();
+      ++runs;
+      elapsed = Number(process.hrtime.bigint() - t0) * 1e-9;
+    } while (elapsed < 0.5);
+    rates.push((bytes * runs) / elapsed / 1e6);
+  }
+  return median(rates);
+}
+
+async function main() {
+  const inputs = { english: input("english"), cjk: input("cjk") };
+  const rows = [];  // [encoding, text, tiktoken, hf, kappa]
+  const { get_encoding } = req("@dqbd/tiktoken");
+  const { Tokenizer } = req("@anush008/tokenizers");
+  const hfJson = path.join(peerDir, "vocab", "gpt2-tokenizer.json");
+  const hf = fs.existsSync(hfJson) ? Tokenizer.fromFile(hfJson) : null;
+  const encodings = [["gpt2", "Gpt2"], ["cl100k_base", "Cl100k"], ["o200k_base", "O200k"]];
+  for (const [enc, benchName] of encodings) {
+    const tt = get_encoding(enc);
+    for (const which of ["english", "cjk"]) {
+      const { text, bytes } = inputs[which];
+      const ttRate = await measure(() => tt.encode_ordinary(text), bytes);
+      let hfRate = null;
+      if (enc === "gpt2" && hf) {
+        const n = (await hf.encode(text)).getIds().length;
+        const m = tt.encode_ordinary(text).length;
+        if (n !== m) console.error(`note: HF gives ${n} tokens, tiktoken ${m} on ${which}`);
+        hfRate = await measure(() => hf.encode(text), bytes);
+      }
+      rows.push({ enc, which, benchName: `BM_Encode_${benchName}_${which === "cjk" ? "Cjk" : "English"}`, ttRate, hfRate });
+    }
+    tt.free();
+  }
+  let kappa = {};
+  if (benchBinary) {
+    const out = execFileSync(benchBinary, ["--benchmark_filter=BM_Encode_", `--benchmark_repetitions=${reps}`,
+      "--benchmark_report_aggregates_only=true", "--benchmark_format=json"], { maxBuffer: 1 << 26 });
+    for (const b of JSON.parse(out).benchmarks) {
+      if (b.aggregate_name === "median") kappa[b.run_name] = b["MB/s"];
+    }
+  }
+  const f = (x) => (x == null ? "-" : x.toFixed(1));
+  console.log(`median MB/s over ${reps} runs, 1 thread, inputs >= 1 MiB`);
+  console.log("| encoding | text | kappa | tiktoken (WASM) | HF tokenizers (native) | kappa / fastest peer |");
+  console.log("|---|---|---:|---:|---:|---:|");
+  for (const r of rows) {
+    const k = kappa[r.benchName];
+    const best = Math.max(r.ttRate, r.hfRate ?? 0);
+    console.log(`| ${r.enc} | ${r.which} | ${f(k)} | ${f(r.ttRate)} | ${f(r.hfRate)} | ${k ? (k / best).toFixed(2) + "x" : "-"} |`);
+  }
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });

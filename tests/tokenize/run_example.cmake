@@ -1,0 +1,32 @@
+# Runs the tokenize example and checks its exit status and output.
+#   cmake -DEXE=<tokenize> -DARGS=<;-list> [-DINPUT=<file for stdin>]
+#         -DEXPECT_RC=<0|nonzero> -DEXPECT_OUT=<regex on stdout>
+#         [-DEXPECT_ERR=<regex on stderr>] [-DONE_LINE_ERR=1] -P run_example.cmake
+# ARGS separates the arguments with "@@" (a CMake list would be split by add_test).
+string(REPLACE "@@" ";" ARGS "${ARGS}")
+if(DEFINED INPUT)
+  execute_process(COMMAND "${EXE}" ${ARGS} INPUT_FILE "${INPUT}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+else()
+  execute_process(COMMAND "${EXE}" ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+endif()
+if(EXPECT_RC STREQUAL "nonzero")
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "expected a non-zero exit status, got 0\nstdout: ${out}\nstderr: ${err}")
+  endif()
+elseif(NOT rc EQUAL EXPECT_RC)
+  message(FATAL_ERROR "expected exit status ${EXPECT_RC}, got ${rc}\nstdout: ${out}\nstderr: ${err}")
+endif()
+if(DEFINED EXPECT_OUT AND NOT out MATCHES "${EXPECT_OUT}")
+  message(FATAL_ERROR "stdout does not match '${EXPECT_OUT}':\n${out}\nstderr: ${err}")
+endif()
+if(DEFINED EXPECT_ERR AND NOT err MATCHES "${EXPECT_ERR}")
+  message(FATAL_ERROR "stderr does not match '${EXPECT_ERR}':\n${err}")
+endif()
+if(ONE_LINE_ERR)
+  string(REGEX MATCHALL "\n" newlines "${err}")
+  list(LENGTH newlines n)
+  if(NOT n EQUAL 1 OR NOT out STREQUAL "")
+    message(FATAL_ERROR "expected exactly one line on stderr and nothing on stdout, got stderr:\n${err}\nstdout:\n${out}")
+  endif()
+endif()
+message(STATUS "ok: ${ARGS}")
