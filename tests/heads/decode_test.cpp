@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kappa/cache/kv_cache.hpp"
+#include "kappa/embed/rope.hpp"
 #include "kappa/heads/multi_head_attention.hpp"
 #include "support/heads_reference.hpp"
 #include "support/test_position.hpp"
@@ -56,17 +57,18 @@ const std::vector<std::vector<Index>> kSchedules{
     {3, 4, 1, 6, 1, 2, 3},
 };
 
-template <class T, class Kernel, class Mask, class Retention>
+template <class T, class Kernel, class Mask, class Retention,
+          class Position = FirstPairRotation>
 void check_decode(const Kernel& kernel, const Mask& mask, const Retention& retention,
-                  bool positive_inputs) {
+                  bool positive_inputs, const Position& position = FirstPairRotation{0.25}) {
   const Index d = 8, dh = 4, n = 20;
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     const auto w = random_heads_weights<T>(d, d, c.n_heads, c.n_kv_heads, dh, dh, d, true, 7,
                                            0.5, positive_inputs ? 0.0 : -0.5);
-    kappa::GroupedQueryAttention<T, Kernel, FirstPairRotation> attn(
+    kappa::GroupedQueryAttention<T, Kernel, Position> attn(
         {.d_in = d, .n_heads = c.n_heads, .d_head = dh, .n_kv_heads = c.n_kv_heads}, kernel,
-        FirstPairRotation{0.25});
+        position);
     attn.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
     attn.set_biases(w.b_q, w.b_k, w.b_v, w.b_o);
     RowMatrix<T> x = random_matrix<T>(n, d, 3, positive_inputs ? 0.5 : 1.0);
@@ -113,6 +115,15 @@ TYPED_TEST(DecodeTest, SoftmaxSlidingWindowRingEqualsFullWindowedPass) {
 TYPED_TEST(DecodeTest, LinearSlidingWindowRingEqualsFullWindowedPass) {
   check_decode<TypeParam>(kappa::kernels::Linear{}, kappa::SlidingWindowMask{5},
                           kappa::cache::SlidingWindow{5}, true);
+}
+
+// The real rotary embedding (both conventions) as the positional policy.
+TYPED_TEST(DecodeTest, RopeGrowableAndWindowedEqualFullPass) {
+  using T = TypeParam;
+  check_decode<T>(kappa::kernels::Softmax{}, kappa::CausalMask{}, kappa::cache::Growable{},
+                  false, kappa::Rope<T>(4, 100.0));
+  check_decode<T>(kappa::kernels::Softmax{}, kappa::SlidingWindowMask{6},
+                  kappa::cache::SlidingWindow{6}, false, kappa::Rope<T, kappa::Interleaved>(2));
 }
 
 // A growable cache with the window mask applied by the full pass would not

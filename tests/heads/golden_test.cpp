@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kappa/heads/multi_head_attention.hpp"
+#include "kappa/embed/rope.hpp"
 #include "kappa/io/npy.hpp"
 #include "support/reference.hpp"
 
@@ -84,6 +85,31 @@ TYPED_TEST(HeadsGolden, HuggingFaceGroupedQueryWithRepeatKv) {
   RowMatrix<T> inc(x.rows(), 32);
   for (Index i = 0; i < x.rows(); ++i) inc.row(i) = attn.forward_cached(x.row(i), cache);
   expect_matches<T>(inc, want);
+}
+
+// Hugging Face LLaMA with its rotary embedding (rotate_half, base 10000):
+// kappa::Rope<T> as the positional policy, full pass and decode through the
+// cache (where the position offset must be the cache length).
+TYPED_TEST(HeadsGolden, HuggingFaceGroupedQueryWithRope) {
+  using T = TypeParam;
+  using Layer = kappa::GroupedQueryAttention<T, kappa::kernels::Softmax, kappa::Rope<T>>;
+  Layer attn({.d_in = 32, .n_heads = 8, .d_head = 8, .n_kv_heads = 2}, {}, kappa::Rope<T>(8));
+  attn.set_weights_from_hf(load<T>("gqa_rope_q_proj"), load<T>("gqa_rope_k_proj"),
+                           load<T>("gqa_rope_v_proj"), load<T>("gqa_rope_o_proj"));
+  const RowMatrix<T> x = load<T>("gqa_rope_x");
+  const RowMatrix<double> want = load<double>("gqa_rope_out_causal");
+  expect_matches<T>(attn.forward(x, kappa::CausalMask{}), want);
+  kappa::KVCache<T> cache(attn.kv_cache_config());
+  RowMatrix<T> inc(x.rows(), 32);
+  inc.topRows(2) = attn.forward_cached(x.topRows(2), cache);
+  for (Index i = 2; i < x.rows(); ++i) inc.row(i) = attn.forward_cached(x.row(i), cache);
+  expect_matches<T>(inc, want);
+  // Without RoPE the result is different: the golden data does test it.
+  kappa::GroupedQueryAttention<T> plain({.d_in = 32, .n_heads = 8, .d_head = 8, .n_kv_heads = 2});
+  plain.set_weights(attn.w_q(), attn.w_k(), attn.w_v(), attn.w_o());
+  EXPECT_GT(kappa::testing::max_scaled_error(plain.forward(x, kappa::CausalMask{}).template cast<double>(),
+                                             want, 1e-5, 0.0),
+            100.0);
 }
 
 TYPED_TEST(HeadsGolden, HuggingFaceMultiQuery) {

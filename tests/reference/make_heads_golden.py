@@ -19,6 +19,9 @@ Cases
            physically repeated to H heads (repeat_kv), causal softmax
            attention, no rotary embedding. 8 query heads, 2 kv heads.
   mqa_*    the same with 1 kv head (multi-query).
+  gqa_rope_*  the GQA case with d_head 8 and Hugging Face's rotary embedding
+           (rotate_half: channel i paired with i + d_head/2, base 10000,
+           positions 0..N-1) applied to q and k before repeat_kv.
 """
 import os
 
@@ -77,9 +80,24 @@ def repeat_kv(t, n_rep):
     return t[:, None, :, :].expand(h_kv, n_rep, n, d).reshape(h_kv * n_rep, n, d)
 
 
-def llama_style_case(prefix, n_kv_heads, seed):
+def rotate_half(t):
+    half = t.shape[-1] // 2
+    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+
+
+def hf_rope(t, base=10000.0):
+    """t: (heads, N, d). Rotary embedding as Hugging Face LLaMA applies it."""
+    d = t.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    pos = torch.arange(t.shape[1], dtype=torch.float64)
+    freqs = pos[:, None] * inv_freq[None, :]        # (N, d/2)
+    emb = torch.cat((freqs, freqs), dim=-1)         # (N, d)
+    return t * emb.cos() + rotate_half(t) * emb.sin()
+
+
+def llama_style_case(prefix, n_kv_heads, seed, d_head=4, rope=False):
     torch.manual_seed(seed)
-    d_model, h, d_head, n = 32, 8, 4, 6
+    d_model, h, n = 32, 8, 6
     q_proj = torch.nn.Linear(d_model, h * d_head, bias=False)
     k_proj = torch.nn.Linear(d_model, n_kv_heads * d_head, bias=False)
     v_proj = torch.nn.Linear(d_model, n_kv_heads * d_head, bias=False)
@@ -89,6 +107,9 @@ def llama_style_case(prefix, n_kv_heads, seed):
         q = q_proj(x).view(n, h, d_head).transpose(0, 1)            # (H, N, d)
         k = k_proj(x).view(n, n_kv_heads, d_head).transpose(0, 1)   # (H_kv, N, d)
         v = v_proj(x).view(n, n_kv_heads, d_head).transpose(0, 1)
+        if rope:
+            q = hf_rope(q)
+            k = hf_rope(k)
         k = repeat_kv(k, h // n_kv_heads)
         v = repeat_kv(v, h // n_kv_heads)
         scores = (q @ k.transpose(1, 2)) / (d_head ** 0.5)
@@ -109,6 +130,7 @@ def main():
     torch_mha_cases()
     llama_style_case("gqa", 2, 5)
     llama_style_case("mqa", 1, 6)
+    llama_style_case("gqa_rope", 2, 8, d_head=8, rope=True)
     print("wrote", os.path.normpath(OUT))
 
 

@@ -96,7 +96,8 @@ struct SequenceBatch {
 /// \tparam Kernel    similarity kernel f_kappa (kernels::Softmax, Linear, ...)
 /// \tparam Grouping  MultiHead (H_kv = H), GroupedQuery (H_kv divides H) or
 ///                   MultiQuery (H_kv = 1)
-/// \tparam Position  positional policy applied to Q_h and K_g (NoPosition, RoPE)
+/// \tparam Position  positional policy applied to Q_h and K_g (NoPosition,
+///                   kappa::Rope<T> from embed/rope.hpp)
 ///
 /// ```cpp
 /// kappa::GroupedQueryAttention<float> attn({.d_in = 512, .n_heads = 8, .n_kv_heads = 2});
@@ -109,7 +110,7 @@ template <Scalar T, class Kernel = kernels::Softmax, HeadGrouping Grouping = Mul
           class Position = NoPosition>
 class MultiHeadAttention {
   static_assert(check_kernel<Kernel>());
-  static_assert(check_positional<Position>());
+  static_assert(check_positional<Position, T>());
 
  public:
   using value_type = T;

@@ -12,6 +12,12 @@
 // first_position + i. With a KV cache first_position is the cache length, so
 // decoding token t rotates by position t exactly as the full pass would. K is
 // stored in the cache after the policy was applied.
+//
+// kappa::Rope<T> (include/kappa/embed/rope.hpp) is the rotary policy:
+//   kappa::GroupedQueryAttention<float, kernels::Softmax, kappa::Rope<float>>
+//       attn(config, {}, kappa::Rope<float>(d_head));
+// Hugging Face LLaMA checkpoints pair channels (i, i + d_head/2): use
+// Rope<T, RotateHalf> (the default) with their q_proj/k_proj as they are.
 #pragma once
 
 #include <concepts>
@@ -21,15 +27,12 @@
 
 namespace kappa {
 
-/// What a positional policy provides: `apply(MatrixRef<T> x, Index
-/// first_position) const` for float and double, changing x (N x d_head; row i
-/// at position first_position + i) in place.
-template <class P>
-concept PositionalPolicy = requires(const P& p, MatrixRef<float> xf, MatrixRef<double> xd,
-                                    Index pos) {
-  p.apply(xf, pos);
-  p.apply(xd, pos);
-};
+/// What a positional policy for scalar type T provides: `apply(MatrixRef<T>
+/// x, Index first_position) const`, changing x (N x d_head; row i at position
+/// first_position + i) in place. kappa::Rope<T> (embed/rope.hpp) is one;
+/// NoPosition is one for every T.
+template <class P, class T>
+concept PositionalPolicy = requires(const P& p, MatrixRef<T> x, Index pos) { p.apply(x, pos); };
 
 /// No positional information inside attention (positions were added to the
 /// embeddings, or the model has none): apply() does nothing.
@@ -39,13 +42,13 @@ struct NoPosition {
 };
 
 /// Compile-time check with a readable message.
-template <class P>
+template <class P, class T>
 consteval bool check_positional() {
-  static_assert(PositionalPolicy<P>,
-                "kappa: a positional policy must provide `template <Scalar T> void "
-                "apply(MatrixRef<T> x, Index first_position) const` (row i of x is at position "
-                "first_position + i), e.g. kappa::NoPosition");
-  return PositionalPolicy<P>;
+  static_assert(PositionalPolicy<P, T>,
+                "kappa: a positional policy must provide `void apply(MatrixRef<T> x, Index "
+                "first_position) const` for the layer's scalar type T (row i of x is at position "
+                "first_position + i), e.g. kappa::NoPosition or kappa::Rope<T>");
+  return PositionalPolicy<P, T>;
 }
 
 }  // namespace kappa
