@@ -23,5 +23,12 @@
 #include "kappa/embed/positional.hpp"
 #include "kappa/embed/rope.hpp"
 
+#include "kappa/cache/kv_cache.hpp"
+#include "kappa/cache/token_store.hpp"
+#include "kappa/heads/grouped_attention.hpp"
+#include "kappa/heads/grouping.hpp"
 #include "kappa/heads/latent.hpp"
+#include "kappa/heads/multi_head_attention.hpp"
+#include "kappa/heads/positional.hpp"
+#include "kappa/io/npy.hpp"
 #include "kappa/transformer/norms.hpp"
