@@ -451,48 +451,53 @@ class BpeModel {
 
   // O(n log n) merge: parts in a doubly linked list (indexed by their first
   // byte), candidate pairs in a min-heap ordered by (priority, position);
-  // entries made stale by a merge are recognized by a version stamp.
+  // entries made stale by a merge are recognized by version stamps. Scratch
+  // memory is per thread and reused across pieces.
   void merge_heap(std::string_view piece, std::vector<TokenId>& out) const {
-    const auto n = static_cast<std::uint32_t>(piece.size());
     constexpr std::uint32_t kNone = 0xFFFFFFFFu;
-    std::vector<std::uint32_t> id(n), next(n), prev(n), version(n, 0);
-    for (std::uint32_t k = 0; k < n; ++k) {
-      id[k] = byte_id_[static_cast<unsigned char>(piece[k])];
-      next[k] = k + 1 < n ? k + 1 : kNone;
-      prev[k] = k > 0 ? k - 1 : kNone;
-    }
-    struct Entry {
-      std::uint32_t priority, left, right, version_sum;
-      bool operator>(const Entry& o) const {
-        return priority != o.priority ? priority > o.priority : left > o.left;
-      }
+    struct Part {
+      std::uint32_t id, next, prev, version;
     };
-    std::vector<Entry> storage;
-    storage.reserve(n);
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap(std::greater<Entry>{}, std::move(storage));
+    struct Entry {
+      std::uint32_t priority, left, right, version_sum, result;
+    };
+    // std::push_heap builds a max-heap: "less" = comes out later.
+    const auto later = [](const Entry& a, const Entry& b) {
+      return a.priority != b.priority ? a.priority > b.priority : a.left > b.left;
+    };
+    thread_local std::vector<Part> parts;
+    thread_local std::vector<Entry> heap;
+    const auto n = static_cast<std::uint32_t>(piece.size());
+    parts.resize(n);
+    heap.clear();
+    for (std::uint32_t k = 0; k < n; ++k)
+      parts[k] = {byte_id_[static_cast<unsigned char>(piece[k])], k + 1 < n ? k + 1 : kNone, k > 0 ? k - 1 : kNone, 0};
     auto push = [&](std::uint32_t l) {
-      const std::uint32_t r = next[l];
+      const std::uint32_t r = parts[l].next;
       if (r == kNone) return;
-      const detail::Merge m = pairs_.find(id[l], id[r]);
-      if (m.priority != kNoMerge) heap.push({m.priority, l, r, version[l] + version[r]});
+      const detail::Merge m = pairs_.find(parts[l].id, parts[r].id);
+      if (m.priority == kNoMerge) return;
+      heap.push_back({m.priority, l, r, parts[l].version + parts[r].version, m.result});
+      std::push_heap(heap.begin(), heap.end(), later);
     };
     for (std::uint32_t k = 0; k + 1 < n; ++k) push(k);
     while (!heap.empty()) {
-      const Entry e = heap.top();
-      heap.pop();
-      if (next[e.left] != e.right || version[e.left] + version[e.right] != e.version_sum) continue;
-      if (id[e.left] == kNone || id[e.right] == kNone) continue;
-      const detail::Merge m = pairs_.find(id[e.left], id[e.right]);
-      if (m.priority != e.priority) continue;
-      id[e.left] = m.result;
-      ++version[e.left];
-      id[e.right] = kNone;  // dead
-      next[e.left] = next[e.right];
-      if (next[e.right] != kNone) prev[next[e.right]] = e.left;
-      if (prev[e.left] != kNone) push(prev[e.left]);
+      std::pop_heap(heap.begin(), heap.end(), later);
+      const Entry e = heap.back();
+      heap.pop_back();
+      Part& left = parts[e.left];
+      Part& right = parts[e.right];
+      // Valid iff both parts are alive, still adjacent and unchanged.
+      if (left.id == kNone || left.next != e.right || left.version + right.version != e.version_sum) continue;
+      left.id = e.result;
+      ++left.version;
+      right.id = kNone;  // dead
+      left.next = right.next;
+      if (right.next != kNone) parts[right.next].prev = e.left;
+      if (left.prev != kNone) push(left.prev);
       push(e.left);
     }
-    for (std::uint32_t k = 0; k != kNone; k = next[k]) out.push_back(static_cast<TokenId>(id[k]));
+    for (std::uint32_t k = 0; k != kNone; k = parts[k].next) out.push_back(static_cast<TokenId>(parts[k].id));
   }
 
   std::vector<std::string> tokens_;   // id -> bytes (special: text)
