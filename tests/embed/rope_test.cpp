@@ -102,7 +102,11 @@ TYPED_TEST(RopeTest, Errors) {
   using T = typename TypeParam::first_type;
   using C = typename TypeParam::second_type;
   EXPECT_THROW((kappa::Rope<T, C>(5)), kappa::ShapeError);
-  EXPECT_THROW((kappa::Rope<T, C>(0)), kappa::ShapeError);
+  EXPECT_THROW((kappa::Rope<T, C>(-2)), kappa::ShapeError);
+  RowMatrix<T> any = kappa::testing::random_matrix<T>(2, 3, 4);
+  const RowMatrix<T> before = any;
+  kappa::Rope<T, C>(0).apply(any, 7);  // d_R = 0 rotates nothing
+  EXPECT_EQ(any, before);
   EXPECT_THROW((kappa::Rope<T, C>(4, 0.0)), std::invalid_argument);
   const kappa::Rope<T, C> rope(8);
   RowMatrix<T> narrow(2, 6);

@@ -50,11 +50,12 @@ class Rope {
                 "Rope: Convention must be kappa::RotateHalf or kappa::Interleaved");
 
  public:
-  /// d_R = rotary_dim (even, > 0); base b > 0. Throws ShapeError for an odd
-  /// or non-positive d_R, std::invalid_argument for base <= 0.
+  /// d_R = rotary_dim (even, >= 0; 0 rotates nothing, for callers whose
+  /// rotary part is optional); base b > 0. Throws ShapeError for an odd or
+  /// negative d_R, std::invalid_argument for base <= 0.
   explicit Rope(Index rotary_dim, double base = 10000.0) : d_rot_(rotary_dim), base_(base) {
-    require_shapes(rotary_dim > 0 && rotary_dim % 2 == 0, "RoPE", "rotary dim", 1, rotary_dim, "pairs", 1, rotary_dim / 2,
-                   "the rotary dimension must be even and positive");
+    require_shapes(rotary_dim >= 0 && rotary_dim % 2 == 0, "RoPE", "rotary dim", 1, rotary_dim, "pairs", 1, rotary_dim / 2,
+                   "the rotary dimension must be even and non-negative");
     if (!(base > 0)) throw std::invalid_argument("kappa: RoPE: base must be > 0");
     inv_freq_.resize(static_cast<std::size_t>(d_rot_ / 2));
     for (Index i = 0; i < d_rot_ / 2; ++i)
