@@ -121,7 +121,7 @@ class BpeModel {
       for (std::size_t k = 1; k < t.size(); ++k) {
         const std::uint32_t a = m.ids_.find(t.substr(0, k)), b = m.ids_.find(t.substr(k));
         if (a != detail::StringMap::kMissing && b != detail::StringMap::kMissing)
-          m.pairs_.insert(a, b, {static_cast<std::uint32_t>(id), static_cast<std::uint32_t>(id)});
+          m.insert_pair(a, b, {static_cast<std::uint32_t>(id), static_cast<std::uint32_t>(id)});
       }
     }
     m.set_specials(std::move(specials), name);
@@ -201,7 +201,7 @@ class BpeModel {
     std::uint32_t priority = 0;
     for (const Line& l : merges) {
       const auto id = [&](std::size_t k) { return static_cast<std::uint32_t>(keys[k].second); };
-      if (!m.pairs_.insert(id(l.a), id(l.b), {priority++, id(l.c)}))
+      if (!m.insert_pair(id(l.a), id(l.b), {priority++, id(l.c)}))
         detail::format_error(vocab_name, l.line_no, "duplicate merge");
       m.merges_.emplace_back(keys[l.a].second, keys[l.b].second);
     }
@@ -344,12 +344,12 @@ class BpeModel {
                           " is not a token (byte-level BPE needs all 256)");
       byte_id_[static_cast<std::size_t>(b)] = id;
     }
+    byte_pairs_.assign(256 * 256, detail::Merge{});
     vocab_size_ = tokens_.size();
   }
   /// Adds merge (a, b) -> c with the given priority.
   void add_merge(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
-    pairs_.insert(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
-                  {priority, static_cast<std::uint32_t>(c)});
+    insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b), {priority, static_cast<std::uint32_t>(c)});
     merges_.emplace_back(a, b);
   }
   /// Sets the special tokens; FormatError if one reuses an id or a text.
@@ -375,8 +375,7 @@ class BpeModel {
   /// Adds merge (a, b) -> c without listing it among merges() (an extra
   /// split of an existing token); ignored if (a, b) already merges.
   void add_merge_quiet(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
-    pairs_.insert(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
-                  {priority, static_cast<std::uint32_t>(c)});
+    insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b), {priority, static_cast<std::uint32_t>(c)});
   }
   std::uint32_t byte_id(unsigned char b) const noexcept { return byte_id_[b]; }
   /// The merge of adjacent tokens (a, b), if any.
@@ -384,6 +383,22 @@ class BpeModel {
 
  private:
   static constexpr std::size_t kSmallPiece = 64;
+
+  // Every merge goes through here (after finish_tokens): merges of two
+  // single bytes are also kept in a dense 256 x 256 table, which serves the
+  // first lookups of every piece from cache.
+  bool insert_pair(std::uint32_t a, std::uint32_t b, detail::Merge m) {
+    if (!pairs_.insert(a, b, m)) return false;
+    const std::string& ta = tokens_[a];
+    const std::string& tb = tokens_[b];
+    if (ta.size() == 1 && tb.size() == 1 && byte_id_[static_cast<unsigned char>(ta[0])] == a &&
+        byte_id_[static_cast<unsigned char>(tb[0])] == b)
+      byte_pairs_[static_cast<unsigned char>(ta[0]) * 256u + static_cast<unsigned char>(tb[0])] = m;
+    return true;
+  }
+  detail::Merge byte_pair(char x, char y) const noexcept {
+    return byte_pairs_[static_cast<unsigned char>(x) * 256u + static_cast<unsigned char>(y)];
+  }
 
   static std::string hex_byte(int b) {
     static constexpr char kHex[] = "0123456789abcdef";
@@ -430,7 +445,11 @@ class BpeModel {
       pr[k] = m.priority < limit ? m.priority : kNoMerge;
       res[k] = m.result;
     };
-    for (std::size_t k = 0; k + 1 < n; ++k) look(k);
+    for (std::size_t k = 0; k + 1 < n; ++k) {
+      const detail::Merge m = byte_pair(piece[k], piece[k + 1]);
+      pr[k] = m.priority < limit ? m.priority : kNoMerge;
+      res[k] = m.result;
+    }
     while (n > 1) {
       std::size_t best = 0;
       for (std::size_t k = 1; k + 1 < n; ++k)
@@ -480,7 +499,11 @@ class BpeModel {
       heap.push_back({m.priority, l, r, parts[l].version + parts[r].version, m.result});
       std::push_heap(heap.begin(), heap.end(), later);
     };
-    for (std::uint32_t k = 0; k + 1 < n; ++k) push(k);
+    for (std::uint32_t k = 0; k + 1 < n; ++k) {
+      const detail::Merge m = byte_pair(piece[k], piece[k + 1]);
+      if (m.priority != kNoMerge) heap.push_back({m.priority, k, k + 1, 0, m.result});
+    }
+    std::make_heap(heap.begin(), heap.end(), later);
     while (!heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), later);
       const Entry e = heap.back();
@@ -507,6 +530,7 @@ class BpeModel {
   std::vector<std::pair<TokenId, TokenId>> merges_;  // in priority order, when known
   std::vector<SpecialToken> specials_;  // longest text first
   std::uint32_t byte_id_[256] = {};
+  std::vector<detail::Merge> byte_pairs_;  // merges of two single bytes, 256 x 256
   std::size_t vocab_size_ = 0;
 };
 
