@@ -179,3 +179,74 @@ TEST(DecodeErrors, CacheOfAnotherShapeIsRejected) {
 }
 
 }  // namespace
+
+namespace {
+
+using kappa::Index;
+using kappa::RowMatrix;
+using namespace kappa::testing;
+
+// Several requests decoded together: each sequence with its own cache and
+// its own length, equal to decoding each alone.
+template <class Retention>
+void check_batched_decode(const Retention& retention) {
+  using T = double;
+  const Index d = 8, dh = 2;
+  const auto w = random_heads_weights<T>(d, d, 4, 2, dh, dh, d, true, 17);
+  kappa::GroupedQueryAttention<T, kappa::kernels::Softmax, FirstPairRotation> attn(
+      {.d_in = d, .n_heads = 4, .d_head = dh, .n_kv_heads = 2});
+  attn.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
+  attn.set_biases(w.b_q, w.b_k, w.b_v, w.b_o);
+  const std::vector<Index> prompt{5, 1, 0, 7};
+  std::vector<kappa::KVCache<T, Retention>> batch_caches, alone_caches;
+  for (std::size_t b = 0; b < prompt.size(); ++b) {
+    batch_caches.emplace_back(attn.kv_cache_config(), retention);
+    alone_caches.emplace_back(attn.kv_cache_config(), retention);
+  }
+  std::vector<kappa::KVCache<T, Retention>*> ptrs;
+  for (auto& c : batch_caches) ptrs.push_back(&c);
+  unsigned seed = 100;
+  for (const std::vector<Index>& step : {prompt, std::vector<Index>{1, 1, 1, 1},
+                                         std::vector<Index>{0, 2, 1, 1}, std::vector<Index>{1, 1, 3, 1}}) {
+    Index rows = 0;
+    for (Index n : step) rows += n;
+    const RowMatrix<T> x = random_matrix<T>(rows, d, seed++);
+    const RowMatrix<T> y = attn.forward_cached(kappa::SequenceBatch<T>{x, step}, ptrs);
+    Index r = 0;
+    for (std::size_t b = 0; b < step.size(); ++b) {
+      const RowMatrix<T> alone =
+          attn.forward_cached(RowMatrix<T>(x.middleRows(r, step[b])), alone_caches[b]);
+      EXPECT_LE(max_scaled_error(RowMatrix<T>(y.middleRows(r, step[b])), alone, 1e-12, 0.0), 1.0);
+      EXPECT_EQ(batch_caches[b].length(), alone_caches[b].length());
+      r += step[b];
+    }
+  }
+}
+
+TEST(BatchedDecode, EachSequenceEqualsDecodingItAlone) {
+  check_batched_decode(kappa::cache::Growable{});
+  check_batched_decode(kappa::cache::SlidingWindow{3});
+}
+
+TEST(BatchedDecode, ErrorsLeaveEveryCacheUnchanged) {
+  kappa::MultiHeadAttention<double> attn({.d_in = 4, .n_heads = 2});
+  kappa::KVCache<double, kappa::cache::FixedCapacity> a(attn.kv_cache_config(), {4}),
+      b(attn.kv_cache_config(), {2});
+  const RowMatrix<double> x = RowMatrix<double>::Ones(6, 4);
+  std::vector<kappa::KVCache<double, kappa::cache::FixedCapacity>*> both{&a, &b};
+  EXPECT_THROW(attn.forward_cached(kappa::SequenceBatch<double>{x, {3, 3}}, both),
+               kappa::RangeError);
+  EXPECT_EQ(a.length(), 0);
+  EXPECT_EQ(b.length(), 0);
+  std::vector<kappa::KVCache<double, kappa::cache::FixedCapacity>*> twice{&a, &a};
+  EXPECT_THROW(attn.forward_cached(kappa::SequenceBatch<double>{x, {3, 3}}, twice),
+               kappa::ShapeError);
+  std::vector<kappa::KVCache<double, kappa::cache::FixedCapacity>*> one{&a};
+  EXPECT_THROW(attn.forward_cached(kappa::SequenceBatch<double>{x, {3, 3}}, one),
+               kappa::ShapeError);
+  EXPECT_NO_THROW(attn.forward_cached(kappa::SequenceBatch<double>{x, {4, 2}}, both));
+  EXPECT_EQ(a.length(), 4);
+  EXPECT_EQ(b.length(), 2);
+}
+
+}  // namespace

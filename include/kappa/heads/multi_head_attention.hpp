@@ -325,16 +325,7 @@ class MultiHeadAttention {
   RowMatrix<T> forward_cached(ConstMatrixRef<T> x, KVCache<T, R>& cache) const {
     require_self_attention("MultiHeadAttention::forward_cached");
     check_input("MultiHeadAttention::forward_cached", "x", x, config_.d_in, "d_in");
-    const KVCacheConfig& cc = cache.config();
-    if (cc.n_kv_heads != config_.n_kv_heads || cc.d_head != config_.d_head ||
-        cc.value_width() != config_.d_v) {
-      throw ShapeError("kappa: MultiHeadAttention::forward_cached: the cache holds " +
-                       std::to_string(cc.n_kv_heads) + " kv heads of d_head " +
-                       std::to_string(cc.d_head) + ", d_v " + std::to_string(cc.value_width()) +
-                       " but the layer has " + std::to_string(config_.n_kv_heads) +
-                       " kv heads of d_head " + std::to_string(config_.d_head) + ", d_v " +
-                       std::to_string(config_.d_v));
-    }
+    check_cache("MultiHeadAttention::forward_cached", cache);
     const Index n = x.rows(), t0 = cache.length();
     const Index h_kv = config_.n_kv_heads, dh = config_.d_head, dv = config_.d_v;
     RowMatrix<T> q, k, v;
@@ -390,6 +381,85 @@ class MultiHeadAttention {
     RowMatrix<T> out;
     project(y, w_o_, b_o_, out);  // (n, d_out)
     return out;
+  }
+
+  /// forward_cached() for B independent sequences in one call, as in serving
+  /// several requests at once: the new tokens of sequence b are sequence b of
+  /// `x` (any count, 0 included) and continue the sequence held by
+  /// *caches[b]. One projection GEMM covers every row; the (sequence, kv
+  /// head) attention tasks spread over the threads. Row for row equal to
+  /// forward_cached(x_b, *caches[b]). Returns the packed outputs.
+  /// \throws ShapeError if caches.size() differs from the number of
+  ///         sequences, a cache is null, repeated or of another shape;
+  ///         RangeError if a FixedCapacity cache would overflow (then no
+  ///         cache changes).
+  template <cache::RetentionPolicy R>
+  RowMatrix<T> forward_cached(const SequenceBatch<T>& x,
+                              const std::vector<KVCache<T, R>*>& caches) const {
+    constexpr const char* what = "MultiHeadAttention::forward_cached (batch)";
+    require_self_attention(what);
+    check_input(what, "x", x.rows, config_.d_in, "d_in");
+    const std::vector<Index> off = x.offsets();
+    const std::size_t n_seq = off.size() - 1;
+    if (caches.size() != n_seq) {
+      throw ShapeError(std::string("kappa: ") + what + ": " + std::to_string(n_seq) +
+                       " sequences but " + std::to_string(caches.size()) + " caches");
+    }
+    std::vector<const void*> seen;
+    for (const KVCache<T, R>* c : caches) {
+      if (c == nullptr) throw ShapeError(std::string("kappa: ") + what + ": a cache is null");
+      check_cache(what, *c);
+      seen.push_back(c);
+    }
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+      throw ShapeError(std::string("kappa: ") + what + ": the same cache is given twice");
+    }
+    if constexpr (R::kWindowed) {
+      // The ring needs the per-sequence chunk logic: run the sequences one
+      // by one (each still spreads its kv heads over the threads).
+      RowMatrix<T> out(x.rows.rows(), config_.d_out);
+      for (std::size_t b = 0; b < n_seq; ++b) {
+        out.middleRows(off[b], off[b + 1] - off[b]) =
+            forward_cached(x.rows.middleRows(off[b], off[b + 1] - off[b]), *caches[b]);
+      }
+      return out;
+    } else {
+      if constexpr (std::same_as<R, cache::FixedCapacity>) {
+        for (std::size_t b = 0; b < n_seq; ++b) {
+          const KVCache<T, R>& c = *caches[b];
+          if (c.length() + (off[b + 1] - off[b]) > c.capacity()) {
+            throw RangeError("kappa: cache: appending " + std::to_string(off[b + 1] - off[b]) +
+                             " tokens to " + std::to_string(c.length()) +
+                             " would exceed the fixed capacity of " +
+                             std::to_string(c.capacity()) + " tokens (sequence " +
+                             std::to_string(b) + ")");
+          }
+        }
+      }
+      RowMatrix<T> q, k, v;
+      project(x.rows, w_q_, b_q_, q);  // (sum N_b, H d_head)
+      project(x.rows, w_k_, b_k_, k);  // (sum N_b, H_kv d_head)
+      project(x.rows, w_v_, b_v_, v);  // (sum N_b, H_kv d_v)
+      for (std::size_t b = 0; b < n_seq; ++b) {
+        const Index n = off[b + 1] - off[b], t0 = caches[b]->length();
+        apply_position(q, config_.n_heads, off[b], n, t0);
+        apply_position(k, config_.n_kv_heads, off[b], n, t0);
+      }
+      for (std::size_t b = 0; b < n_seq; ++b) {
+        const Index n = off[b + 1] - off[b];
+        caches[b]->append(k.middleRows(off[b], n), v.middleRows(off[b], n));
+      }
+      RowMatrix<T> y(q.rows(), config_.n_heads * config_.d_v);  // (sum N_b, H d_v)
+      const auto from_caches = [&caches](Index b, Index g) {
+        const KVCache<T, R>& c = *caches[static_cast<std::size_t>(b)];
+        return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(c.keys(g), c.values(g));
+      };
+      attend_all(q, off, from_caches, y, CausalMask{});
+      RowMatrix<T> out;
+      project(y, w_o_, b_o_, out);  // (sum N_b, d_out)
+      return out;
+    }
   }
 
   /// The attention weights Z_h^-1 A_h of every head h (N_Q x N_KV each), for
@@ -457,6 +527,19 @@ class MultiHeadAttention {
     throw ShapeError(std::string("kappa: ") + what + ": " + name + " is " + shape_of(x) +
                      " but the layer expects " + std::to_string(cols) + " columns (" +
                      width_name + ")");
+  }
+  template <cache::RetentionPolicy R>
+  void check_cache(const char* what, const KVCache<T, R>& cache) const {
+    const KVCacheConfig& cc = cache.config();
+    if (cc.n_kv_heads != config_.n_kv_heads || cc.d_head != config_.d_head ||
+        cc.value_width() != config_.d_v) {
+      throw ShapeError(std::string("kappa: ") + what + ": the cache holds " +
+                       std::to_string(cc.n_kv_heads) + " kv heads of d_head " +
+                       std::to_string(cc.d_head) + ", d_v " + std::to_string(cc.value_width()) +
+                       " but the layer has " + std::to_string(config_.n_kv_heads) +
+                       " kv heads of d_head " + std::to_string(config_.d_head) + ", d_v " +
+                       std::to_string(config_.d_v));
+    }
   }
   void require_self_attention(const char* what) const {
     if (config_.d_kv_in != config_.d_in) {
