@@ -36,8 +36,10 @@ TYPED_TEST(LinearAttentionTest, EqualsQuadraticWithoutMask) {
 
 TYPED_TEST(LinearAttentionTest, EqualsQuadraticCausalAnyOffset) {
   using T = TypeParam;
-  const RowMatrix<T> k = random_matrix<T>(40, 6, 4), v = random_matrix<T>(40, 3, 5);
-  for (Index n_q : {1, 10, 40, 55}) {
+  // 300 keys; query counts that span several chunks of 64, fewer and more
+  // queries than keys.
+  const RowMatrix<T> k = random_matrix<T>(300, 6, 4), v = random_matrix<T>(300, 3, 5);
+  for (Index n_q : {1, 10, 40, 130, 300, 355}) {
     const RowMatrix<T> q = random_matrix<T>(n_q, 6, 6);
     expect_close<T>(linear_attention(q, k, v, kernels::EluPlusOne{}, CausalMask{}),
                     attention(q, k, v, kernels::EluPlusOne{}, CausalMask{}));

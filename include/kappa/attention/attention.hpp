@@ -267,8 +267,7 @@ RowMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& q,
   static_assert(std::is_same_v<T, typename DK::Scalar> && std::is_same_v<T, typename DV::Scalar>,
                 "kappa: Q, K and V must have the same scalar type");
   const ConstMatrixRef<T> qr(q), kr(k), vr(v);
-  detail::check_attention_shapes<T>(qr, kr, vr);
-  RowMatrix<T> y(qr.rows(), vr.cols());
+  RowMatrix<T> y(qr.rows(), vr.cols());  // shapes are checked by attention_into
   AttentionWorkspace<T> ws;
   attention_into<T>(qr, kr, vr, y, ws, kernel, mask);
   return y;

@@ -118,30 +118,54 @@ RowMatrix<typename DQ::Scalar> linear_attention(const Eigen::MatrixBase<DQ>& q,
     state.append(kr, vr);
     return state.query(qr);
   } else {
-    // Prefix sums over keys: query i sees keys [0, p_i), p_i nondecreasing.
+    // Query i sees keys [0, p_i), p_i nondecreasing. Chunks of C queries:
+    // keys every row of the chunk sees are folded into the state (S, u)
+    // first; the chunk's own diagonal block of keys is handled quadratically
+    // with its mask. Everything is a GEMM; the state is O(m d_V).
     const auto bound = mask.bind(n_q, n_kv);
     const RowMatrix<T> phi_q = kernel.template feature_map<T>(qr, FeatureRole::kQuery);  // (N_Q, m)
     const RowMatrix<T> phi_k = kernel.template feature_map<T>(kr, FeatureRole::kKey);   // (N_KV, m)
     require_shapes(phi_q.cols() == phi_k.cols(), "linear_attention", "phi(Q)", phi_q, "phi(K)",
                    phi_k, "phi(Q) and phi(K) must have equal widths");
+    constexpr Index kChunk = 64;
     RowMatrix<T> s = RowMatrix<T>::Zero(phi_k.cols(), vr.cols());  // (m, d_V)
-    Vector<T> u = Vector<T>::Zero(phi_k.cols());                   // (m)
+    RowVector<T> u = RowVector<T>::Zero(phi_k.cols());              // (m)
     RowMatrix<T> y(n_q, vr.cols());
+    Vector<T> z(n_q);
+    RowMatrix<T> a;  // the chunk's diagonal block of A
     Index seen = 0;
-    for (Index i = 0; i < n_q; ++i) {
-      const Index end = bound.range(i).end;
-      if (end > seen) {
-        const Index n = end - seen;
-        s.noalias() += phi_k.middleRows(seen, n).transpose() * vr.middleRows(seen, n);
-        u.noalias() += phi_k.middleRows(seen, n).transpose().rowwise().sum();
-        seen = end;
+    const auto absorb = [&](Index end) {  // S += phi(K)^T V, u += phi(K)^T 1 over [seen, end)
+      if (end <= seen) return;
+      s.noalias() += phi_k.middleRows(seen, end - seen).transpose() * vr.middleRows(seen, end - seen);
+      u.noalias() += phi_k.middleRows(seen, end - seen).colwise().sum();
+      seen = end;
+    };
+    for (Index i0 = 0; i0 < n_q; i0 += kChunk) {
+      const Index c = std::min(kChunk, n_q - i0);
+      absorb(bound.range(i0).end);                  // keys all rows of the chunk see
+      const Index ke = bound.range(i0 + c - 1).end;  // the chunk's last row sees [0, ke)
+      auto y_c = y.middleRows(i0, c);
+      y_c.noalias() = phi_q.middleRows(i0, c) * s;                        // (C, d_V)
+      z.segment(i0, c).noalias() = phi_q.middleRows(i0, c) * u.transpose();  // (C)
+      if (ke > seen) {
+        const Index span = ke - seen;
+        a.noalias() = phi_q.middleRows(i0, c) * phi_k.middleRows(seen, span).transpose();  // (C, span)
+        for (Index r = 0; r < c; ++r) {
+          const Index visible = bound.range(i0 + r).end - seen;
+          if (visible < span) a.row(r).tail(span - visible).setZero();
+        }
+        y_c.noalias() += a * vr.middleRows(seen, span);
+        z.segment(i0, c) += a.rowwise().sum();
       }
-      const T z = phi_q.row(i).dot(u);
-      if (seen == 0 || z == T(0)) {
-        y.row(i).setZero();
-      } else {
-        y.row(i).noalias() = (phi_q.row(i) * s) / z;  // (1, d_V)
+      for (Index r = 0; r < c; ++r) {
+        const T zr = z(i0 + r);
+        if (bound.range(i0 + r).end == 0 || zr == T(0)) {
+          y_c.row(r).setZero();
+        } else {
+          y_c.row(r) /= zr;
+        }
       }
+      absorb(ke);
     }
     return y;
   }
