@@ -87,6 +87,12 @@ class BpeModel {
   static BpeModel from_tiktoken(std::string_view contents, std::string_view name,
                                 std::vector<SpecialToken> specials) {
     BpeModel m;
+    struct Entry {
+      std::string bytes;
+      TokenId rank;
+      std::size_t line;
+    };
+    std::vector<Entry> entries;
     std::size_t line_no = 0;
     for (std::size_t pos = 0; pos < contents.size();) {
       std::size_t eol = contents.find('\n', pos);
@@ -110,8 +116,10 @@ class BpeModel {
       }
       if (rank > std::numeric_limits<TokenId>::max())
         detail::format_error(name, line_no, "rank " + std::string(r) + " is too large");
-      m.add_token(*bytes, static_cast<TokenId>(rank), name, line_no);
+      entries.push_back({std::move(*bytes), static_cast<TokenId>(rank), line_no});
     }
+    for (const Entry& e : entries) check_dense(e.rank, entries.size(), name, e.line);
+    for (const Entry& e : entries) m.add_token(e.bytes, e.rank, name, e.line);
     m.finish_tokens(name);
     // Every split a + b of a token into two tokens is a merge with the
     // token's rank as priority: tiktoken looks up the rank of a + b.
@@ -158,6 +166,7 @@ class BpeModel {
         throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate token \"" + detail::printable(key) + "\"");
       keys.emplace_back(key, static_cast<TokenId>(id));
     }
+    for (const auto& [key, id] : keys) check_dense(id, keys.size(), encoder_name, 1);
     BpeModel m;
     std::vector<bool> mergeable(keys.size(), false);
     std::unordered_map<std::string, std::size_t> index_of;
@@ -357,6 +366,7 @@ class BpeModel {
     for (const SpecialToken& s : specials) {
       if (s.text.empty() || s.id < 0)
         throw FormatError("kappa: " + std::string(file) + ": invalid special token \"" + detail::printable(s.text) + "\"");
+      check_dense(s.id, tokens_.size() + specials.size(), file, 0);
       const auto u = static_cast<std::size_t>(s.id);
       if (u < assigned_.size() && assigned_[u])
         throw FormatError("kappa: " + std::string(file) + ": special token \"" + detail::printable(s.text) +
@@ -398,6 +408,16 @@ class BpeModel {
   }
   detail::Merge byte_pair(char x, char y) const noexcept {
     return byte_pairs_[static_cast<unsigned char>(x) * 256u + static_cast<unsigned char>(y)];
+  }
+
+  // Ids index a dense table: an id far beyond the number of tokens would
+  // make loading allocate without bound, so it is a format error.
+  static void check_dense(TokenId id, std::size_t count, std::string_view file, std::size_t line) {
+    if (static_cast<std::size_t>(id) < 2 * count + 1024) return;
+    const std::string what = "id " + std::to_string(id) + " is far beyond the " + std::to_string(count) +
+                             " tokens (ids must be dense: below 2 N + 1024)";
+    if (line == 0) throw FormatError("kappa: " + std::string(file) + ": " + what);
+    detail::format_error(file, line, what);
   }
 
   static std::string hex_byte(int b) {
