@@ -25,8 +25,12 @@ namespace {
 
 namespace tk = kappa::tokenize;
 
-std::string source(const std::string& rel) { return std::string(KAPPA_SOURCE_DIR) + "/" + rel; }
-std::string vocab(const std::string& name) { return source("tests/tokenize/peer/vocab/" + name); }
+std::string source(const std::string& rel) {
+  return std::string(KAPPA_SOURCE_DIR) + "/" + rel;
+}
+std::string vocab(const std::string& name) {
+  return source("tests/tokenize/peer/vocab/" + name);
+}
 
 /// The file repeated (whole copies) to at least 1 MiB, as the peer script does.
 const std::string& text(const std::string& which) {
@@ -53,13 +57,20 @@ const Tok* load(const std::function<Tok()>& f, benchmark::State& state) {
 }
 
 const tk::Gpt2Tokenizer* gpt2(benchmark::State& s) {
-  return load<tk::Gpt2Tokenizer>([] { return tk::Gpt2Tokenizer::from_gpt2_files(vocab("gpt2/encoder.json"), vocab("gpt2/vocab.bpe")); }, s);
+  return load<tk::Gpt2Tokenizer>(
+      [] {
+        return tk::Gpt2Tokenizer::from_gpt2_files(vocab("gpt2/encoder.json"),
+                                                  vocab("gpt2/vocab.bpe"));
+      },
+      s);
 }
 const tk::Cl100kTokenizer* cl100k(benchmark::State& s) {
-  return load<tk::Cl100kTokenizer>([] { return tk::Cl100kTokenizer::from_tiktoken_file(vocab("cl100k_base.tiktoken")); }, s);
+  return load<tk::Cl100kTokenizer>(
+      [] { return tk::Cl100kTokenizer::from_tiktoken_file(vocab("cl100k_base.tiktoken")); }, s);
 }
 const tk::O200kTokenizer* o200k(benchmark::State& s) {
-  return load<tk::O200kTokenizer>([] { return tk::O200kTokenizer::from_tiktoken_file(vocab("o200k_base.tiktoken")); }, s);
+  return load<tk::O200kTokenizer>(
+      [] { return tk::O200kTokenizer::from_tiktoken_file(vocab("o200k_base.tiktoken")); }, s);
 }
 
 template <class Tok>
@@ -73,16 +84,29 @@ void encode(benchmark::State& state, const Tok* tok, const std::string& which) {
     benchmark::DoNotOptimize(ids.data());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size()));
-  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6,
+                                              benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tokens"] = static_cast<double>(n_tokens);
 }
 
-void BM_Encode_Gpt2_English(benchmark::State& s) { encode(s, gpt2(s), "english"); }
-void BM_Encode_Gpt2_Cjk(benchmark::State& s) { encode(s, gpt2(s), "cjk"); }
-void BM_Encode_Cl100k_English(benchmark::State& s) { encode(s, cl100k(s), "english"); }
-void BM_Encode_Cl100k_Cjk(benchmark::State& s) { encode(s, cl100k(s), "cjk"); }
-void BM_Encode_O200k_English(benchmark::State& s) { encode(s, o200k(s), "english"); }
-void BM_Encode_O200k_Cjk(benchmark::State& s) { encode(s, o200k(s), "cjk"); }
+void BM_Encode_Gpt2_English(benchmark::State& s) {
+  encode(s, gpt2(s), "english");
+}
+void BM_Encode_Gpt2_Cjk(benchmark::State& s) {
+  encode(s, gpt2(s), "cjk");
+}
+void BM_Encode_Cl100k_English(benchmark::State& s) {
+  encode(s, cl100k(s), "english");
+}
+void BM_Encode_Cl100k_Cjk(benchmark::State& s) {
+  encode(s, cl100k(s), "cjk");
+}
+void BM_Encode_O200k_English(benchmark::State& s) {
+  encode(s, o200k(s), "english");
+}
+void BM_Encode_O200k_Cjk(benchmark::State& s) {
+  encode(s, o200k(s), "cjk");
+}
 BENCHMARK(BM_Encode_Gpt2_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Encode_Gpt2_Cjk)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Encode_Cl100k_English)->Unit(benchmark::kMillisecond);
@@ -98,11 +122,18 @@ void split_only(benchmark::State& state, const std::string& which) {
     tk::split<Split>(t, [&](std::string_view) { ++pieces; });
     benchmark::DoNotOptimize(pieces);
   }
-  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6,
+                                              benchmark::Counter::kIsIterationInvariantRate);
 }
-void BM_Split_Gpt2_English(benchmark::State& s) { split_only<tk::Gpt2Split>(s, "english"); }
-void BM_Split_Cl100k_Cjk(benchmark::State& s) { split_only<tk::Cl100kSplit>(s, "cjk"); }
-void BM_Split_O200k_English(benchmark::State& s) { split_only<tk::O200kSplit>(s, "english"); }
+void BM_Split_Gpt2_English(benchmark::State& s) {
+  split_only<tk::Gpt2Split>(s, "english");
+}
+void BM_Split_Cl100k_Cjk(benchmark::State& s) {
+  split_only<tk::Cl100kSplit>(s, "cjk");
+}
+void BM_Split_O200k_English(benchmark::State& s) {
+  split_only<tk::O200kSplit>(s, "english");
+}
 BENCHMARK(BM_Split_Gpt2_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Split_Cl100k_Cjk)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Split_O200k_English)->Unit(benchmark::kMillisecond);
@@ -115,8 +146,9 @@ void BM_LongWord(benchmark::State& state) {
   while (word.size() < static_cast<std::size_t>(state.range(0))) word += "qzjxkvbwyf";
   word.resize(static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) benchmark::DoNotOptimize(tok->encode(word).data());
-  state.counters["ns/byte"] = benchmark::Counter(static_cast<double>(word.size()) * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["ns/byte"] = benchmark::Counter(
+      static_cast<double>(word.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_LongWord)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
 

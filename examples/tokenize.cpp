@@ -92,7 +92,8 @@ Options parse(int argc, char** argv) {
     const std::string opt = argv[i], v = value(i);
     char* end = nullptr;
     const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0') usage_error("option " + opt + " needs a number, got '" + v + "'");
+    if (v.empty() || *end != '\0')
+      usage_error("option " + opt + " needs a number, got '" + v + "'");
     return static_cast<std::size_t>(n);
   };
   for (int i = 1; i < argc; ++i) {
@@ -100,29 +101,51 @@ Options parse(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::cout << kHelp;
       std::exit(0);
-    } else if (a == "--char") o.mode = "char";
-    else if (a == "--word") o.mode = "word";
-    else if (a == "--k") o.k = number(i);
-    else if (a == "--vocab-size") o.vocab_size = number(i);
-    else if (a == "--min-frequency") o.min_frequency = number(i);
-    else if (a == "--corpus") o.corpus = value(i);
-    else if (a == "--gpt2") { o.mode = "gpt2"; o.gpt2_dir = value(i); }
-    else if (a == "--encoder") { o.mode = "gpt2"; o.encoder = value(i); }
-    else if (a == "--merges") { o.mode = "gpt2"; o.merges = value(i); }
-    else if (a == "--tiktoken") { o.mode = "tiktoken"; o.tiktoken = value(i); }
-    else if (a == "--pattern") o.pattern = value(i);
-    else if (a == "--special") o.special = true;
-    else if (a == "--file") o.file = value(i);
-    else if (a == "--json") o.json = true;
-    else if (a == "--dim") o.dim = static_cast<kappa::Index>(number(i));
-    else if (a == "--seed") o.seed = number(i);
-    else if (a.size() > 1 && a[0] == '-' && a[1] == '-') usage_error("unknown option " + a);
+    } else if (a == "--char")
+      o.mode = "char";
+    else if (a == "--word")
+      o.mode = "word";
+    else if (a == "--k")
+      o.k = number(i);
+    else if (a == "--vocab-size")
+      o.vocab_size = number(i);
+    else if (a == "--min-frequency")
+      o.min_frequency = number(i);
+    else if (a == "--corpus")
+      o.corpus = value(i);
+    else if (a == "--gpt2") {
+      o.mode = "gpt2";
+      o.gpt2_dir = value(i);
+    } else if (a == "--encoder") {
+      o.mode = "gpt2";
+      o.encoder = value(i);
+    } else if (a == "--merges") {
+      o.mode = "gpt2";
+      o.merges = value(i);
+    } else if (a == "--tiktoken") {
+      o.mode = "tiktoken";
+      o.tiktoken = value(i);
+    } else if (a == "--pattern")
+      o.pattern = value(i);
+    else if (a == "--special")
+      o.special = true;
+    else if (a == "--file")
+      o.file = value(i);
+    else if (a == "--json")
+      o.json = true;
+    else if (a == "--dim")
+      o.dim = static_cast<kappa::Index>(number(i));
+    else if (a == "--seed")
+      o.seed = number(i);
+    else if (a.size() > 1 && a[0] == '-' && a[1] == '-')
+      usage_error("unknown option " + a);
     else {
       o.text += (o.have_text ? " " : "") + a;
       o.have_text = true;
     }
   }
-  if (o.mode == "gpt2" && !o.gpt2_dir && !(o.encoder && o.merges)) usage_error("--encoder needs --merges and vice versa");
+  if (o.mode == "gpt2" && !o.gpt2_dir && !(o.encoder && o.merges))
+    usage_error("--encoder needs --merges and vice versa");
   if (o.k < 1) usage_error("--k must be >= 1");
   if (o.dim < 1) usage_error("--dim must be >= 1");
   return o;
@@ -152,7 +175,8 @@ std::string show(std::string_view s) {
 }
 
 template <class Tok>
-int run(const Tok& tok, const Options& o, const std::string& text, std::vector<kappa::TokenId> ids, const char* name) {
+int run(const Tok& tok, const Options& o, const std::string& text, std::vector<kappa::TokenId> ids,
+        const char* name) {
   if (o.json) {
     std::cout << "[";
     for (std::size_t k = 0; k < ids.size(); ++k) std::cout << (k ? ", " : "") << ids[k];
@@ -168,25 +192,32 @@ int run(const Tok& tok, const Options& o, const std::string& text, std::vector<k
   // Figure 2: X_j = E_{i_j}, then positions added (X + P).
   const auto n_t = static_cast<kappa::Index>(tok.vocab_size());
   const kappa::InputEmbedding<float, kappa::SinusoidalPositions<float>> input(
-      kappa::Embedding<float>::random(n_t, o.dim, o.seed, 1.0), kappa::SinusoidalPositions<float>(o.dim));
+      kappa::Embedding<float>::random(n_t, o.dim, o.seed, 1.0),
+      kappa::SinusoidalPositions<float>(o.dim));
   const kappa::RowMatrix<float> x = input.tokens().lookup(ids);
   const kappa::RowMatrix<float> x_pos = input(ids);
   std::cout << "E: " << n_t << " x " << o.dim << " (N_T x d)\n";
   std::cout << "X = [E_{i_1}; ...; E_{i_N}]: " << x.rows() << " x " << x.cols() << " (N x d)\n";
-  std::cout << "X + P (sinusoidal positions): " << x_pos.rows() << " x " << x_pos.cols() << " (N x d)\n";
+  std::cout << "X + P (sinusoidal positions): " << x_pos.rows() << " x " << x_pos.cols()
+            << " (N x d)\n";
   if (x.rows() > 0) {
     std::cout << "X_1 = E_" << ids[0] << " =";
-    for (kappa::Index c = 0; c < x.cols() && c < 8; ++c) std::printf(" %.4f", static_cast<double>(x(0, c)));
+    for (kappa::Index c = 0; c < x.cols() && c < 8; ++c)
+      std::printf(" %.4f", static_cast<double>(x(0, c)));
     std::cout << (x.cols() > 8 ? " ...\n" : "\n");
   }
   const std::string back = tok.decode(ids);
-  std::cout << "decode(ids): |" << show(back) << "|" << (back == text ? " (the text, byte for byte)" : "") << "\n";
+  std::cout << "decode(ids): |" << show(back) << "|"
+            << (back == text ? " (the text, byte for byte)" : "") << "\n";
   return 0;
 }
 
 template <class Tok>
 int run_bpe(const Tok& tok, const Options& o, const std::string& text, const char* name) {
-  return run(tok, o, text, tok.encode(text, o.special ? tk::SpecialTokens::kRecognize : tk::SpecialTokens::kAsText), name);
+  return run(
+      tok, o, text,
+      tok.encode(text, o.special ? tk::SpecialTokens::kRecognize : tk::SpecialTokens::kAsText),
+      name);
 }
 
 }  // namespace
@@ -216,19 +247,31 @@ int main(int argc, char** argv) {
     if (o.mode == "gpt2") {
       const std::string enc = o.gpt2_dir ? *o.gpt2_dir + "/encoder.json" : *o.encoder;
       const std::string merges = o.gpt2_dir ? *o.gpt2_dir + "/vocab.bpe" : *o.merges;
-      return run_bpe(tk::Gpt2Tokenizer::from_gpt2_files(enc, merges), o, text, "GPT-2 byte-level BPE");
+      return run_bpe(tk::Gpt2Tokenizer::from_gpt2_files(enc, merges), o, text,
+                     "GPT-2 byte-level BPE");
     }
     const std::string& f = *o.tiktoken;
     auto named = [&](const char* n) { return f.find(n) != std::string::npos; };
     std::string pattern = o.pattern.value_or("");
-    if (pattern.empty()) pattern = named("o200k") ? "o200k" : (named("r50k") || named("p50k") || named("gpt2")) ? "gpt2" : "cl100k";
+    if (pattern.empty())
+      pattern = named("o200k")                                      ? "o200k"
+                : (named("r50k") || named("p50k") || named("gpt2")) ? "gpt2"
+                                                                    : "cl100k";
     // The special tokens of the known encodings, by file name; none otherwise.
-    const bool known = named("o200k") || named("cl100k") || named("r50k") || named("p50k") || named("gpt2");
+    const bool known =
+        named("o200k") || named("cl100k") || named("r50k") || named("p50k") || named("gpt2");
     const std::optional<std::vector<tk::SpecialToken>> specials =
-        known ? std::nullopt : std::optional<std::vector<tk::SpecialToken>>(std::vector<tk::SpecialToken>{});
-    if (pattern == "gpt2") return run_bpe(tk::Gpt2Tokenizer::from_tiktoken_file(f, specials), o, text, "tiktoken BPE, GPT-2 pattern");
-    if (pattern == "cl100k") return run_bpe(tk::Cl100kTokenizer::from_tiktoken_file(f, specials), o, text, "tiktoken BPE, cl100k pattern");
-    if (pattern == "o200k") return run_bpe(tk::O200kTokenizer::from_tiktoken_file(f, specials), o, text, "tiktoken BPE, o200k pattern");
+        known ? std::nullopt
+              : std::optional<std::vector<tk::SpecialToken>>(std::vector<tk::SpecialToken>{});
+    if (pattern == "gpt2")
+      return run_bpe(tk::Gpt2Tokenizer::from_tiktoken_file(f, specials), o, text,
+                     "tiktoken BPE, GPT-2 pattern");
+    if (pattern == "cl100k")
+      return run_bpe(tk::Cl100kTokenizer::from_tiktoken_file(f, specials), o, text,
+                     "tiktoken BPE, cl100k pattern");
+    if (pattern == "o200k")
+      return run_bpe(tk::O200kTokenizer::from_tiktoken_file(f, specials), o, text,
+                     "tiktoken BPE, o200k pattern");
     usage_error("unknown --pattern '" + pattern + "' (gpt2, cl100k or o200k)");
   } catch (const std::exception& e) {
     std::string msg = e.what();

@@ -39,7 +39,8 @@ TYPED_TEST(EmbeddingTest, OutOfRangeIdsNameTheIdAndVocabularySize) {
     (void)emb.lookup(std::vector<TokenId>{1, 5});
     FAIL() << "no exception";
   } catch (const kappa::RangeError& e) {
-    EXPECT_STREQ(e.what(), "kappa: token id 5 is out of range for the embedding table E (N_T) of size 5");
+    EXPECT_STREQ(e.what(),
+                 "kappa: token id 5 is out of range for the embedding table E (N_T) of size 5");
   }
   EXPECT_THROW((void)emb.lookup(std::vector<TokenId>{-1}), kappa::RangeError);
   EXPECT_THROW((void)emb.row(7), kappa::RangeError);
@@ -66,7 +67,8 @@ TYPED_TEST(EmbeddingTest, TiedLogitsAreXETranspose) {
   EXPECT_LE(kappa::testing::max_scaled_error(logits, ref, Tol::kRel, Tol::kAbs), 1.0);
   // logits_{j, i_j} = ||E_{i_j}||^2
   for (Index j = 0; j < 4; ++j)
-    EXPECT_NEAR(logits(j, ids[static_cast<std::size_t>(j)]), emb.table().row(ids[static_cast<std::size_t>(j)]).squaredNorm(),
+    EXPECT_NEAR(logits(j, ids[static_cast<std::size_t>(j)]),
+                emb.table().row(ids[static_cast<std::size_t>(j)]).squaredNorm(),
                 10 * Tol::kRel * logits.cwiseAbs().maxCoeff());
   EXPECT_THROW((void)emb.logits(RowMatrix<T>(2, 5)), kappa::ShapeError);
 }

@@ -41,7 +41,8 @@ TYPED_TEST(PositionalTest, LearnedPositionsAreRowsOfATable) {
     (void)lp.encode(4, 7);
     FAIL() << "no exception";
   } catch (const kappa::RangeError& e) {
-    EXPECT_STREQ(e.what(), "kappa: position 10 is out of range for the learned position table of size 10");
+    EXPECT_STREQ(e.what(),
+                 "kappa: position 10 is out of range for the learned position table of size 10");
   }
 }
 
@@ -49,14 +50,16 @@ TYPED_TEST(PositionalTest, AddAndConcatenateAreCompileTimeChoices) {
   using T = TypeParam;
   const auto emb = kappa::Embedding<T>::random(20, 6, 1);
   const std::vector<TokenId> ids = {3, 1, 4, 1, 5};
-  const kappa::InputEmbedding<T, kappa::SinusoidalPositions<T>, kappa::AddPositions> add(emb, kappa::SinusoidalPositions<T>(6));
+  const kappa::InputEmbedding<T, kappa::SinusoidalPositions<T>, kappa::AddPositions> add(
+      emb, kappa::SinusoidalPositions<T>(6));
   const RowMatrix<T> x_add = add(ids, 2);
   const RowMatrix<T> x = emb.lookup(ids);
   const RowMatrix<T> p = kappa::SinusoidalPositions<T>(6).encode(5, 2);
   EXPECT_EQ(add.dim(), 6);
   EXPECT_EQ(x_add, RowMatrix<T>(x + p));
 
-  const kappa::InputEmbedding<T, kappa::LearnedPositions<T>, kappa::ConcatPositions> cat(emb, kappa::LearnedPositions<T>(16, 3, 2));
+  const kappa::InputEmbedding<T, kappa::LearnedPositions<T>, kappa::ConcatPositions> cat(
+      emb, kappa::LearnedPositions<T>(16, 3, 2));
   const RowMatrix<T> x_cat = cat(ids, 1);
   ASSERT_EQ(x_cat.cols(), 9);
   EXPECT_EQ(cat.dim(), 9);

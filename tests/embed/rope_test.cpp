@@ -15,8 +15,9 @@ template <class C>
 struct Conv {};
 template <class T>
 class RopeTest : public ::testing::Test {};
-using Cases = ::testing::Types<std::pair<float, kappa::RotateHalf>, std::pair<float, kappa::Interleaved>,
-                               std::pair<double, kappa::RotateHalf>, std::pair<double, kappa::Interleaved>>;
+using Cases =
+    ::testing::Types<std::pair<float, kappa::RotateHalf>, std::pair<float, kappa::Interleaved>,
+                     std::pair<double, kappa::RotateHalf>, std::pair<double, kappa::Interleaved>>;
 TYPED_TEST_SUITE(RopeTest, Cases);
 
 TYPED_TEST(RopeTest, HandValues) {
@@ -50,7 +51,8 @@ TYPED_TEST(RopeTest, DotProductDependsOnlyOnRelativePosition) {
   using C = typename TypeParam::second_type;
   const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
   const kappa::Rope<T, C> rope(16, 10000.0);
-  const RowMatrix<T> q = kappa::testing::random_matrix<T>(1, 16, 1), k = kappa::testing::random_matrix<T>(1, 16, 2);
+  const RowMatrix<T> q = kappa::testing::random_matrix<T>(1, 16, 1),
+                     k = kappa::testing::random_matrix<T>(1, 16, 2);
   auto score = [&](Index m, Index n) {
     return static_cast<double>(rope.rotated(q, m).row(0).dot(rope.rotated(k, n).row(0)));
   };
@@ -91,10 +93,12 @@ TYPED_TEST(RopeTest, HeadsAndColumnBlocksInPlace) {
   RowMatrix<T> all = q;
   rope.apply_heads(all, n_heads, 2);
   RowMatrix<T> blocks = q;
-  for (Index h = 0; h < n_heads; ++h) rope.apply(blocks.middleCols(h * d_head, d_head), 2);  // a view, no copy
+  for (Index h = 0; h < n_heads; ++h)
+    rope.apply(blocks.middleCols(h * d_head, d_head), 2);  // a view, no copy
   EXPECT_EQ(all, blocks);
   for (Index h = 0; h < n_heads; ++h)  // the non-rotary columns are untouched
-    EXPECT_EQ(RowMatrix<T>(all.middleCols(h * d_head + 4, 2)), RowMatrix<T>(q.middleCols(h * d_head + 4, 2)));
+    EXPECT_EQ(RowMatrix<T>(all.middleCols(h * d_head + 4, 2)),
+              RowMatrix<T>(q.middleCols(h * d_head + 4, 2)));
   EXPECT_NE(RowMatrix<T>(all.middleCols(0, 4)), RowMatrix<T>(q.middleCols(0, 4)));
 }
 

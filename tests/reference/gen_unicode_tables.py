@@ -109,7 +109,7 @@ def main():
     out.write("// UnicodeData.txt, PropList.txt, CaseFolding.txt). Each entry is a maximal\n")
     out.write("// range [first, last] of code points that share one CharClass; code points\n")
     out.write("// not listed are CharClass::kOther.\n")
-    out.write("#pragma once\n\n#include <cstdint>\n\nnamespace kappa::tokenize::detail {\n\n")
+    out.write("#pragma once\n\n#include <cstdint>\n\n// clang-format off\nnamespace kappa::tokenize::detail {\n\n")
     out.write(f'/// Unicode version the tables were generated from.\ninline constexpr const char* kUnicodeVersion = "{read_version()}";\n\n')
     out.write("/// One range of code points [first, last] and its CharClass as an integer.\n")
     out.write("struct UnicodeRange {\n  std::uint32_t first;\n  std::uint32_t last;\n  std::uint8_t cls;\n};\n\n")
@@ -128,7 +128,7 @@ def main():
     for ch, cps in folds.items():
         arr = ", ".join(f"0x{c:X}" for c in cps)
         out.write(f"inline constexpr std::uint32_t kFold_{ch}[{len(cps)}] = {{{arr}}};\n")
-    out.write("\n}  // namespace kappa::tokenize::detail\n")
+    out.write("\n}  // namespace kappa::tokenize::detail\n// clang-format on\n")
 
 
 if __name__ == "__main__":

@@ -26,14 +26,17 @@ namespace {
 /// A tiktoken rank file: bytes 0..255 with rank = byte value, then `extra`.
 std::string rank_file(const std::vector<std::string>& extra) {
   std::string out;
-  for (int b = 0; b < 256; ++b) out += tk::base64_encode(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
-  for (std::size_t k = 0; k < extra.size(); ++k) out += tk::base64_encode(extra[k]) + " " + std::to_string(256 + k) + "\n";
+  for (int b = 0; b < 256; ++b)
+    out += tk::base64_encode(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  for (std::size_t k = 0; k < extra.size(); ++k)
+    out += tk::base64_encode(extra[k]) + " " + std::to_string(256 + k) + "\n";
   return out;
 }
 
 // 256 "ab", 257 "bc", 258 "abc", 259 "aa", 260 "aaa"
 tk::Gpt2Tokenizer tiny(std::vector<tk::SpecialToken> specials = {}) {
-  return tk::Gpt2Tokenizer(tk::BpeModel::from_tiktoken(rank_file({"ab", "bc", "abc", "aa", "aaa"}), "tiny.tiktoken", specials));
+  return tk::Gpt2Tokenizer(tk::BpeModel::from_tiktoken(rank_file({"ab", "bc", "abc", "aa", "aaa"}),
+                                                       "tiny.tiktoken", specials));
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -48,7 +51,9 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kappa_bpe_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() /
+          ("kappa_bpe_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 }  // namespace
@@ -56,10 +61,10 @@ std::string temp_path(const std::string& name) {
 TEST(Bpe, MergesByPriorityLeftmostFirst) {
   const auto t = tiny();
   EXPECT_EQ(t.vocab_size(), 261u);
-  EXPECT_EQ(t.encode("abc"), (Ids{258}));           // the whole piece is a token
-  EXPECT_EQ(t.encode("abcd"), (Ids{258, 'd'}));     // ab, then ab+c
-  EXPECT_EQ(t.encode("bcab"), (Ids{257, 256}));     // ab (256) before bc (257)
-  EXPECT_EQ(t.encode("aaaa"), (Ids{259, 259}));     // leftmost of equal pairs first
+  EXPECT_EQ(t.encode("abc"), (Ids{258}));        // the whole piece is a token
+  EXPECT_EQ(t.encode("abcd"), (Ids{258, 'd'}));  // ab, then ab+c
+  EXPECT_EQ(t.encode("bcab"), (Ids{257, 256}));  // ab (256) before bc (257)
+  EXPECT_EQ(t.encode("aaaa"), (Ids{259, 259}));  // leftmost of equal pairs first
   EXPECT_EQ(t.encode("aaaaa"), (Ids{259, 260}));
   EXPECT_EQ(t.encode("xy ab"), (Ids{'x', 'y', ' ', 256}));
   EXPECT_EQ(t.decode(Ids{258, 'd'}), "abcd");
@@ -92,7 +97,8 @@ TEST(Bpe, SpecialTokensAreTextUnlessRecognized) {
   const auto t = tiny({{"<|end|>", 300}, {"<|end|>x", 301}});
   EXPECT_EQ(t.vocab_size(), 302u);
   EXPECT_EQ(t.encode("ab<|end|>", tk::SpecialTokens::kRecognize), (Ids{256, 300}));
-  EXPECT_EQ(t.encode("<|end|>xab", tk::SpecialTokens::kRecognize), (Ids{301, 256}));  // longest special wins
+  EXPECT_EQ(t.encode("<|end|>xab", tk::SpecialTokens::kRecognize),
+            (Ids{301, 256}));  // longest special wins
   const Ids as_text = t.encode("ab<|end|>");
   EXPECT_EQ(as_text.front(), 256);
   EXPECT_EQ(std::count(as_text.begin(), as_text.end(), 300), 0);
@@ -104,7 +110,9 @@ TEST(Bpe, SpecialTokensAreTextUnlessRecognized) {
 
 TEST(Bpe, DecodeRejectsIdsOutsideTheVocabulary) {
   const auto t = tiny({{"<|end|>", 300}});
-  EXPECT_EQ(error_of([&] { (void)t.decode(Ids{256, 301}); }),
+  EXPECT_EQ(error_of([&] {
+              (void)t.decode(Ids{256, 301});
+            }),
             "RangeError: kappa: token id 301 is out of range for a vocabulary of size 301");
   EXPECT_EQ(error_of([&] { (void)t.decode(Ids{-1}); }),
             "RangeError: kappa: token id -1 is out of range for a vocabulary of size 301");
@@ -121,26 +129,37 @@ TEST(Bpe, RandomBytesRoundTrip) {
   for (int k = 0; k < 300; ++k) {
     std::string s;
     const int n = len(gen);
-    for (int i = 0; i < n; ++i) s += static_cast<char>(k % 2 ? byte(gen) : "ab c\n\x80"[byte(gen) % 6]);
+    for (int i = 0; i < n; ++i)
+      s += static_cast<char>(k % 2 ? byte(gen) : "ab c\n\x80"[byte(gen) % 6]);
     ASSERT_EQ(t.decode(t.encode(s)), s);
   }
 }
 
 TEST(BpeFormats, TiktokenFileErrorsNameFileAndLine) {
   const std::string good = rank_file({"ab"});
-  auto load = [](const std::string& text) { return [text] { (void)tk::BpeModel::from_tiktoken(text, "r.tiktoken", {}); }; };
-  EXPECT_EQ(error_of(load(good + "YWI= 257\n")), "kappa: r.tiktoken:258: duplicate token \"ab\" (rank 257 and rank 256)");
+  auto load = [](const std::string& text) {
+    return [text] { (void)tk::BpeModel::from_tiktoken(text, "r.tiktoken", {}); };
+  };
+  EXPECT_EQ(error_of(load(good + "YWI= 257\n")),
+            "kappa: r.tiktoken:258: duplicate token \"ab\" (rank 257 and rank 256)");
   EXPECT_EQ(error_of(load(good + "eHk= 256\n")), "kappa: r.tiktoken:258: duplicate rank 256");
-  EXPECT_EQ(error_of(load(good + "eHk=257\n")), "kappa: r.tiktoken:258: expected '<base64 token> <rank>'");
+  EXPECT_EQ(error_of(load(good + "eHk=257\n")),
+            "kappa: r.tiktoken:258: expected '<base64 token> <rank>'");
   EXPECT_EQ(error_of(load(good + "e@k= 257\n")), "kappa: r.tiktoken:258: invalid base64 'e@k='");
   EXPECT_EQ(error_of(load(good + "eHk= -3\n")), "kappa: r.tiktoken:258: invalid rank '-3'");
   EXPECT_EQ(error_of(load(good + "eHk= 2147483647\n")),
-            "kappa: r.tiktoken:258: id 2147483647 is far beyond the 258 tokens (ids must be dense: below 2 N + 1024)");
-  EXPECT_EQ(error_of(load(good + "eHk= 1 2\n")), "kappa: r.tiktoken:258: expected '<base64 token> <rank>'");
+            "kappa: r.tiktoken:258: id 2147483647 is far beyond the 258 tokens (ids must be dense: "
+            "below 2 N + 1024)");
+  EXPECT_EQ(error_of(load(good + "eHk= 1 2\n")),
+            "kappa: r.tiktoken:258: expected '<base64 token> <rank>'");
   std::string no_byte_7 = good;
   no_byte_7.erase(no_byte_7.find(tk::base64_encode("\x07") + " 7\n"), 7);
-  EXPECT_EQ(error_of(load(no_byte_7)), "kappa: r.tiktoken: the single byte 0x07 is not a token (byte-level BPE needs all 256)");
-  EXPECT_EQ(error_of([&] { (void)tk::BpeModel::from_tiktoken(good, "r.tiktoken", {{"<s>", 256}}); }),
+  EXPECT_EQ(
+      error_of(load(no_byte_7)),
+      "kappa: r.tiktoken: the single byte 0x07 is not a token (byte-level BPE needs all 256)");
+  EXPECT_EQ(error_of([&] {
+              (void)tk::BpeModel::from_tiktoken(good, "r.tiktoken", {{"<s>", 256}});
+            }),
             "kappa: r.tiktoken: special token \"<s>\" reuses id 256");
   EXPECT_EQ(error_of([] { (void)tk::Gpt2Tokenizer::from_tiktoken_file("/nonexistent.tiktoken"); }),
             "kappa: cannot open '/nonexistent.tiktoken'");
@@ -149,7 +168,9 @@ TEST(BpeFormats, TiktokenFileErrorsNameFileAndLine) {
 TEST(BpeFormats, Gpt2FilesErrorsNameFileAndLine) {
   const auto& abc = tk::gpt2_alphabet();
   std::string json = "{";
-  for (int b = 0; b < 256; ++b) json += tk::json_quote(abc.encode(std::string(1, static_cast<char>(b)))) + ": " + std::to_string(b) + ", ";
+  for (int b = 0; b < 256; ++b)
+    json += tk::json_quote(abc.encode(std::string(1, static_cast<char>(b)))) + ": " +
+            std::to_string(b) + ", ";
   const std::string base = json;
   json += "\"ab\": 256, \"<|endoftext|>\": 257}";
   const std::string merges = "#version: 0.2\na b\n";
@@ -157,18 +178,27 @@ TEST(BpeFormats, Gpt2FilesErrorsNameFileAndLine) {
     return [j, m] { (void)tk::BpeModel::from_gpt2(j, "encoder.json", m, "vocab.bpe"); };
   };
   EXPECT_EQ(error_of(load(json, merges)), "<no error>");
-  const auto ok = tk::Gpt2Tokenizer(tk::BpeModel::from_gpt2(json, "encoder.json", merges, "vocab.bpe"));
-  EXPECT_EQ(ok.encode("abab <|endoftext|>", tk::SpecialTokens::kRecognize), (Ids{256, 256, ' ', 257}));
+  const auto ok =
+      tk::Gpt2Tokenizer(tk::BpeModel::from_gpt2(json, "encoder.json", merges, "vocab.bpe"));
+  EXPECT_EQ(ok.encode("abab <|endoftext|>", tk::SpecialTokens::kRecognize),
+            (Ids{256, 256, ' ', 257}));
   EXPECT_TRUE(ok.model().is_special(257));
-  EXPECT_EQ(error_of(load(json, merges + "a\n")), "kappa: vocab.bpe:3: expected a merge '<token> <token>', got 'a'");
-  EXPECT_EQ(error_of(load(json, merges + "a  b\n")), "kappa: vocab.bpe:3: expected a merge '<token> <token>', got 'a  b'");
-  EXPECT_EQ(error_of(load(json, merges + "b c\n")), "kappa: vocab.bpe:3: merge 'b c': token \"bc\" is not in encoder.json");
+  EXPECT_EQ(error_of(load(json, merges + "a\n")),
+            "kappa: vocab.bpe:3: expected a merge '<token> <token>', got 'a'");
+  EXPECT_EQ(error_of(load(json, merges + "a  b\n")),
+            "kappa: vocab.bpe:3: expected a merge '<token> <token>', got 'a  b'");
+  EXPECT_EQ(error_of(load(json, merges + "b c\n")),
+            "kappa: vocab.bpe:3: merge 'b c': token \"bc\" is not in encoder.json");
   EXPECT_EQ(error_of(load(json, merges + "a b\n")), "kappa: vocab.bpe:3: duplicate merge");
   EXPECT_EQ(error_of(load(base + "\"a b\": 256}", "")),
-            "kappa: encoder.json: unknown token string \"a b\" (id 256) has a character outside GPT-2's byte alphabet");
-  EXPECT_EQ(error_of(load(base + "\"ab\": 255}", "")), "kappa: encoder.json: duplicate id 255 (tokens \"\\xc3\\xbf\" and \"ab\")");
-  EXPECT_EQ(error_of(load(base + "\"ab\": 256, \"ab\": 257}", "")), "kappa: encoder.json: duplicate token \"ab\"");
-  EXPECT_NE(error_of(load(base + "\"ab\" 256}", "")).find("kappa: encoder.json:1 (byte "), std::string::npos);
+            "kappa: encoder.json: unknown token string \"a b\" (id 256) has a character outside "
+            "GPT-2's byte alphabet");
+  EXPECT_EQ(error_of(load(base + "\"ab\": 255}", "")),
+            "kappa: encoder.json: duplicate id 255 (tokens \"\\xc3\\xbf\" and \"ab\")");
+  EXPECT_EQ(error_of(load(base + "\"ab\": 256, \"ab\": 257}", "")),
+            "kappa: encoder.json: duplicate token \"ab\"");
+  EXPECT_NE(error_of(load(base + "\"ab\" 256}", "")).find("kappa: encoder.json:1 (byte "),
+            std::string::npos);
 }
 
 TEST(BpeTrain, ClassicExampleByHand) {
@@ -183,8 +213,10 @@ TEST(BpeTrain, ClassicExampleByHand) {
   EXPECT_EQ(t.token(258), "aaab");
   EXPECT_EQ(t.token(259), "<|end|>");
   EXPECT_EQ(t.encode("aaabdaaabac"), (Ids{258, 'd', 258, 'a', 'c'}));
-  EXPECT_EQ(t.model().merges(), (std::vector<std::pair<TokenId, TokenId>>{{'a', 'a'}, {'a', 'b'}, {256, 257}}));
-  EXPECT_THROW((void)tk::train_bpe<tk::Gpt2Split>("abc", {.vocab_size = 100, .min_pair_count = 2, .specials = {}}),
+  EXPECT_EQ(t.model().merges(),
+            (std::vector<std::pair<TokenId, TokenId>>{{'a', 'a'}, {'a', 'b'}, {256, 257}}));
+  EXPECT_THROW((void)tk::train_bpe<tk::Gpt2Split>(
+                   "abc", {.vocab_size = 100, .min_pair_count = 2, .specials = {}}),
                std::invalid_argument);
 }
 
@@ -199,15 +231,19 @@ TEST(BpeTrain, SavedFilesLoadBackToTheSameTokenizer) {
   EXPECT_EQ(trained.model().mergeable_count(), 400u);
   EXPECT_LT(trained.encode(corpus).size(), corpus.size() * 3 / 4);  // merges learned something
 
-  const std::string rank = temp_path("t.tiktoken"), enc = temp_path("encoder.json"), vocab = temp_path("vocab.bpe");
+  const std::string rank = temp_path("t.tiktoken"), enc = temp_path("encoder.json"),
+                    vocab = temp_path("vocab.bpe");
   trained.save_tiktoken(rank);
   trained.save_gpt2(enc, vocab);
-  const auto from_rank = tk::Cl100kTokenizer::from_tiktoken_file(rank, std::vector<tk::SpecialToken>{{"<|endoftext|>", 400}});
-  const auto from_gpt2 = tk::Cl100kTokenizer(tk::BpeModel::from_gpt2(tk::read_file(enc), enc, tk::read_file(vocab), vocab));
+  const auto from_rank = tk::Cl100kTokenizer::from_tiktoken_file(
+      rank, std::vector<tk::SpecialToken>{{"<|endoftext|>", 400}});
+  const auto from_gpt2 = tk::Cl100kTokenizer(
+      tk::BpeModel::from_gpt2(tk::read_file(enc), enc, tk::read_file(vocab), vocab));
   EXPECT_EQ(from_rank.vocab_size(), trained.vocab_size());
   EXPECT_EQ(from_gpt2.vocab_size(), trained.vocab_size());
-  const std::string text = corpus + tk::read_file(std::string(KAPPA_TEST_DATA_DIR) + "/tokenize/corpus/arabic.txt") +
-                           "<|endoftext|> \x80\xFF";
+  const std::string text =
+      corpus + tk::read_file(std::string(KAPPA_TEST_DATA_DIR) + "/tokenize/corpus/arabic.txt") +
+      "<|endoftext|> \x80\xFF";
   const Ids ids = trained.encode(text, tk::SpecialTokens::kRecognize);
   EXPECT_EQ(from_rank.encode(text, tk::SpecialTokens::kRecognize), ids);
   EXPECT_EQ(from_gpt2.encode(text, tk::SpecialTokens::kRecognize), ids);
@@ -223,7 +259,9 @@ TEST(BpeFormats, MutatedFilesLoadOrThrowFormatErrorNeverCrash) {
   const std::string rank = rank_file({"ab", "bc", "abc"});
   const auto& abc = tk::gpt2_alphabet();
   std::string json = "{";
-  for (int b = 0; b < 256; ++b) json += tk::json_quote(abc.encode(std::string(1, static_cast<char>(b)))) + ": " + std::to_string(b) + ", ";
+  for (int b = 0; b < 256; ++b)
+    json += tk::json_quote(abc.encode(std::string(1, static_cast<char>(b)))) + ": " +
+            std::to_string(b) + ", ";
   json += "\"ab\": 256, \"\\u0120x\": 257, \"<|endoftext|>\": 258}";
   const std::string merges = "#version: 0.2\na b\n\xC4\xA0 x\n";
   std::mt19937 gen(99);
@@ -235,9 +273,15 @@ TEST(BpeFormats, MutatedFilesLoadOrThrowFormatErrorNeverCrash) {
     for (int e = 0; e < edits; ++e) {
       const std::size_t at = gen() % victim.size();
       switch (gen() % 3) {
-        case 0: victim[at] = static_cast<char>(gen() % 256); break;
-        case 1: victim.erase(at, 1 + gen() % 4); break;
-        default: victim.insert(at, 1, "{}\":, \n\\=0x"[gen() % 11]); break;
+        case 0:
+          victim[at] = static_cast<char>(gen() % 256);
+          break;
+        case 1:
+          victim.erase(at, 1 + gen() % 4);
+          break;
+        default:
+          victim.insert(at, 1, "{}\":, \n\\=0x"[gen() % 11]);
+          break;
       }
       if (victim.empty()) victim = "x";
     }

@@ -30,7 +30,8 @@ TEST(CharTokenizer, GreedyLongestMatchFromAList) {
 }
 
 TEST(CharTokenizer, CharactersAreCodePoints) {
-  const tk::CharTokenizer t({"\xE6\x97\xA5", "\xE6\x9C\xAC", "\xE6\x97\xA5\xE6\x9C\xAC", "\xE8\xAA\x9E"});  // 日 本 日本 語
+  const tk::CharTokenizer t({"\xE6\x97\xA5", "\xE6\x9C\xAC", "\xE6\x97\xA5\xE6\x9C\xAC",
+                             "\xE8\xAA\x9E"});  // 日 本 日本 語
   EXPECT_EQ(t.encode("\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E"), (Ids{3, 4}));
   const tk::CharTokenizer k3({"abc", "a", "b", "c"}, 3);
   EXPECT_EQ(k3.encode("abcab"), (Ids{1, 2, 3}));
@@ -63,7 +64,9 @@ TEST(WordTokenizer, FrequencyVocabularyAndUnknown) {
 TEST(WordTokenizer, SpecialsPunctuationAndUnicodeWords) {
   tk::WordVocabularyOptions o;
   o.specials = {"<bos>", "<eos>"};
-  const tk::WordTokenizer t("the cat the cat don't stop! na\xC3\xAFve e\xCC\x81t\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC x_y", o);
+  const tk::WordTokenizer t(
+      "the cat the cat don't stop! na\xC3\xAFve e\xCC\x81t\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC x_y",
+      o);
   EXPECT_EQ(t.find("<bos>").value_or(-1), 1);
   EXPECT_EQ(t.find("<eos>").value_or(-1), 2);
   EXPECT_EQ(t.token(3), "cat");
@@ -71,9 +74,11 @@ TEST(WordTokenizer, SpecialsPunctuationAndUnicodeWords) {
   EXPECT_EQ(t.encode("<bos>the cat<eos>"), (Ids{1, 4, 3, 2}));
   EXPECT_EQ(t.decode(t.encode("<bos>the cat<eos>")), "<bos> the cat <eos>");
   std::vector<std::string> words;
-  t.split_words("don't stop! na\xC3\xAFve e\xCC\x81t\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC x_y", [&](std::string_view w, bool) { words.emplace_back(w); });
-  EXPECT_EQ(words, (std::vector<std::string>{"don", "'", "t", "stop", "!", "na\xC3\xAFve", "e\xCC\x81t\xC3\xA9",
-                                             "\xE6\x9D\xB1\xE4\xBA\xAC", "x_y"}));
+  t.split_words("don't stop! na\xC3\xAFve e\xCC\x81t\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC x_y",
+                [&](std::string_view w, bool) { words.emplace_back(w); });
+  EXPECT_EQ(words,
+            (std::vector<std::string>{"don", "'", "t", "stop", "!", "na\xC3\xAFve",
+                                      "e\xCC\x81t\xC3\xA9", "\xE6\x9D\xB1\xE4\xBA\xAC", "x_y"}));
   for (const auto& w : words) EXPECT_TRUE(t.find(w)) << w;
 }
 

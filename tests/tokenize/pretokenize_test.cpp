@@ -30,8 +30,11 @@ TEST(Gpt2Split, HandDerivedCases) {
   EXPECT_EQ(pieces<P>("x  "), (Pieces{"x", "  "}));
   EXPECT_EQ(pieces<P>("hello!!! world"), (Pieces{"hello", "!!!", " world"}));
   EXPECT_EQ(pieces<P>("\tword"), (Pieces{"\t", "word"}));
-  EXPECT_EQ(pieces<P>("caf\xC3\xA9 e\xCC\x81"), (Pieces{"caf\xC3\xA9", " e", "\xCC\x81"}));  // a mark is not \p{L}
-  EXPECT_EQ(pieces<P>("a\x80" "b"), (Pieces{"a", "\x80", "b"}));  // an invalid byte is "other"
+  EXPECT_EQ(pieces<P>("caf\xC3\xA9 e\xCC\x81"),
+            (Pieces{"caf\xC3\xA9", " e", "\xCC\x81"}));  // a mark is not \p{L}
+  EXPECT_EQ(pieces<P>("a\x80"
+                      "b"),
+            (Pieces{"a", "\x80", "b"}));  // an invalid byte is "other"
   EXPECT_TRUE(pieces<P>("").empty());
 }
 
@@ -61,13 +64,18 @@ TEST(O200kSplit, HandDerivedCases) {
   EXPECT_EQ(pieces<P>("1234567"), (Pieces{"123", "456", "7"}));
   EXPECT_EQ(pieces<P>("a/b"), (Pieces{"a", "/b"}));
   EXPECT_EQ(pieces<P>("x!!/\n"), (Pieces{"x", "!!/\n"}));
-  EXPECT_EQ(pieces<P>("\xCC\x81" "A"), (Pieces{"\xCC\x81", "A"}));  // backtracking: the mark is both prefix and "lower"
-  EXPECT_EQ(pieces<P>(" \xE4\xB8\xAD\xE6\x96\x87"), (Pieces{" \xE4\xB8\xAD\xE6\x96\x87"}));  // Lo is in both classes
+  EXPECT_EQ(pieces<P>("\xCC\x81"
+                      "A"),
+            (Pieces{"\xCC\x81", "A"}));  // backtracking: the mark is both prefix and "lower"
+  EXPECT_EQ(pieces<P>(" \xE4\xB8\xAD\xE6\x96\x87"),
+            (Pieces{" \xE4\xB8\xAD\xE6\x96\x87"}));  // Lo is in both classes
 }
 
 TEST(Split, PiecesCoverTheInputForEveryPattern) {
-  const std::string text = "Tab\there  \r\n\x80\xFF \xE6\x97 end's 12345 \xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD!";
-  for (const auto& ps : {pieces<tk::Gpt2Split>(text), pieces<tk::Cl100kSplit>(text), pieces<tk::O200kSplit>(text)}) {
+  const std::string text =
+      "Tab\there  \r\n\x80\xFF \xE6\x97 end's 12345 \xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD!";
+  for (const auto& ps :
+       {pieces<tk::Gpt2Split>(text), pieces<tk::Cl100kSplit>(text), pieces<tk::O200kSplit>(text)}) {
     std::string joined;
     for (const auto& p : ps) {
       EXPECT_FALSE(p.empty());

@@ -26,8 +26,9 @@ TEST(Utf8, DecodesWellFormedSequences) {
 }
 
 TEST(Utf8, IllFormedBytesAreSingleInvalidCharacters) {
-  for (const char* bad : {"\x80", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
-                          "\xF5\x80\x80\x80", "\xFF", "\xE6\x97", "\xF0\x9F\x98", "\xC3"}) {
+  for (const char* bad :
+       {"\x80", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+        "\xF5\x80\x80\x80", "\xFF", "\xE6\x97", "\xF0\x9F\x98", "\xC3"}) {
     const auto c = tk::decode_utf8(bad, 0);
     EXPECT_FALSE(c.valid) << tk::detail::printable(bad);
     EXPECT_EQ(c.length, 1);
@@ -39,8 +40,8 @@ TEST(Utf8, IllFormedBytesAreSingleInvalidCharacters) {
 }
 
 TEST(Utf8, EncodeInvertsDecode) {
-  for (char32_t cp : {U'\0', U'A', char32_t{0x7F}, char32_t{0x80}, char32_t{0x7FF}, char32_t{0x800}, char32_t{0xFFFD},
-                      char32_t{0x10000}, char32_t{0x10FFFF}}) {
+  for (char32_t cp : {U'\0', U'A', char32_t{0x7F}, char32_t{0x80}, char32_t{0x7FF}, char32_t{0x800},
+                      char32_t{0xFFFD}, char32_t{0x10000}, char32_t{0x10FFFF}}) {
     std::string s;
     tk::append_utf8(s, cp);
     const auto c = tk::decode_utf8(s, 0);
@@ -53,18 +54,18 @@ TEST(Utf8, EncodeInvertsDecode) {
 TEST(Unicode, CharClassesFromTheCharacterDatabase) {
   EXPECT_EQ(tk::char_class(U'A'), CharClass::kLu);
   EXPECT_EQ(tk::char_class(U'z'), CharClass::kLl);
-  EXPECT_EQ(tk::char_class(0x00E9), CharClass::kLl);   // e acute
-  EXPECT_EQ(tk::char_class(0x0100), CharClass::kLu);   // A macron
-  EXPECT_EQ(tk::char_class(0x0101), CharClass::kLl);   // a macron
-  EXPECT_EQ(tk::char_class(0x01C5), CharClass::kLt);   // Dz caron, titlecase
-  EXPECT_EQ(tk::char_class(0x02B0), CharClass::kLm);   // modifier h
-  EXPECT_EQ(tk::char_class(0x4E2D), CharClass::kLo);   // CJK
-  EXPECT_EQ(tk::char_class(0x20000), CharClass::kLo);  // CJK Ext B (a First/Last range)
-  EXPECT_EQ(tk::char_class(0xAC00), CharClass::kLo);   // Hangul syllable (a range)
-  EXPECT_EQ(tk::char_class(0x0627), CharClass::kLo);   // Arabic alef
-  EXPECT_EQ(tk::char_class(0x0301), CharClass::kMark);  // combining acute (Mn)
-  EXPECT_EQ(tk::char_class(0x0903), CharClass::kMark);  // Devanagari visarga (Mc)
-  EXPECT_EQ(tk::char_class(0x20DD), CharClass::kMark);  // enclosing circle (Me)
+  EXPECT_EQ(tk::char_class(0x00E9), CharClass::kLl);     // e acute
+  EXPECT_EQ(tk::char_class(0x0100), CharClass::kLu);     // A macron
+  EXPECT_EQ(tk::char_class(0x0101), CharClass::kLl);     // a macron
+  EXPECT_EQ(tk::char_class(0x01C5), CharClass::kLt);     // Dz caron, titlecase
+  EXPECT_EQ(tk::char_class(0x02B0), CharClass::kLm);     // modifier h
+  EXPECT_EQ(tk::char_class(0x4E2D), CharClass::kLo);     // CJK
+  EXPECT_EQ(tk::char_class(0x20000), CharClass::kLo);    // CJK Ext B (a First/Last range)
+  EXPECT_EQ(tk::char_class(0xAC00), CharClass::kLo);     // Hangul syllable (a range)
+  EXPECT_EQ(tk::char_class(0x0627), CharClass::kLo);     // Arabic alef
+  EXPECT_EQ(tk::char_class(0x0301), CharClass::kMark);   // combining acute (Mn)
+  EXPECT_EQ(tk::char_class(0x0903), CharClass::kMark);   // Devanagari visarga (Mc)
+  EXPECT_EQ(tk::char_class(0x20DD), CharClass::kMark);   // enclosing circle (Me)
   EXPECT_EQ(tk::char_class(0xE0100), CharClass::kMark);  // variation selector 17
   EXPECT_EQ(tk::char_class(U'7'), CharClass::kNumber);
   EXPECT_EQ(tk::char_class(0x0661), CharClass::kNumber);  // Arabic-Indic one (Nd)
@@ -79,7 +80,8 @@ TEST(Unicode, CharClassesFromTheCharacterDatabase) {
   EXPECT_EQ(tk::char_class(0x2028), CharClass::kSpace);
   EXPECT_EQ(tk::char_class(0x3000), CharClass::kSpace);
   EXPECT_EQ(tk::char_class(0x200B), CharClass::kOther);  // zero width space is Cf, not White_Space
-  EXPECT_EQ(tk::char_class(0x001C), CharClass::kOther);  // not White_Space (Python's isspace says yes)
+  EXPECT_EQ(tk::char_class(0x001C),
+            CharClass::kOther);  // not White_Space (Python's isspace says yes)
   EXPECT_EQ(tk::char_class(U'_'), CharClass::kOther);
   EXPECT_EQ(tk::char_class(U'\''), CharClass::kOther);
   EXPECT_EQ(tk::char_class(0x1F600), CharClass::kOther);  // emoji (So)
@@ -98,19 +100,21 @@ TEST(Unicode, CaseInsensitiveContractionLetters) {
 }
 
 TEST(Base64, Rfc4648TestVectors) {
-  const std::pair<const char*, const char*> vectors[] = {{"f", "Zg=="},     {"fo", "Zm8="},     {"foo", "Zm9v"},
-                                                         {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+  const std::pair<const char*, const char*> vectors[] = {
+      {"f", "Zg=="},        {"fo", "Zm8="},        {"foo", "Zm9v"},
+      {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
   for (const auto& [plain, coded] : vectors) {
     EXPECT_EQ(tk::base64_encode(plain), coded);
     EXPECT_EQ(tk::base64_decode(coded).value_or("<none>"), plain);
   }
   EXPECT_EQ(tk::base64_decode("/w==").value_or(""), std::string("\xFF"));
-  for (const char* bad : {"", "Zm9", "Zm=v", "Z===", "@@@@", "Zg==Zg==", "Zm 9"}) EXPECT_FALSE(tk::base64_decode(bad)) << bad;
+  for (const char* bad : {"", "Zm9", "Zm=v", "Z===", "@@@@", "Zg==Zg==", "Zm 9"})
+    EXPECT_FALSE(tk::base64_decode(bad)) << bad;
 }
 
 TEST(Gpt2Alphabet, MapsBytesToPrintableCodePoints) {
   const auto& a = tk::gpt2_alphabet();
-  EXPECT_EQ(a.to_unicode[' '], 0x120u);   // the familiar "G dot" of GPT-2 vocabularies
+  EXPECT_EQ(a.to_unicode[' '], 0x120u);  // the familiar "G dot" of GPT-2 vocabularies
   EXPECT_EQ(a.to_unicode['\n'], 0x10Au);
   EXPECT_EQ(a.to_unicode[0x00], 0x100u);
   EXPECT_EQ(a.to_unicode[0x7F], 0x121u);
@@ -123,10 +127,13 @@ TEST(Gpt2Alphabet, MapsBytesToPrintableCodePoints) {
 }
 
 TEST(Json, ReadsAFlatObjectOfIds) {
-  const auto kv = tk::parse_json_int_object(R"( {"a": 1, "\u0120b" :2,"\ud83d\ude00":3, "q\"\\/\n": 40} )", "x.json");
+  const auto kv = tk::parse_json_int_object(
+      R"( {"a": 1, "\u0120b" :2,"\ud83d\ude00":3, "q\"\\/\n": 40} )", "x.json");
   ASSERT_EQ(kv.size(), 4u);
   EXPECT_EQ(kv[0], (std::pair<std::string, long long>{"a", 1}));
-  EXPECT_EQ(kv[1].first, "\xC4\xA0" "b");
+  EXPECT_EQ(kv[1].first,
+            "\xC4\xA0"
+            "b");
   EXPECT_EQ(kv[2].first, "\xF0\x9F\x98\x80");
   EXPECT_EQ(kv[3], (std::pair<std::string, long long>{"q\"\\/\n", 40}));
   EXPECT_TRUE(tk::parse_json_int_object("{}", "x.json").empty());
@@ -142,7 +149,8 @@ TEST(Json, MalformedInputNamesFileLineAndByte) {
     return std::string("<no error>");
   };
   EXPECT_EQ(message("{\"a\" 1}"), "kappa: enc.json:1 (byte 5): expected ':' after a key");
-  EXPECT_EQ(message("{\n\"a\": 1,\n\"b\": x}"), "kappa: enc.json:3 (byte 15): expected an integer id after key \"b\"");
+  EXPECT_EQ(message("{\n\"a\": 1,\n\"b\": x}"),
+            "kappa: enc.json:3 (byte 15): expected an integer id after key \"b\"");
   EXPECT_NE(message("{\"a\": 1").find("expected ',' or '}'"), std::string::npos);
   EXPECT_NE(message("{\"a").find("unterminated string"), std::string::npos);
   EXPECT_NE(message("{\"\\x\": 1}").find("unknown escape"), std::string::npos);

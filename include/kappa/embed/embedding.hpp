@@ -67,8 +67,9 @@ class Embedding {
   /// As lookup(), into a caller-provided X (N x d); ShapeError if X has
   /// another shape.
   void lookup_into(std::span<const TokenId> ids, MatrixRef<T> x) const {
-    require_shapes(x.rows() == static_cast<Index>(ids.size()) && x.cols() == dim(), "embedding lookup", "X", x.rows(),
-                   x.cols(), "(ids, E)", static_cast<Index>(ids.size()), dim(), "X must be N x d");
+    require_shapes(x.rows() == static_cast<Index>(ids.size()) && x.cols() == dim(),
+                   "embedding lookup", "X", x.rows(), x.cols(), "(ids, E)",
+                   static_cast<Index>(ids.size()), dim(), "X must be N x d");
     for (TokenId id : ids) check(id);  // validate once, outside the copy loop
     for (Index j = 0; j < x.rows(); ++j) x.row(j) = table_.row(ids[static_cast<std::size_t>(j)]);
   }
@@ -85,7 +86,8 @@ class Embedding {
 
  private:
   void check(TokenId id) const {
-    require_index("token id", id, static_cast<long long>(vocab_size()), "the embedding table E (N_T)");
+    require_index("token id", id, static_cast<long long>(vocab_size()),
+                  "the embedding table E (N_T)");
   }
   RowMatrix<T> table_;  // E, (N_T, d)
 };

@@ -19,11 +19,11 @@
 #pragma once
 
 #include <cmath>
-#include <limits>
-#include <stdexcept>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -54,11 +54,14 @@ class SinusoidalPositions {
   }
   /// As encode(), into P (its rows give n).
   void encode_into(MatrixRef<T> p, Index offset = 0) const {
-    require_shapes(p.cols() == dim_, "sinusoidal positions", "P", p.rows(), p.cols(), "(n, d_pos)", p.rows(), dim_,
-                   "P must have d_pos columns");
-    if (offset < 0) throw RangeError("kappa: sinusoidal positions: offset " + std::to_string(offset) + " is negative");
+    require_shapes(p.cols() == dim_, "sinusoidal positions", "P", p.rows(), p.cols(), "(n, d_pos)",
+                   p.rows(), dim_, "P must have d_pos columns");
+    if (offset < 0)
+      throw RangeError("kappa: sinusoidal positions: offset " + std::to_string(offset) +
+                       " is negative");
     for (Index i = 0; 2 * i < dim_; ++i) {
-      const double inv_freq = std::pow(base_, -static_cast<double>(2 * i) / static_cast<double>(dim_));
+      const double inv_freq =
+          std::pow(base_, -static_cast<double>(2 * i) / static_cast<double>(dim_));
       for (Index r = 0; r < p.rows(); ++r) {
         const double angle = static_cast<double>(offset + r) * inv_freq;
         p(r, 2 * i) = static_cast<T>(std::sin(angle));
@@ -110,8 +113,9 @@ concept PositionEncoding = requires(const P& p, Index n) {
 /// X' = X + P (needs d_pos = d).
 struct AddPositions {
   static Index width(Index d_tok, Index d_pos) {
-    require_shapes(d_tok == d_pos, "adding positions", "X", 0, d_tok, "P", 0, d_pos,
-                   "X + P needs as many position channels as token channels; use ConcatPositions otherwise");
+    require_shapes(
+        d_tok == d_pos, "adding positions", "X", 0, d_tok, "P", 0, d_pos,
+        "X + P needs as many position channels as token channels; use ConcatPositions otherwise");
     return d_tok;
   }
   template <class T>
@@ -140,15 +144,17 @@ struct ConcatPositions {
 ///   kappa::RowMatrix<float> x = in(ids);  // (N, 64)
 template <Scalar T, class Positions, class Combine = AddPositions>
 class InputEmbedding {
-  static_assert(PositionEncoding<Positions, T>,
-                "InputEmbedding: Positions must provide dim() and encode(n, offset) -> RowMatrix<T>");
+  static_assert(
+      PositionEncoding<Positions, T>,
+      "InputEmbedding: Positions must provide dim() and encode(n, offset) -> RowMatrix<T>");
   static_assert(std::same_as<Combine, AddPositions> || std::same_as<Combine, ConcatPositions>,
                 "InputEmbedding: Combine must be kappa::AddPositions or kappa::ConcatPositions");
 
  public:
   /// ShapeError (AddPositions) if d_pos != d.
   InputEmbedding(Embedding<T> tokens, Positions positions)
-      : tokens_(std::move(tokens)), positions_(std::move(positions)),
+      : tokens_(std::move(tokens)),
+        positions_(std::move(positions)),
         width_(Combine::width(tokens_.dim(), positions_.dim())) {}
 
   /// Width of X': d (add) or d + d_pos (concatenate).

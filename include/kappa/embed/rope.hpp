@@ -26,9 +26,9 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
-#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -54,12 +54,14 @@ class Rope {
   /// rotary part is optional); base b > 0. Throws ShapeError for an odd or
   /// negative d_R, std::invalid_argument for base <= 0.
   explicit Rope(Index rotary_dim, double base = 10000.0) : d_rot_(rotary_dim), base_(base) {
-    require_shapes(rotary_dim >= 0 && rotary_dim % 2 == 0, "RoPE", "rotary dim", 1, rotary_dim, "pairs", 1, rotary_dim / 2,
+    require_shapes(rotary_dim >= 0 && rotary_dim % 2 == 0, "RoPE", "rotary dim", 1, rotary_dim,
+                   "pairs", 1, rotary_dim / 2,
                    "the rotary dimension must be even and non-negative");
     if (!(base > 0)) throw std::invalid_argument("kappa: RoPE: base must be > 0");
     inv_freq_.resize(static_cast<std::size_t>(d_rot_ / 2));
     for (Index i = 0; i < d_rot_ / 2; ++i)
-      inv_freq_[static_cast<std::size_t>(i)] = std::pow(base_, -static_cast<double>(2 * i) / static_cast<double>(d_rot_));
+      inv_freq_[static_cast<std::size_t>(i)] =
+          std::pow(base_, -static_cast<double>(2 * i) / static_cast<double>(d_rot_));
   }
 
   /// d_R.
@@ -71,27 +73,32 @@ class Rope {
   /// Rotates x (N x d, d >= d_R) in place, row r at position offset + r.
   void apply(MatrixRef<T> x, Index offset = 0) const {
     check(x.cols(), "X");
-    if (offset < 0) throw RangeError("kappa: RoPE: position offset " + std::to_string(offset) + " is negative");
-    for (Index r = 0; r < x.rows(); ++r) rotate_row(x.row(r).data(), static_cast<double>(offset + r));
+    if (offset < 0)
+      throw RangeError("kappa: RoPE: position offset " + std::to_string(offset) + " is negative");
+    for (Index r = 0; r < x.rows(); ++r)
+      rotate_row(x.row(r).data(), static_cast<double>(offset + r));
   }
   /// Rotates row r of x by position positions[r] (any order, e.g. packed
   /// sequences). ShapeError if the sizes differ.
   void apply(MatrixRef<T> x, std::span<const Index> positions) const {
     check(x.cols(), "X");
-    require_shapes(static_cast<Index>(positions.size()) == x.rows(), "RoPE", "X", x.rows(), x.cols(), "positions",
-                   static_cast<Index>(positions.size()), 1, "one position per row");
-    for (Index r = 0; r < x.rows(); ++r) rotate_row(x.row(r).data(), static_cast<double>(positions[static_cast<std::size_t>(r)]));
+    require_shapes(static_cast<Index>(positions.size()) == x.rows(), "RoPE", "X", x.rows(),
+                   x.cols(), "positions", static_cast<Index>(positions.size()), 1,
+                   "one position per row");
+    for (Index r = 0; r < x.rows(); ++r)
+      rotate_row(x.row(r).data(), static_cast<double>(positions[static_cast<std::size_t>(r)]));
   }
   /// Rotates every head of a stacked N x (H d_head) matrix in place: head h
   /// is the column block [h d_head, (h+1) d_head). ShapeError unless H
   /// divides the width and d_head >= d_R.
   void apply_heads(MatrixRef<T> x, Index n_heads, Index offset = 0) const {
-    require_shapes(n_heads > 0 && x.cols() % n_heads == 0, "RoPE heads", "X", x.rows(), x.cols(), "heads", n_heads, 1,
-                   "the number of heads must divide the width of X");
+    require_shapes(n_heads > 0 && x.cols() % n_heads == 0, "RoPE heads", "X", x.rows(), x.cols(),
+                   "heads", n_heads, 1, "the number of heads must divide the width of X");
     const Index d_head = x.cols() / n_heads;
     check(d_head, "a head of X");
     for (Index r = 0; r < x.rows(); ++r)
-      for (Index h = 0; h < n_heads; ++h) rotate_row(x.row(r).data() + h * d_head, static_cast<double>(offset + r));
+      for (Index h = 0; h < n_heads; ++h)
+        rotate_row(x.row(r).data() + h * d_head, static_cast<double>(offset + r));
   }
   /// A rotated copy of x.
   RowMatrix<T> rotated(ConstMatrixRef<T> x, Index offset = 0) const {

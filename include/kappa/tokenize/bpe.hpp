@@ -59,11 +59,16 @@ enum class SpecialTokens {
 };
 
 /// GPT-2's / r50k_base's special tokens.
-inline std::vector<SpecialToken> gpt2_special_tokens() { return {{"<|endoftext|>", 50256}}; }
+inline std::vector<SpecialToken> gpt2_special_tokens() {
+  return {{"<|endoftext|>", 50256}};
+}
 /// cl100k_base's special tokens.
 inline std::vector<SpecialToken> cl100k_special_tokens() {
-  return {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
-          {"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}};
+  return {{"<|endoftext|>", 100257},
+          {"<|fim_prefix|>", 100258},
+          {"<|fim_middle|>", 100259},
+          {"<|fim_suffix|>", 100260},
+          {"<|endofprompt|>", 100276}};
 }
 /// o200k_base's special tokens.
 inline std::vector<SpecialToken> o200k_special_tokens() {
@@ -106,12 +111,16 @@ class BpeModel {
       if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
         detail::format_error(name, line_no, "expected '<base64 token> <rank>'");
       const std::optional<std::string> bytes = base64_decode(line.substr(0, sp));
-      if (!bytes) detail::format_error(name, line_no, "invalid base64 '" + std::string(line.substr(0, sp)) + "'");
+      if (!bytes)
+        detail::format_error(name, line_no,
+                             "invalid base64 '" + std::string(line.substr(0, sp)) + "'");
       const std::string_view r = line.substr(sp + 1);
       long long rank = 0;
-      if (r.empty() || r.size() > 10) detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
+      if (r.empty() || r.size() > 10)
+        detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
       for (char c : r) {
-        if (c < '0' || c > '9') detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
+        if (c < '0' || c > '9')
+          detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
         rank = rank * 10 + (c - '0');
       }
       if (rank > std::numeric_limits<TokenId>::max())
@@ -155,15 +164,17 @@ class BpeModel {
         throw FormatError("kappa: " + std::string(encoder_name) + ": id " + std::to_string(id) +
                           " of token \"" + detail::printable(key) + "\" is out of range");
       if (!seen_ids.emplace(id, key).second)
-        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate id " + std::to_string(id) +
-                          " (tokens \"" + detail::printable(seen_ids[id]) + "\" and \"" + detail::printable(key) + "\")");
+        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate id " +
+                          std::to_string(id) + " (tokens \"" + detail::printable(seen_ids[id]) +
+                          "\" and \"" + detail::printable(key) + "\")");
       std::optional<std::string> bytes = alphabet.decode(key);
       if (!bytes)
         throw FormatError("kappa: " + std::string(encoder_name) + ": unknown token string \"" +
                           detail::printable(key) + "\" (id " + std::to_string(id) +
                           ") has a character outside GPT-2's byte alphabet");
       if (!by_text.emplace(key, std::pair{static_cast<TokenId>(id), std::move(*bytes)}).second)
-        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate token \"" + detail::printable(key) + "\"");
+        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate token \"" +
+                          detail::printable(key) + "\"");
       keys.emplace_back(key, static_cast<TokenId>(id));
     }
     for (const auto& [key, id] : keys) check_dense(id, keys.size(), encoder_name, 1);
@@ -175,7 +186,9 @@ class BpeModel {
       if (by_text[keys[k].first].second.size() == 1) mergeable[k] = true;
     }
     // Merges: parse first, so that tokens made by merges are known.
-    struct Line { std::size_t a, b, c, line_no; };
+    struct Line {
+      std::size_t a, b, c, line_no;
+    };
     std::vector<Line> merges;
     std::size_t line_no = 0;
     for (std::size_t pos = 0; pos < vocab_bpe.size();) {
@@ -189,12 +202,16 @@ class BpeModel {
       const std::size_t sp = line.find(' ');
       if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() ||
           line.find(' ', sp + 1) != std::string_view::npos)
-        detail::format_error(vocab_name, line_no, "expected a merge '<token> <token>', got '" + detail::printable(line) + "'");
+        detail::format_error(
+            vocab_name, line_no,
+            "expected a merge '<token> <token>', got '" + detail::printable(line) + "'");
       const std::string a(line.substr(0, sp)), b(line.substr(sp + 1)), c = a + b;
       for (const std::string* t : {&a, &b, &c}) {
         if (!index_of.contains(*t))
-          detail::format_error(vocab_name, line_no, "merge '" + detail::printable(line) + "': token \"" +
-                                                        detail::printable(*t) + "\" is not in " + std::string(encoder_name));
+          detail::format_error(vocab_name, line_no,
+                               "merge '" + detail::printable(line) + "': token \"" +
+                                   detail::printable(*t) + "\" is not in " +
+                                   std::string(encoder_name));
       }
       merges.push_back({index_of[a], index_of[b], index_of[c], line_no});
       mergeable[index_of[c]] = true;
@@ -241,7 +258,8 @@ class BpeModel {
 
   /// True if id is a special token.
   bool is_special(TokenId id) const noexcept {
-    return std::any_of(specials_.begin(), specials_.end(), [id](const SpecialToken& s) { return s.id == id; });
+    return std::any_of(specials_.begin(), specials_.end(),
+                       [id](const SpecialToken& s) { return s.id == id; });
   }
 
   /// Concatenated bytes of the tokens. Throws RangeError naming the first
@@ -338,8 +356,10 @@ class BpeModel {
     }
     if (assigned_[u]) detail::format_error(file, line, "duplicate rank " + std::to_string(id));
     if (!ids_.insert(bytes, static_cast<std::uint32_t>(id)))
-      detail::format_error(file, line, "duplicate token \"" + detail::printable(bytes) + "\" (rank " +
-                                           std::to_string(id) + " and rank " + std::to_string(ids_.find(bytes)) + ")");
+      detail::format_error(file, line,
+                           "duplicate token \"" + detail::printable(bytes) + "\" (rank " +
+                               std::to_string(id) + " and rank " +
+                               std::to_string(ids_.find(bytes)) + ")");
     tokens_[u] = std::string(bytes);
     assigned_[u] = true;
   }
@@ -358,19 +378,21 @@ class BpeModel {
   }
   /// Adds merge (a, b) -> c with the given priority.
   void add_merge(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
-    insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b), {priority, static_cast<std::uint32_t>(c)});
+    insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
+                {priority, static_cast<std::uint32_t>(c)});
     merges_.emplace_back(a, b);
   }
   /// Sets the special tokens; FormatError if one reuses an id or a text.
   void set_specials(std::vector<SpecialToken> specials, std::string_view file) {
     for (const SpecialToken& s : specials) {
       if (s.text.empty() || s.id < 0)
-        throw FormatError("kappa: " + std::string(file) + ": invalid special token \"" + detail::printable(s.text) + "\"");
+        throw FormatError("kappa: " + std::string(file) + ": invalid special token \"" +
+                          detail::printable(s.text) + "\"");
       check_dense(s.id, tokens_.size() + specials.size(), file, 0);
       const auto u = static_cast<std::size_t>(s.id);
       if (u < assigned_.size() && assigned_[u])
-        throw FormatError("kappa: " + std::string(file) + ": special token \"" + detail::printable(s.text) +
-                          "\" reuses id " + std::to_string(s.id));
+        throw FormatError("kappa: " + std::string(file) + ": special token \"" +
+                          detail::printable(s.text) + "\" reuses id " + std::to_string(s.id));
       if (u >= tokens_.size()) {
         tokens_.resize(u + 1);
         assigned_.resize(u + 1, false);
@@ -379,17 +401,21 @@ class BpeModel {
       assigned_[u] = true;
     }
     specials_ = std::move(specials);
-    std::sort(specials_.begin(), specials_.end(), [](const auto& x, const auto& y) { return x.text.size() > y.text.size(); });
+    std::sort(specials_.begin(), specials_.end(),
+              [](const auto& x, const auto& y) { return x.text.size() > y.text.size(); });
     vocab_size_ = tokens_.size();
   }
   /// Adds merge (a, b) -> c without listing it among merges() (an extra
   /// split of an existing token); ignored if (a, b) already merges.
   void add_merge_quiet(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
-    insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b), {priority, static_cast<std::uint32_t>(c)});
+    insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
+                {priority, static_cast<std::uint32_t>(c)});
   }
   std::uint32_t byte_id(unsigned char b) const noexcept { return byte_id_[b]; }
   /// The merge of adjacent tokens (a, b), if any.
-  detail::Merge merge_of(std::uint32_t a, std::uint32_t b) const noexcept { return pairs_.find(a, b); }
+  detail::Merge merge_of(std::uint32_t a, std::uint32_t b) const noexcept {
+    return pairs_.find(a, b);
+  }
 
  private:
   static constexpr std::size_t kSmallPiece = 64;
@@ -414,7 +440,8 @@ class BpeModel {
   // make loading allocate without bound, so it is a format error.
   static void check_dense(TokenId id, std::size_t count, std::string_view file, std::size_t line) {
     if (static_cast<std::size_t>(id) < 2 * count + 1024) return;
-    const std::string what = "id " + std::to_string(id) + " is far beyond the " + std::to_string(count) +
+    const std::string what = "id " + std::to_string(id) + " is far beyond the " +
+                             std::to_string(count) +
                              " tokens (ids must be dense: below 2 N + 1024)";
     if (line == 0) throw FormatError("kappa: " + std::string(file) + ": " + what);
     detail::format_error(file, line, what);
@@ -427,9 +454,11 @@ class BpeModel {
 
   std::string_view token_bytes(TokenId id) const { return tokens_[static_cast<std::size_t>(id)]; }
   std::string_view checked_bytes(TokenId id) const {
-    if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size() || !assigned_[static_cast<std::size_t>(id)]) {
+    if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size() ||
+        !assigned_[static_cast<std::size_t>(id)]) {
       if (id >= 0 && static_cast<std::size_t>(id) < tokens_.size())
-        throw RangeError("kappa: token id " + std::to_string(id) + " is not assigned in the vocabulary of size " +
+        throw RangeError("kappa: token id " + std::to_string(id) +
+                         " is not assigned in the vocabulary of size " +
                          std::to_string(vocab_size_));
       require_index("token id", id, static_cast<long long>(vocab_size_), "a vocabulary");
     }
@@ -510,7 +539,8 @@ class BpeModel {
     parts.resize(n);
     heap.clear();
     for (std::uint32_t k = 0; k < n; ++k)
-      parts[k] = {byte_id_[static_cast<unsigned char>(piece[k])], k + 1 < n ? k + 1 : kNone, k > 0 ? k - 1 : kNone, 0};
+      parts[k] = {byte_id_[static_cast<unsigned char>(piece[k])], k + 1 < n ? k + 1 : kNone,
+                  k > 0 ? k - 1 : kNone, 0};
     auto push = [&](std::uint32_t l) {
       const std::uint32_t r = parts[l].next;
       if (r == kNone) return;
@@ -531,7 +561,8 @@ class BpeModel {
       Part& left = parts[e.left];
       Part& right = parts[e.right];
       // Valid iff both parts are alive, still adjacent and unchanged.
-      if (left.id == kNone || left.next != e.right || left.version + right.version != e.version_sum) continue;
+      if (left.id == kNone || left.next != e.right || left.version + right.version != e.version_sum)
+        continue;
       left.id = e.result;
       ++left.version;
       right.id = kNone;  // dead
@@ -540,15 +571,16 @@ class BpeModel {
       if (left.prev != kNone) push(left.prev);
       push(e.left);
     }
-    for (std::uint32_t k = 0; k != kNone; k = parts[k].next) out.push_back(static_cast<TokenId>(parts[k].id));
+    for (std::uint32_t k = 0; k != kNone; k = parts[k].next)
+      out.push_back(static_cast<TokenId>(parts[k].id));
   }
 
-  std::vector<std::string> tokens_;   // id -> bytes (special: text)
-  std::vector<bool> assigned_;        // id -> in the vocabulary
-  detail::StringMap ids_;             // mergeable bytes -> id
-  detail::PairMap pairs_;             // (a, b) -> merge
+  std::vector<std::string> tokens_;                  // id -> bytes (special: text)
+  std::vector<bool> assigned_;                       // id -> in the vocabulary
+  detail::StringMap ids_;                            // mergeable bytes -> id
+  detail::PairMap pairs_;                            // (a, b) -> merge
   std::vector<std::pair<TokenId, TokenId>> merges_;  // in priority order, when known
-  std::vector<SpecialToken> specials_;  // longest text first
+  std::vector<SpecialToken> specials_;               // longest text first
   std::uint32_t byte_id_[256] = {};
   std::vector<detail::Merge> byte_pairs_;  // merges of two single bytes, 256 x 256
   std::size_t vocab_size_ = 0;
@@ -571,19 +603,23 @@ class BytePairTokenizer {
   /// Loads a tiktoken rank file (e.g. cl100k_base.tiktoken). `specials`
   /// defaults to the encoding's special tokens when Split is one of the
   /// three known patterns; FormatError on a bad file.
-  static BytePairTokenizer from_tiktoken_file(const std::string& path,
-                                              std::optional<std::vector<SpecialToken>> specials = std::nullopt) {
-    return BytePairTokenizer(BpeModel::from_tiktoken(read_file(path), path, specials ? *specials : default_specials()));
+  static BytePairTokenizer from_tiktoken_file(
+      const std::string& path, std::optional<std::vector<SpecialToken>> specials = std::nullopt) {
+    return BytePairTokenizer(
+        BpeModel::from_tiktoken(read_file(path), path, specials ? *specials : default_specials()));
   }
   /// Loads GPT-2's encoder.json and vocab.bpe; FormatError on bad files.
-  static BytePairTokenizer from_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {
+  static BytePairTokenizer from_gpt2_files(const std::string& encoder_json,
+                                           const std::string& vocab_bpe) {
     const std::string encoder = read_file(encoder_json);
     const std::string merges = read_file(vocab_bpe);
     return BytePairTokenizer(BpeModel::from_gpt2(encoder, encoder_json, merges, vocab_bpe));
   }
 
   /// encode(text) with special-token text treated as text.
-  std::vector<TokenId> encode(std::string_view text) const { return encode(text, SpecialTokens::kAsText); }
+  std::vector<TokenId> encode(std::string_view text) const {
+    return encode(text, SpecialTokens::kAsText);
+  }
 
   /// The token ids of text (see the file comment).
   std::vector<TokenId> encode(std::string_view text, SpecialTokens specials) const {
@@ -601,7 +637,9 @@ class BytePairTokenizer {
             which = &s;
           }
         }
-        encode_ordinary(text.substr(pos, best == std::string_view::npos ? std::string_view::npos : best - pos), out);
+        encode_ordinary(
+            text.substr(pos, best == std::string_view::npos ? std::string_view::npos : best - pos),
+            out);
         if (which == nullptr) break;
         out.push_back(which->id);
         pos = best + which->text.size();
@@ -634,10 +672,14 @@ class BytePairTokenizer {
 
  private:
   static std::vector<SpecialToken> default_specials() {
-    if constexpr (std::is_same_v<Split, Gpt2Split>) return gpt2_special_tokens();
-    else if constexpr (std::is_same_v<Split, Cl100kSplit>) return cl100k_special_tokens();
-    else if constexpr (std::is_same_v<Split, O200kSplit>) return o200k_special_tokens();
-    else return {};
+    if constexpr (std::is_same_v<Split, Gpt2Split>)
+      return gpt2_special_tokens();
+    else if constexpr (std::is_same_v<Split, Cl100kSplit>)
+      return cl100k_special_tokens();
+    else if constexpr (std::is_same_v<Split, O200kSplit>)
+      return o200k_special_tokens();
+    else
+      return {};
   }
   void encode_ordinary(std::string_view text, std::vector<TokenId>& out) const {
     split<Split>(text, [&](std::string_view piece) { model_.encode_piece(piece, out); });

@@ -31,9 +31,9 @@ namespace kappa::tokenize {
 
 /// Options of train_bpe().
 struct BpeTrainOptions {
-  std::size_t vocab_size = 512;           ///< mergeable tokens wanted (>= 256)
-  std::size_t min_pair_count = 2;         ///< stop when the best pair occurs less often
-  std::vector<std::string> specials;      ///< special tokens, ids after the merges
+  std::size_t vocab_size = 512;       ///< mergeable tokens wanted (>= 256)
+  std::size_t min_pair_count = 2;     ///< stop when the best pair occurs less often
+  std::vector<std::string> specials;  ///< special tokens, ids after the merges
 };
 
 /// Learns a byte-level BPE from corpus (see the file comment). Throws
@@ -41,7 +41,8 @@ struct BpeTrainOptions {
 template <PreTokenizer Split>
 BytePairTokenizer<Split> train_bpe(std::string_view corpus, const BpeTrainOptions& options) {
   if (options.vocab_size < 256)
-    throw std::invalid_argument("kappa: train_bpe: vocab_size " + std::to_string(options.vocab_size) +
+    throw std::invalid_argument("kappa: train_bpe: vocab_size " +
+                                std::to_string(options.vocab_size) +
                                 " < 256 (every byte is a token)");
   std::unordered_map<std::string, std::size_t> piece_counts;
   split<Split>(corpus, [&](std::string_view p) { ++piece_counts[std::string(p)]; });
@@ -58,7 +59,8 @@ BytePairTokenizer<Split> train_bpe(std::string_view corpus, const BpeTrainOption
   // Deterministic order whatever the hash map did.
   std::vector<std::size_t> order(words.size());
   for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return words[a] < words[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return words[a] < words[b]; });
   {
     std::vector<std::vector<std::uint32_t>> w2;
     std::vector<std::size_t> f2;
@@ -80,12 +82,14 @@ BytePairTokenizer<Split> train_bpe(std::string_view corpus, const BpeTrainOption
       where[p].push_back(static_cast<std::uint32_t>(w));
     }
   // Max-heap on (count, -a, -b) with lazy entries.
-  using Entry = std::tuple<long long, std::uint64_t>;  // (count, ~key) so that smaller keys win ties
+  using Entry =
+      std::tuple<long long, std::uint64_t>;  // (count, ~key) so that smaller keys win ties
   std::priority_queue<Entry> heap;
   for (const auto& [p, n] : count) heap.emplace(n, ~p);
 
   std::vector<std::string> bytes(256);
-  for (int b = 0; b < 256; ++b) bytes[static_cast<std::size_t>(b)] = std::string(1, static_cast<char>(b));
+  for (int b = 0; b < 256; ++b)
+    bytes[static_cast<std::size_t>(b)] = std::string(1, static_cast<char>(b));
   std::unordered_map<std::string, std::uint32_t> id_of;
   for (std::uint32_t b = 0; b < 256; ++b) id_of[bytes[b]] = b;
   std::vector<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>> merges;  // (a, b) -> c
@@ -99,7 +103,8 @@ BytePairTokenizer<Split> train_bpe(std::string_view corpus, const BpeTrainOption
     const auto it = count.find(p);
     if (it == count.end() || it->second != n) continue;  // stale
     if (n < static_cast<long long>(options.min_pair_count) || n <= 0) break;
-    const auto a = static_cast<std::uint32_t>(p >> 32), b = static_cast<std::uint32_t>(p & 0xFFFFFFFFu);
+    const auto a = static_cast<std::uint32_t>(p >> 32),
+               b = static_cast<std::uint32_t>(p & 0xFFFFFFFFu);
     const std::string merged = bytes[a] + bytes[b];
     std::uint32_t c;
     if (const auto found = id_of.find(merged); found != id_of.end()) {
@@ -150,7 +155,8 @@ BytePairTokenizer<Split> train_bpe(std::string_view corpus, const BpeTrainOption
   }
 
   BpeModel model;
-  for (std::uint32_t id = 0; id < bytes.size(); ++id) model.add_token(bytes[id], static_cast<TokenId>(id), "train_bpe", 0);
+  for (std::uint32_t id = 0; id < bytes.size(); ++id)
+    model.add_token(bytes[id], static_cast<TokenId>(id), "train_bpe", 0);
   model.finish_tokens("train_bpe");
   for (const auto& [a, b, c] : merges)
     model.add_merge(static_cast<TokenId>(a), static_cast<TokenId>(b), static_cast<TokenId>(c), c);
@@ -162,7 +168,8 @@ BytePairTokenizer<Split> train_bpe(std::string_view corpus, const BpeTrainOption
     for (std::size_t k = 1; k < t.size(); ++k) {
       const auto x = id_of.find(t.substr(0, k)), y = id_of.find(t.substr(k));
       if (x != id_of.end() && y != id_of.end())
-        model.add_merge_quiet(static_cast<TokenId>(x->second), static_cast<TokenId>(y->second), static_cast<TokenId>(id), id);
+        model.add_merge_quiet(static_cast<TokenId>(x->second), static_cast<TokenId>(y->second),
+                              static_cast<TokenId>(id), id);
     }
   }
   std::vector<SpecialToken> specials;

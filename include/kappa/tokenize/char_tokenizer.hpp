@@ -36,15 +36,19 @@ class CharTokenizer {
   /// From a list of tokens (each of 1..max_chars characters; duplicates and
   /// empty strings are errors). Ids: 0 is <unk>, then the list in order.
   /// Throws std::invalid_argument on a bad list or max_chars < 1.
-  CharTokenizer(const std::vector<std::string>& tokens, std::size_t max_chars = 2) : max_chars_(max_chars) {
-    if (max_chars < 1) throw std::invalid_argument("kappa: CharTokenizer: K (max_chars) must be >= 1");
+  CharTokenizer(const std::vector<std::string>& tokens, std::size_t max_chars = 2)
+      : max_chars_(max_chars) {
+    if (max_chars < 1)
+      throw std::invalid_argument("kappa: CharTokenizer: K (max_chars) must be >= 1");
     add(std::string(kUnknown));
     for (const std::string& t : tokens) {
       const std::size_t n = count_chars(t);
       if (n == 0 || n > max_chars)
-        throw std::invalid_argument("kappa: CharTokenizer: token \"" + t + "\" has " + std::to_string(n) +
-                                    " characters, not 1.." + std::to_string(max_chars));
-      if (!add(t)) throw std::invalid_argument("kappa: CharTokenizer: duplicate token \"" + t + "\"");
+        throw std::invalid_argument("kappa: CharTokenizer: token \"" + t + "\" has " +
+                                    std::to_string(n) + " characters, not 1.." +
+                                    std::to_string(max_chars));
+      if (!add(t))
+        throw std::invalid_argument("kappa: CharTokenizer: duplicate token \"" + t + "\"");
     }
   }
 
@@ -52,9 +56,11 @@ class CharTokenizer {
   /// then the most frequent strings of 2..K consecutive characters (ties by
   /// byte order) until the vocabulary (with <unk>) has `vocab_size` tokens
   /// or no string occurs twice.
-  static CharTokenizer from_corpus(std::string_view corpus, std::size_t vocab_size, std::size_t max_chars = 2) {
+  static CharTokenizer from_corpus(std::string_view corpus, std::size_t vocab_size,
+                                   std::size_t max_chars = 2) {
     std::vector<std::size_t> starts;  // byte offsets of the characters, plus the end
-    for (std::size_t i = 0; i < corpus.size(); i += decode_utf8(corpus, i).length) starts.push_back(i);
+    for (std::size_t i = 0; i < corpus.size(); i += decode_utf8(corpus, i).length)
+      starts.push_back(i);
     starts.push_back(corpus.size());
     std::map<std::string, std::size_t> singles;
     std::unordered_map<std::string, std::size_t> grams;
@@ -72,8 +78,9 @@ class CharTokenizer {
     std::vector<std::string> tokens;
     for (const auto& [t, n] : chars) tokens.push_back(t);
     std::vector<std::pair<std::string, std::size_t>> ranked(grams.begin(), grams.end());
-    std::sort(ranked.begin(), ranked.end(),
-              [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
     for (const auto& [t, n] : ranked) {
       if (tokens.size() + 1 >= vocab_size || n < 2) break;
       tokens.push_back(t);

@@ -21,7 +21,8 @@ namespace kappa::tokenize {
 /// token(id) -> the token's string (RangeError if id is not in T), and
 /// find(token) -> its id if the string is a token.
 template <class T>
-concept Tokenizer = requires(const T& t, std::string_view text, std::span<const TokenId> ids, TokenId id) {
+concept Tokenizer = requires(const T& t, std::string_view text, std::span<const TokenId> ids,
+                             TokenId id) {
   { t.encode(text) } -> std::same_as<std::vector<TokenId>>;
   { t.decode(ids) } -> std::same_as<std::string>;
   { t.vocab_size() } -> std::convertible_to<std::size_t>;

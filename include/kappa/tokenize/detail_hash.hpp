@@ -82,7 +82,8 @@ class StringMap {
     mask_ = slots_.size() - 1;
     for (const Slot& s : old) {
       if (s.value == kMissing) continue;
-      std::size_t i = static_cast<std::size_t>(hash_bytes(arena_.data() + s.offset, s.length)) & mask_;
+      std::size_t i =
+          static_cast<std::size_t>(hash_bytes(arena_.data() + s.offset, s.length)) & mask_;
       while (slots_[i].value != kMissing) i = (i + 1) & mask_;
       slots_[i] = s;
     }

@@ -44,8 +44,10 @@ inline void write_file(const std::string& path, std::string_view bytes) {
 namespace detail {
 
 /// "kappa: <file>:<line>: <what>"
-[[noreturn]] inline void format_error(std::string_view file, std::size_t line, std::string_view what) {
-  throw FormatError("kappa: " + std::string(file) + ":" + std::to_string(line) + ": " + std::string(what));
+[[noreturn]] inline void format_error(std::string_view file, std::size_t line,
+                                      std::string_view what) {
+  throw FormatError("kappa: " + std::string(file) + ":" + std::to_string(line) + ": " +
+                    std::string(what));
 }
 
 /// A byte string shown in a message: printable ASCII as is, other bytes \xNN,
@@ -139,7 +141,8 @@ struct Gpt2ByteAlphabet {
     };
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
-      const char32_t cp = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(0x100 + extra++);
+      const char32_t cp =
+          printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(0x100 + extra++);
       to_unicode[static_cast<std::size_t>(b)] = cp;
       to_byte[cp] = static_cast<std::int16_t>(b);
     }
@@ -158,7 +161,8 @@ struct Gpt2ByteAlphabet {
     std::string out;
     for (std::size_t i = 0; i < text.size();) {
       const Utf8Char c = decode_utf8(text, i);
-      if (!c.valid || c.code_point >= to_byte.size() || to_byte[c.code_point] < 0) return std::nullopt;
+      if (!c.valid || c.code_point >= to_byte.size() || to_byte[c.code_point] < 0)
+        return std::nullopt;
       out += static_cast<char>(to_byte[c.code_point]);
       i += c.length;
     }
@@ -186,7 +190,8 @@ inline std::vector<std::pair<std::string, long long>> parse_json_int_object(std:
                       std::to_string(pos) + "): " + std::string(what));
   };
   auto skip_ws = [&] {
-    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\t' || text[pos] == '\n' || text[pos] == '\r'))
+    while (pos < text.size() &&
+           (text[pos] == ' ' || text[pos] == '\t' || text[pos] == '\n' || text[pos] == '\r'))
       ++pos;
   };
   auto expect = [&](char c, std::string_view what) {
@@ -200,10 +205,14 @@ inline std::vector<std::pair<std::string, long long>> parse_json_int_object(std:
     for (int k = 0; k < 4; ++k) {
       const char c = text[pos++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<std::uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<std::uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<std::uint32_t>(c - 'A' + 10);
-      else fail("bad hex digit in \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= static_cast<std::uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<std::uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<std::uint32_t>(c - 'A' + 10);
+      else
+        fail("bad hex digit in \\u escape");
     }
     return v;
   };
@@ -221,14 +230,30 @@ inline std::vector<std::pair<std::string, long long>> parse_json_int_object(std:
       }
       if (pos >= text.size()) fail("unterminated escape");
       switch (text[pos++]) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           std::uint32_t cp = hex4();
           if (cp >= 0xD800 && cp <= 0xDBFF) {
@@ -244,7 +269,8 @@ inline std::vector<std::pair<std::string, long long>> parse_json_int_object(std:
           append_utf8(out, cp);
           break;
         }
-        default: fail("unknown escape in string");
+        default:
+          fail("unknown escape in string");
       }
     }
   };

@@ -54,9 +54,9 @@ inline constexpr unsigned kEndClass = 15;  // past the end: in no class mask
 
 /// One character as the patterns see it.
 struct Ch {
-  char32_t cp;        // code point; 0xFFFFFFFF for an invalid byte or the end
-  unsigned cls;       // CharClass as an integer, kEndClass past the end
-  std::size_t end;    // byte offset just after this character
+  char32_t cp;      // code point; 0xFFFFFFFF for an invalid byte or the end
+  unsigned cls;     // CharClass as an integer, kEndClass past the end
+  std::size_t end;  // byte offset just after this character
 };
 
 inline Ch peek(std::string_view s, std::size_t i) noexcept {
@@ -71,7 +71,8 @@ inline Ch peek(std::string_view s, std::size_t i) noexcept {
 inline constexpr ClassMask kL = kLetterMask;
 inline constexpr ClassMask kN = mask_of(CharClass::kNumber);
 inline constexpr ClassMask kS = mask_of(CharClass::kSpace);
-inline constexpr ClassMask kO = mask_of(CharClass::kOther) | mask_of(CharClass::kMark);  // [^\s\p{L}\p{N}]
+inline constexpr ClassMask kO =
+    mask_of(CharClass::kOther) | mask_of(CharClass::kMark);  // [^\s\p{L}\p{N}]
 // o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] ("upper") and [\p{Ll}\p{Lm}\p{Lo}\p{M}] ("lower")
 inline constexpr ClassMask kUpper = mask_of(CharClass::kLu) | mask_of(CharClass::kLt) |
                                     mask_of(CharClass::kLm) | mask_of(CharClass::kLo) |
@@ -79,8 +80,12 @@ inline constexpr ClassMask kUpper = mask_of(CharClass::kLu) | mask_of(CharClass:
 inline constexpr ClassMask kLower = mask_of(CharClass::kLl) | mask_of(CharClass::kLm) |
                                     mask_of(CharClass::kLo) | mask_of(CharClass::kMark);
 
-inline bool in(const Ch& c, ClassMask m) noexcept { return (m >> c.cls) & 1u; }
-inline bool is_crlf(const Ch& c) noexcept { return c.cp == '\r' || c.cp == '\n'; }
+inline bool in(const Ch& c, ClassMask m) noexcept {
+  return (m >> c.cls) & 1u;
+}
+inline bool is_crlf(const Ch& c) noexcept {
+  return c.cp == '\r' || c.cp == '\n';
+}
 /// [^\r\n\p{L}\p{N}]: one optional prefix character of cl100k/o200k.
 inline bool is_prefix(const Ch& c) noexcept {
   return c.cls != kEndClass && !in(c, kL | kN) && !is_crlf(c);

@@ -37,7 +37,9 @@ enum class CharClass : std::uint8_t {
 using ClassMask = std::uint16_t;
 
 /// The mask with the single bit of class c.
-constexpr ClassMask mask_of(CharClass c) { return static_cast<ClassMask>(1u << static_cast<unsigned>(c)); }
+constexpr ClassMask mask_of(CharClass c) {
+  return static_cast<ClassMask>(1u << static_cast<unsigned>(c));
+}
 
 inline constexpr ClassMask kLetterMask = mask_of(CharClass::kLu) | mask_of(CharClass::kLl) |
                                          mask_of(CharClass::kLt) | mask_of(CharClass::kLm) |
@@ -48,7 +50,7 @@ namespace detail {
 /// The two-level lookup table, built from kUnicodeRanges.
 struct ClassTable {
   std::array<std::uint16_t, 0x110000 / 256> stage1{};  // block index per 256 code points
-  std::vector<std::uint8_t> stage2;                  // blocks of 256 classes
+  std::vector<std::uint8_t> stage2;                    // blocks of 256 classes
 
   ClassTable() {
     std::vector<std::uint8_t> full(0x110000, 0);
@@ -106,15 +108,24 @@ inline bool folds_to(char32_t cp, char lower) noexcept {
     return false;
   };
   switch (lower) {
-    case 's': return in(detail::kFold_s);
-    case 't': return in(detail::kFold_t);
-    case 'r': return in(detail::kFold_r);
-    case 'e': return in(detail::kFold_e);
-    case 'v': return in(detail::kFold_v);
-    case 'm': return in(detail::kFold_m);
-    case 'l': return in(detail::kFold_l);
-    case 'd': return in(detail::kFold_d);
-    default: return false;
+    case 's':
+      return in(detail::kFold_s);
+    case 't':
+      return in(detail::kFold_t);
+    case 'r':
+      return in(detail::kFold_r);
+    case 'e':
+      return in(detail::kFold_e);
+    case 'v':
+      return in(detail::kFold_v);
+    case 'm':
+      return in(detail::kFold_m);
+    case 'l':
+      return in(detail::kFold_l);
+    case 'd':
+      return in(detail::kFold_d);
+    default:
+      return false;
   }
 }
 

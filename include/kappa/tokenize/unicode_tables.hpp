@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+// clang-format off
 namespace kappa::tokenize::detail {
 
 /// Unicode version the tables were generated from.
@@ -624,3 +625,4 @@ inline constexpr std::uint32_t kFold_l[2] = {0x4C, 0x6C};
 inline constexpr std::uint32_t kFold_d[2] = {0x44, 0x64};
 
 }  // namespace kappa::tokenize::detail
+// clang-format on

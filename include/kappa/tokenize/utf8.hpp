@@ -34,7 +34,9 @@ inline Utf8Char decode_utf8(std::string_view s, std::size_t i) noexcept {
   auto cont = [&](std::size_t k) {
     return k < left && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
   };
-  auto at = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[i + k]) & 0x3F); };
+  auto at = [&](std::size_t k) {
+    return static_cast<char32_t>(static_cast<unsigned char>(s[i + k]) & 0x3F);
+  };
   if (b0 >= 0xC2 && b0 <= 0xDF) {
     if (cont(1)) return {(static_cast<char32_t>(b0 & 0x1F) << 6) | at(1), 2, true};
   } else if (b0 >= 0xE0 && b0 <= 0xEF) {

@@ -42,21 +42,26 @@ class WordTokenizer {
   /// Builds the vocabulary from a corpus. Throws std::invalid_argument if a
   /// special token is empty, duplicated or equal to the unknown token, or if
   /// max_size leaves no room for them.
-  WordTokenizer(std::string_view corpus, WordVocabularyOptions options) : options_(std::move(options)) {
+  WordTokenizer(std::string_view corpus, WordVocabularyOptions options)
+      : options_(std::move(options)) {
     add(options_.unknown);
     for (const std::string& s : options_.specials) {
-      if (s.empty() || !add(s)) throw std::invalid_argument("kappa: WordTokenizer: bad or duplicate special token \"" + s + "\"");
+      if (s.empty() || !add(s))
+        throw std::invalid_argument("kappa: WordTokenizer: bad or duplicate special token \"" + s +
+                                    "\"");
     }
     if (options_.max_size != 0 && options_.max_size < tokens_.size())
-      throw std::invalid_argument("kappa: WordTokenizer: max_size " + std::to_string(options_.max_size) +
-                                  " is smaller than the " + std::to_string(tokens_.size()) + " special tokens");
+      throw std::invalid_argument("kappa: WordTokenizer: max_size " +
+                                  std::to_string(options_.max_size) + " is smaller than the " +
+                                  std::to_string(tokens_.size()) + " special tokens");
     std::unordered_map<std::string, std::size_t> counts;
     split_words(corpus, [&](std::string_view w, bool special) {
       if (!special) ++counts[std::string(w)];
     });
     std::vector<std::pair<std::string, std::size_t>> ranked(counts.begin(), counts.end());
-    std::sort(ranked.begin(), ranked.end(),
-              [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
     for (const auto& [w, n] : ranked) {
       if (n < options_.min_frequency) break;
       if (options_.max_size != 0 && tokens_.size() >= options_.max_size) break;
