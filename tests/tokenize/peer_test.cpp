@@ -68,18 +68,23 @@ const tk::O200kTokenizer& o200k() {
 /// Random valid UTF-8 strings over characters that stress the split
 /// patterns: every class (Lu Ll Lt Lm Lo M N, White_Space incl. NBSP, U+0085,
 /// U+2028, U+3000), apostrophes and contraction letters (incl. U+017F long s),
-/// CR/LF/tab runs, '/', digits of several scripts, emoji with ZWJ and VS16.
+/// CR/LF/tab runs, '/', digits of several scripts, emoji with ZWJ and VS16,
+/// letters outside the BMP (math bold, Deseret, Adlam), Thai, Hangul jamo,
+/// Lm (U+3005, U+30FC), format characters (soft hyphen, ZWSP) and U+10FFFD.
 std::vector<std::string> random_strings(unsigned seed, int count) {
   static const std::vector<char32_t> pool = {
-      'a',    'b',    'z',     'A',    'B',    'Z',    's',    'S',    't',    'T',     'r',
-      'R',    'e',    'E',     'v',    'V',    'm',    'M',    'l',    'L',    'd',     'D',
-      '\'',   '\'',   '\'',    ' ',    ' ',    ' ',    ' ',    '\t',   '\r',   '\n',    '\n',
-      '0',    '1',    '9',     '.',    ',',    '!',    '?',    '/',    '-',    '_',     '"',
-      '(',    '<',    '|',     '>',    0x017F, 0x00A0, 0x0085, 0x2028, 0x2003, 0x3000,  0x000B,
-      0x00E9, 0x00C9, 0x01C5,  0x02B0, 0x02B2, 0x0301, 0x0308, 0x0903, 0x4E2D, 0x6587,  0x3042,
-      0x30AB, 0xAC00, 0x0627,  0x0644, 0x0661, 0x0966, 0x00BD, 0x2167, 0x00B2, 0x1F600, 0x1F468,
-      0x200D, 0xFE0F, 0x1F3FD, 0x0391, 0x03B1, 0x1F88, 0x1F80, 0x0130, 0x0131, 0xFF21,  0xFF41,
-      0x0001, 0xFFFD, 0x20AC};
+      'a',     'b',     'z',     'A',     'B',     'Z',     's',     'S',    't',    'T',
+      'r',     'R',     'e',     'E',     'v',     'V',     'm',     'M',    'l',    'L',
+      'd',     'D',     '\'',    '\'',    '\'',    ' ',     ' ',     ' ',    ' ',    '\t',
+      '\r',    '\n',    '\n',    '0',     '1',     '9',     '.',     ',',    '!',    '?',
+      '/',     '-',     '_',     '"',     '(',     '<',     '|',     '>',    0x017F, 0x00A0,
+      0x0085,  0x2028,  0x2003,  0x3000,  0x000B,  0x00E9,  0x00C9,  0x01C5, 0x02B0, 0x02B2,
+      0x0301,  0x0308,  0x0903,  0x4E2D,  0x6587,  0x3042,  0x30AB,  0xAC00, 0x0627, 0x0644,
+      0x0661,  0x0966,  0x00BD,  0x2167,  0x00B2,  0x1F600, 0x1F468, 0x200D, 0xFE0F, 0x1F3FD,
+      0x0391,  0x03B1,  0x1F88,  0x1F80,  0x0130,  0x0131,  0xFF21,  0xFF41, 0x0001, 0xFFFD,
+      0x20AC,  0x1D400, 0x1D41A, 0x10400, 0x1E900, 0xFF10,  0x0E01,  0x0E31, 0x3005, 0x30FC,
+      0x1100,  0x2160,  0x00AD,  0x200B,  0x1680,  0x205F,  0x180E,  0x001C, 0x0300, 0x20DD,
+      0xE0100, 0x10FFFD};
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int> len(0, 40);
   std::uniform_int_distribution<std::size_t> pick(0, pool.size() - 1);
