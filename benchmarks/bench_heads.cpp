@@ -97,7 +97,7 @@ void BM_PrefillGemm(benchmark::State& st) {
     for (Index h = 0; h < kHeads; ++h) {
       const Index g = h / grp;
       s.noalias() = (scale * q.middleCols(h * kDHead, kDHead)) *
-                    k.middleCols(g * kDHead, kDHead).transpose();  // (N, N)
+                    k.middleCols(g * kDHead, kDHead).transpose();                         // (N, N)
       y.middleCols(h * kDHead, kDHead).noalias() = s * v.middleCols(g * kDHead, kDHead);  // (N, d)
     }
     benchmark::DoNotOptimize(y.data());
@@ -109,8 +109,7 @@ void BM_PrefillGemm(benchmark::State& st) {
 }
 
 double projection_flops(Index n, Index h_kv) {
-  return 2.0 * double(n) * double(kDModel) *
-         double(kHeads * kDHead + 2 * h_kv * kDHead + kDModel);
+  return 2.0 * double(n) * double(kDModel) * double(kHeads * kDHead + 2 * h_kv * kDHead + kDModel);
 }
 
 kappa::GroupedQueryAttention<T> make_layer(Index h_kv) {
@@ -278,7 +277,8 @@ void BM_DecodeLayer(benchmark::State& st) {
 
 void prefill_args(benchmark::internal::Benchmark* b) {
   for (int layout = 0; layout < 3; ++layout)
-    for (int threads : {1, 2}) b->Args({layout, 1024, 0, threads})->Args({layout, 1024, 1, threads});
+    for (int threads : {1, 2})
+      b->Args({layout, 1024, 0, threads})->Args({layout, 1024, 1, threads});
 }
 void prefill_gemm_args(benchmark::internal::Benchmark* b) {
   for (int layout = 0; layout < 3; ++layout)

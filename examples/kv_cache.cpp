@@ -100,7 +100,8 @@ struct TinyModel {
   }
   [[nodiscard]] Matrix embed(const std::vector<kappa::TokenId>& ids) const {
     Matrix x(static_cast<kappa::Index>(ids.size()), embedding.cols());
-    for (std::size_t i = 0; i < ids.size(); ++i) x.row(static_cast<kappa::Index>(i)) = embedding.row(ids[i]);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      x.row(static_cast<kappa::Index>(i)) = embedding.row(ids[i]);
     return x;
   }
 };
@@ -164,8 +165,8 @@ int main() {
   // over every token but the last gives the same last hidden state.
   tokens.pop_back();
   const Matrix full = model.forward(model.embed(tokens), nullptr);
-  const double err = (full.bottomRows(1) - last).cwiseAbs().maxCoeff() /
-                     full.bottomRows(1).cwiseAbs().maxCoeff();
+  const double err =
+      (full.bottomRows(1) - last).cwiseAbs().maxCoeff() / full.bottomRows(1).cwiseAbs().maxCoeff();
   std::printf("last decoded step vs full causal pass: max relative difference %.2e\n", err);
   if (!(err < 1e-4)) {
     std::printf("MISMATCH\n");

@@ -109,7 +109,8 @@ TYPED_TEST(CacheTest, AppendShapeErrorsNameBothShapes) {
     c.append(RowMatrix<T>(2, 6), RowMatrix<T>(2, 6));
     FAIL() << "no exception";
   } catch (const kappa::ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("v is (2 x 6) but the expected shape is (2 x 8)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("v is (2 x 6) but the expected shape is (2 x 8)"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(c.append(RowMatrix<T>(2, 5), RowMatrix<T>(2, 8)), kappa::ShapeError);
@@ -180,7 +181,7 @@ TYPED_TEST(CacheTest, SlidingWindowRollbackWorksOnlyWhileNothingNeededWasEvicted
   c.truncate(1);  // not wrapped yet: fine
   EXPECT_EQ(c.length(), 1);
   tokens<T>(1, 5, 1, 1, k, v);
-  c.append(k, v);  // positions 0..5 seen, 2..5 stored
+  c.append(k, v);                                  // positions 0..5 seen, 2..5 stored
   EXPECT_THROW(c.truncate(5), kappa::RangeError);  // would need position 1
   EXPECT_NO_THROW(c.truncate(6));
   EXPECT_EQ(c.length(), 6);
@@ -193,8 +194,10 @@ TEST(CacheMemory, BytesPerTokenIsTwoHkvDheadLayersSizeof) {
   EXPECT_EQ(kappa::kv_cache_bytes_per_token(gqa, 80, 2), 327680u);
   const kappa::KVCacheConfig mha{.n_kv_heads = 64, .d_head = 128};
   const kappa::KVCacheConfig mqa{.n_kv_heads = 1, .d_head = 128};
-  EXPECT_EQ(kappa::kv_cache_bytes_per_token(mha, 80, 2), 8 * kappa::kv_cache_bytes_per_token(gqa, 80, 2));
-  EXPECT_EQ(kappa::kv_cache_bytes_per_token(gqa, 80, 2), 8 * kappa::kv_cache_bytes_per_token(mqa, 80, 2));
+  EXPECT_EQ(kappa::kv_cache_bytes_per_token(mha, 80, 2),
+            8 * kappa::kv_cache_bytes_per_token(gqa, 80, 2));
+  EXPECT_EQ(kappa::kv_cache_bytes_per_token(gqa, 80, 2),
+            8 * kappa::kv_cache_bytes_per_token(mqa, 80, 2));
   EXPECT_EQ(KVCache<float>::bytes_per_token(gqa, 80), 2u * 8 * 128 * 80 * 4);
   // d_v may differ from d_head.
   EXPECT_EQ(KVCache<double>::bytes_per_token({.n_kv_heads = 2, .d_head = 3, .d_v = 5}), 2u * 8 * 8);

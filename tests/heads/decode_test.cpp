@@ -57,15 +57,14 @@ const std::vector<std::vector<Index>> kSchedules{
     {3, 4, 1, 6, 1, 2, 3},
 };
 
-template <class T, class Kernel, class Mask, class Retention,
-          class Position = FirstPairRotation>
+template <class T, class Kernel, class Mask, class Retention, class Position = FirstPairRotation>
 void check_decode(const Kernel& kernel, const Mask& mask, const Retention& retention,
                   bool positive_inputs, const Position& position = FirstPairRotation{0.25}) {
   const Index d = 8, dh = 4, n = 20;
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
-    const auto w = random_heads_weights<T>(d, d, c.n_heads, c.n_kv_heads, dh, dh, d, true, 7,
-                                           0.5, positive_inputs ? 0.0 : -0.5);
+    const auto w = random_heads_weights<T>(d, d, c.n_heads, c.n_kv_heads, dh, dh, d, true, 7, 0.5,
+                                           positive_inputs ? 0.0 : -0.5);
     kappa::GroupedQueryAttention<T, Kernel, Position> attn(
         {.d_in = d, .n_heads = c.n_heads, .d_head = dh, .n_kv_heads = c.n_kv_heads}, kernel,
         position);
@@ -78,15 +77,16 @@ void check_decode(const Kernel& kernel, const Mask& mask, const Retention& reten
       SCOPED_TRACE("schedule " + std::to_string(s));
       kappa::KVCache<T, Retention> cache(attn.kv_cache_config(), retention);
       const RowMatrix<T> inc = decode(attn, cache, x, kSchedules[s]);
-      EXPECT_LE(max_scaled_error(inc, full, kDecodeRel<T>, 0.0), 1.0)
-          << "incremental\n" << inc << "\nfull\n" << full;
+      EXPECT_LE(max_scaled_error(inc, full, kDecodeRel<T>, 0.0), 1.0) << "incremental\n"
+                                                                      << inc << "\nfull\n"
+                                                                      << full;
     }
   }
 }
 
 TYPED_TEST(DecodeTest, SoftmaxGrowableCacheEqualsFullCausalPass) {
-  check_decode<TypeParam>(kappa::kernels::Softmax{}, kappa::CausalMask{},
-                          kappa::cache::Growable{4}, false);
+  check_decode<TypeParam>(kappa::kernels::Softmax{}, kappa::CausalMask{}, kappa::cache::Growable{4},
+                          false);
 }
 
 TYPED_TEST(DecodeTest, SoftmaxFixedCacheEqualsFullCausalPass) {
@@ -95,8 +95,8 @@ TYPED_TEST(DecodeTest, SoftmaxFixedCacheEqualsFullCausalPass) {
 }
 
 TYPED_TEST(DecodeTest, LinearKernelEqualsFullCausalPass) {
-  check_decode<TypeParam>(kappa::kernels::Linear{}, kappa::CausalMask{},
-                          kappa::cache::Growable{}, true);
+  check_decode<TypeParam>(kappa::kernels::Linear{}, kappa::CausalMask{}, kappa::cache::Growable{},
+                          true);
 }
 
 TYPED_TEST(DecodeTest, FeatureMapKernelEqualsFullCausalPass) {
@@ -120,8 +120,8 @@ TYPED_TEST(DecodeTest, LinearSlidingWindowRingEqualsFullWindowedPass) {
 // The real rotary embedding (both conventions) as the positional policy.
 TYPED_TEST(DecodeTest, RopeGrowableAndWindowedEqualFullPass) {
   using T = TypeParam;
-  check_decode<T>(kappa::kernels::Softmax{}, kappa::CausalMask{}, kappa::cache::Growable{},
-                  false, kappa::Rope<T>(4, 100.0));
+  check_decode<T>(kappa::kernels::Softmax{}, kappa::CausalMask{}, kappa::cache::Growable{}, false,
+                  kappa::Rope<T>(4, 100.0));
   check_decode<T>(kappa::kernels::Softmax{}, kappa::SlidingWindowMask{6},
                   kappa::cache::SlidingWindow{6}, false, kappa::Rope<T, kappa::Interleaved>(2));
 }
@@ -206,8 +206,9 @@ void check_batched_decode(const Retention& retention) {
   std::vector<kappa::KVCache<T, Retention>*> ptrs;
   for (auto& c : batch_caches) ptrs.push_back(&c);
   unsigned seed = 100;
-  for (const std::vector<Index>& step : {prompt, std::vector<Index>{1, 1, 1, 1},
-                                         std::vector<Index>{0, 2, 1, 1}, std::vector<Index>{1, 1, 3, 1}}) {
+  for (const std::vector<Index>& step :
+       {prompt, std::vector<Index>{1, 1, 1, 1}, std::vector<Index>{0, 2, 1, 1},
+        std::vector<Index>{1, 1, 3, 1}}) {
     Index rows = 0;
     for (Index n : step) rows += n;
     const RowMatrix<T> x = random_matrix<T>(rows, d, seed++);

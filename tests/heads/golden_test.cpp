@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "kappa/heads/multi_head_attention.hpp"
 #include "kappa/embed/rope.hpp"
+#include "kappa/heads/multi_head_attention.hpp"
 #include "kappa/io/npy.hpp"
 #include "support/reference.hpp"
 
@@ -18,7 +18,8 @@ using kappa::RowVector;
 
 template <class T>
 RowMatrix<T> load(const std::string& name) {
-  return kappa::io::read_npy_matrix<T>(std::string(KAPPA_TEST_DATA_DIR) + "/heads/" + name + ".npy");
+  return kappa::io::read_npy_matrix<T>(std::string(KAPPA_TEST_DATA_DIR) + "/heads/" + name +
+                                       ".npy");
 }
 
 template <class T>
@@ -34,7 +35,9 @@ void expect_matches(const RowMatrix<T>& got, const RowMatrix<double>& want) {
   // of the largest entry times the depth of the products.
   const double rel = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   const RowMatrix<double> g = got.template cast<double>();
-  EXPECT_LE(kappa::testing::max_scaled_error(g, want, rel, 0.0), 1.0) << "got\n" << g << "\nwant\n" << want;
+  EXPECT_LE(kappa::testing::max_scaled_error(g, want, rel, 0.0), 1.0) << "got\n"
+                                                                      << g << "\nwant\n"
+                                                                      << want;
 }
 
 template <class T>
@@ -107,8 +110,8 @@ TYPED_TEST(HeadsGolden, HuggingFaceGroupedQueryWithRope) {
   // Without RoPE the result is different: the golden data does test it.
   kappa::GroupedQueryAttention<T> plain({.d_in = 32, .n_heads = 8, .d_head = 8, .n_kv_heads = 2});
   plain.set_weights(attn.w_q(), attn.w_k(), attn.w_v(), attn.w_o());
-  EXPECT_GT(kappa::testing::max_scaled_error(plain.forward(x, kappa::CausalMask{}).template cast<double>(),
-                                             want, 1e-5, 0.0),
+  EXPECT_GT(kappa::testing::max_scaled_error(
+                plain.forward(x, kappa::CausalMask{}).template cast<double>(), want, 1e-5, 0.0),
             100.0);
 }
 

@@ -24,8 +24,8 @@ using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(HeadsTest, Scalars);
 
 template <class T>
-void expect_close(const RowMatrix<T>& got, const RowMatrix<T>& want, double rel = Tolerance<T>::kRel,
-                  double abs = Tolerance<T>::kAbs) {
+void expect_close(const RowMatrix<T>& got, const RowMatrix<T>& want,
+                  double rel = Tolerance<T>::kRel, double abs = Tolerance<T>::kAbs) {
   ASSERT_EQ(got.rows(), want.rows());
   ASSERT_EQ(got.cols(), want.cols());
   EXPECT_LE(max_scaled_error(got, want, rel, abs), 1.0) << "got\n" << got << "\nwant\n" << want;
@@ -52,13 +52,13 @@ TYPED_TEST(HeadsTest, SelfAttentionMatchesReferenceForEveryGrouping) {
                    " biases=" + std::to_string(biases));
       const auto w = random_heads_weights<T>(d_in, d_in, h, h_kv, d_head, d_head, d_in, biases,
                                              11 + static_cast<unsigned>(h * 10 + h_kv));
-      kappa::GroupedQueryAttention<T> attn({.d_in = d_in, .n_heads = h, .d_head = d_head,
-                                            .n_kv_heads = h_kv});
+      kappa::GroupedQueryAttention<T> attn(
+          {.d_in = d_in, .n_heads = h, .d_head = d_head, .n_kv_heads = h_kv});
       set_all(attn, w);
       const RowMatrix<T> x = random_matrix<T>(n, d_in, 5);
       const double s = 1.0 / std::sqrt(double(d_head));
-      expect_close<T>(attn.forward(x), reference_heads(x, x, w, h, h_kv, d_head, d_head, s,
-                                                       ref_exp, true, kAll));
+      expect_close<T>(attn.forward(x),
+                      reference_heads(x, x, w, h, h_kv, d_head, d_head, s, ref_exp, true, kAll));
       expect_close<T>(attn.forward(x, kappa::CausalMask{}),
                       reference_heads(x, x, w, h, h_kv, d_head, d_head, s, ref_exp, true, kCausal));
     }
@@ -70,8 +70,12 @@ TYPED_TEST(HeadsTest, CrossAttentionWithDistinctWidthsMatchesReference) {
   // d_in 10, d_kv_in 6, d_head 3, d_v 5, d_out 7; N_Q = 4, N_KV = 11.
   const Index h = 4, h_kv = 2, d_in = 10, d_kv_in = 6, d_head = 3, d_v = 5, d_out = 7;
   const auto w = random_heads_weights<T>(d_in, d_kv_in, h, h_kv, d_head, d_v, d_out, true, 3);
-  kappa::GroupedQueryAttention<T> attn({.d_in = d_in, .n_heads = h, .d_head = d_head,
-                                        .n_kv_heads = h_kv, .d_v = d_v, .d_kv_in = d_kv_in,
+  kappa::GroupedQueryAttention<T> attn({.d_in = d_in,
+                                        .n_heads = h,
+                                        .d_head = d_head,
+                                        .n_kv_heads = h_kv,
+                                        .d_v = d_v,
+                                        .d_kv_in = d_kv_in,
                                         .d_out = d_out});
   set_all(attn, w);
   const RowMatrix<T> xq = random_matrix<T>(4, d_in, 1), xkv = random_matrix<T>(11, d_kv_in, 2);
@@ -158,8 +162,8 @@ TYPED_TEST(HeadsTest, HeadWeightsAreTheReferenceWeightsAndRowsSumToOne) {
   const RowMatrix<T> x = random_matrix<T>(n, d, 3);
   const auto got = attn.head_weights(x, x, kappa::CausalMask{});
   std::vector<RowMatrix<T>> want;
-  reference_heads(x, x, w, h, h_kv, dh, dh, 1.0 / std::sqrt(double(dh)), ref_exp, true, kCausal,
-                  {}, &want);
+  reference_heads(x, x, w, h, h_kv, dh, dh, 1.0 / std::sqrt(double(dh)), ref_exp, true, kCausal, {},
+                  &want);
   ASSERT_EQ(got.size(), static_cast<std::size_t>(h));
   for (Index hh = 0; hh < h; ++hh) {
     const RowMatrix<T>& wh = got[static_cast<std::size_t>(hh)];
@@ -184,7 +188,8 @@ TYPED_TEST(HeadsTest, PositionalPolicyIsAppliedPerHeadFromPositionZero) {
                                             ref_exp, true, kCausal, rot.reference<T>());
   expect_close<T>(attn.forward(x, kappa::CausalMask{}), want);
   // And the rotation matters: without it the result differs.
-  kappa::GroupedQueryAttention<T> plain({.d_in = d, .n_heads = h, .d_head = dh, .n_kv_heads = h_kv});
+  kappa::GroupedQueryAttention<T> plain(
+      {.d_in = d, .n_heads = h, .d_head = dh, .n_kv_heads = h_kv});
   set_all(plain, w);
   EXPECT_GT(max_scaled_error(plain.forward(x, kappa::CausalMask{}), want, Tolerance<T>::kRel,
                              Tolerance<T>::kAbs),
@@ -209,7 +214,8 @@ TYPED_TEST(HeadsTest, PackedBatchEqualsEachSequenceAlone) {
   Index r = 0;
   for (Index len : lengths) {
     const RowMatrix<T> xs = packed.middleRows(r, len);
-    expect_close<T>(y.middleRows(r, len), attn.forward(xs, kappa::CausalMask{}), 4 * Tolerance<T>::kRel);
+    expect_close<T>(y.middleRows(r, len), attn.forward(xs, kappa::CausalMask{}),
+                    4 * Tolerance<T>::kRel);
     expect_close<T>(y_all.middleRows(r, len), attn.forward(xs), 4 * Tolerance<T>::kRel);
     r += len;
   }
@@ -223,14 +229,15 @@ TYPED_TEST(HeadsTest, PackedCrossBatchEqualsEachPairAlone) {
   set_all(attn, w);
   const RowMatrix<T> xq = random_matrix<T>(7, d, 1), xkv = random_matrix<T>(10, d_kv, 2);
   const std::vector<Index> lq{3, 4}, lkv{6, 4};
-  const RowMatrix<T> y = attn.forward_cross(kappa::SequenceBatch<T>{xq, lq},
-                                            kappa::SequenceBatch<T>{xkv, lkv});
-  expect_close<T>(y.topRows(3), attn.forward_cross(RowMatrix<T>(xq.topRows(3)),
-                                                   RowMatrix<T>(xkv.topRows(6))),
+  const RowMatrix<T> y =
+      attn.forward_cross(kappa::SequenceBatch<T>{xq, lq}, kappa::SequenceBatch<T>{xkv, lkv});
+  expect_close<T>(y.topRows(3),
+                  attn.forward_cross(RowMatrix<T>(xq.topRows(3)), RowMatrix<T>(xkv.topRows(6))),
                   4 * Tolerance<T>::kRel);
-  expect_close<T>(y.bottomRows(4), attn.forward_cross(RowMatrix<T>(xq.bottomRows(4)),
-                                                      RowMatrix<T>(xkv.bottomRows(4))),
-                  4 * Tolerance<T>::kRel);
+  expect_close<T>(
+      y.bottomRows(4),
+      attn.forward_cross(RowMatrix<T>(xq.bottomRows(4)), RowMatrix<T>(xkv.bottomRows(4))),
+      4 * Tolerance<T>::kRel);
 }
 
 TEST(HeadsBatch, BadLengthsThrowShapeError) {
@@ -252,8 +259,7 @@ TYPED_TEST(HeadsTest, HuggingFaceLayoutIsTheTransposedPaperLayout) {
   kappa::GroupedQueryAttention<T> a({.d_in = d, .n_heads = h, .d_head = dh, .n_kv_heads = h_kv});
   kappa::GroupedQueryAttention<T> b = a;
   a.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
-  b.set_weights_from_hf(w.w_q.transpose(), w.w_k.transpose(), w.w_v.transpose(),
-                        w.w_o.transpose());
+  b.set_weights_from_hf(w.w_q.transpose(), w.w_k.transpose(), w.w_v.transpose(), w.w_o.transpose());
   EXPECT_EQ(a.w_q(), b.w_q());
   EXPECT_EQ(a.w_k(), b.w_k());
   EXPECT_EQ(a.w_v(), b.w_v());
@@ -302,7 +308,8 @@ TEST(HeadsErrors, KvHeadsMustDivideHeads) {
 }
 
 TEST(HeadsErrors, WeightShapeErrorsNameExpectedAndActualShapes) {
-  kappa::GroupedQueryAttention<double> attn({.d_in = 8, .n_heads = 4, .d_head = 2, .n_kv_heads = 2});
+  kappa::GroupedQueryAttention<double> attn(
+      {.d_in = 8, .n_heads = 4, .d_head = 2, .n_kv_heads = 2});
   const RowMatrix<double> ok_q(8, 8), ok_kv(8, 4), ok_o(8, 8), bad(8, 5);
   EXPECT_THROW(attn.set_weights(ok_q, bad, ok_kv, ok_o), kappa::ShapeError);
   const std::string msg = message_of([&] { attn.set_weights(ok_q, bad, ok_kv, ok_o); });
@@ -339,9 +346,9 @@ TYPED_TEST(HeadsTest, GroupedAttentionOnProjectedInputsMatchesPerHeadAttention) 
                                    kappa::CausalMask{});
   for (Index hh = 0; hh < h; ++hh) {
     const Index g = hh / (h / h_kv);
-    const RowMatrix<T> want = kappa::attention(q.middleCols(hh * dh, dh), k.middleCols(g * dh, dh),
-                                               v.middleCols(g * dv, dv), kappa::kernels::Softmax{},
-                                               kappa::CausalMask{});
+    const RowMatrix<T> want =
+        kappa::attention(q.middleCols(hh * dh, dh), k.middleCols(g * dh, dh),
+                         v.middleCols(g * dv, dv), kappa::kernels::Softmax{}, kappa::CausalMask{});
     EXPECT_LE(max_scaled_error(RowMatrix<T>(y.middleCols(hh * dv, dv)), want, Tolerance<T>::kRel,
                                Tolerance<T>::kAbs),
               1.0);

@@ -30,7 +30,8 @@ TEST(HeadsThreads, BatchAndDecodeAreIndependentOfTheThreadCount) {
   ThreadsGuard guard;
   const Index h = 8, h_kv = 2, d = 32, dh = 4;
   const auto w = random_heads_weights<double>(d, d, h, h_kv, dh, dh, d, true, 3);
-  kappa::GroupedQueryAttention<double> attn({.d_in = d, .n_heads = h, .d_head = dh, .n_kv_heads = h_kv});
+  kappa::GroupedQueryAttention<double> attn(
+      {.d_in = d, .n_heads = h, .d_head = dh, .n_kv_heads = h_kv});
   attn.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
   attn.set_biases(w.b_q, w.b_k, w.b_v, w.b_o);
   const RowMatrix<double> x = random_matrix<double>(300, d, 4);

@@ -36,7 +36,8 @@ std::string make_npy(const std::string& dict, const std::string& data, int versi
   f.push_back(static_cast<char>(version));
   f.push_back('\0');
   const std::size_t len = header.size();
-  for (std::size_t i = 0; i < (version == 1 ? 2u : 4u); ++i) f.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  for (std::size_t i = 0; i < (version == 1 ? 2u : 4u); ++i)
+    f.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
   return f + header + data;
 }
 
@@ -51,7 +52,8 @@ std::string raw(const std::vector<U>& v, bool big_endian = false) {
   std::string s(v.size() * sizeof(U), '\0');
   std::memcpy(s.data(), v.data(), s.size());
   if (big_endian)
-    for (std::size_t i = 0; i < v.size(); ++i) std::reverse(s.begin() + i * sizeof(U), s.begin() + (i + 1) * sizeof(U));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      std::reverse(s.begin() + i * sizeof(U), s.begin() + (i + 1) * sizeof(U));
   return s;
 }
 
@@ -79,30 +81,45 @@ TEST(Npy, ReadsEveryDtypeAndByteOrderConvertingToTheAskedType) {
     return s;
   };
   const RowMatrix<double> want = (RowMatrix<double>(2, 2) << 1, -2, 3, 40).finished();
-  EXPECT_EQ(read_npy_matrix<double>(write_file("f4.npy", make_npy(with("<f4"), raw<float>({1, -2, 3, 40})))), want);
-  EXPECT_EQ(read_npy_matrix<double>(write_file("f8be.npy", make_npy(with(">f8"), raw<double>({1, -2, 3, 40}, true)))), want);
-  EXPECT_EQ(read_npy_matrix<float>(write_file("i4.npy", make_npy(with("<i4"), raw<std::int32_t>({1, -2, 3, 40})))),
+  EXPECT_EQ(read_npy_matrix<double>(
+                write_file("f4.npy", make_npy(with("<f4"), raw<float>({1, -2, 3, 40})))),
+            want);
+  EXPECT_EQ(read_npy_matrix<double>(
+                write_file("f8be.npy", make_npy(with(">f8"), raw<double>({1, -2, 3, 40}, true)))),
+            want);
+  EXPECT_EQ(read_npy_matrix<float>(
+                write_file("i4.npy", make_npy(with("<i4"), raw<std::int32_t>({1, -2, 3, 40})))),
             want.cast<float>());
-  EXPECT_EQ(read_npy<std::int64_t>(write_file("i8.npy", make_npy(with("<i8"), raw<std::int64_t>({1, -2, 3, 40})))).values,
+  EXPECT_EQ(read_npy<std::int64_t>(
+                write_file("i8.npy", make_npy(with("<i8"), raw<std::int64_t>({1, -2, 3, 40}))))
+                .values,
             (std::vector<std::int64_t>{1, -2, 3, 40}));
   // Version 2 header (4-byte length), a 1-d array and a scalar.
-  const auto v2 = read_npy_matrix<double>(write_file("v2.npy", make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", raw<double>({1, 2, 3}), 2)));
+  const auto v2 = read_npy_matrix<double>(
+      write_file("v2.npy", make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
+                                    raw<double>({1, 2, 3}), 2)));
   EXPECT_EQ(v2, (RowMatrix<double>(1, 3) << 1, 2, 3).finished());
-  const auto scalar = read_npy<double>(write_file("s.npy", make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", raw<double>({7}))));
+  const auto scalar = read_npy<double>(write_file(
+      "s.npy",
+      make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", raw<double>({7}))));
   EXPECT_TRUE(scalar.shape.empty());
   EXPECT_EQ(scalar.values, std::vector<double>{7});
 }
 
 TEST(Npy, FortranOrderIsReorderedToRowMajor) {
   // The 2 x 3 matrix [[1, 2, 3], [4, 5, 6]] stored column by column.
-  const std::string p = write_file("fortran.npy", make_npy("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", raw<double>({1, 4, 2, 5, 3, 6})));
+  const std::string p = write_file(
+      "fortran.npy", make_npy("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }",
+                              raw<double>({1, 4, 2, 5, 3, 6})));
   EXPECT_EQ(read_npy_matrix<double>(p), (RowMatrix<double>(2, 3) << 1, 2, 3, 4, 5, 6).finished());
   // Rank 3, shape (2, 2, 2): element (i, j, k) stored at i + 2 j + 4 k.
   std::vector<double> f(8);
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j)
       for (int k = 0; k < 2; ++k) f[i + 2 * j + 4 * k] = 100 * i + 10 * j + k;
-  const auto a = read_npy<double>(write_file("fortran3.npy", make_npy("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2, 2), }", raw<double>(f))));
+  const auto a = read_npy<double>(write_file(
+      "fortran3.npy",
+      make_npy("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2, 2), }", raw<double>(f))));
   EXPECT_EQ(a.values, (std::vector<double>{0, 1, 10, 11, 100, 101, 110, 111}));
 }
 
@@ -128,17 +145,26 @@ TEST(Npy, MalformedFilesThrowFormatErrorNamingFileAndByte) {
   std::string bad_len = make_npy(good_dict, d2);
   bad_len[8] = static_cast<char>(0xff);  // header length beyond the file
   const std::vector<Bad> cases{
-      {"magic.npy", "\x93NUMPX\x01\x00\x10\x00" + std::string(80, ' '), "byte 0: missing the \\x93NUMPY magic"},
+      {"magic.npy", "\x93NUMPX\x01\x00\x10\x00" + std::string(80, ' '),
+       "byte 0: missing the \\x93NUMPY magic"},
       {"short.npy", "\x93NUM", "byte 4: file too short"},
-      {"version.npy", std::string("\x93NUMPY\x09\x00\x10\x00", 10) + std::string(80, ' '), "byte 6: unsupported .npy version 9"},
+      {"version.npy", std::string("\x93NUMPY\x09\x00\x10\x00", 10) + std::string(80, ' '),
+       "byte 6: unsupported .npy version 9"},
       {"hlen.npy", bad_len, "file ends inside the header"},
-      {"dtype.npy", make_npy("{'descr': '<c16', 'fortran_order': False, 'shape': (2,), }", d2), "byte 20: unsupported dtype '<c16'"},
-      {"colon.npy", make_npy("{'descr' '<f8', 'fortran_order': False, 'shape': (2,), }", d2), "byte 19: expected ':' after key 'descr'"},
-      {"key.npy", make_npy("{'descr': '<f8', 'fortran': False, 'shape': (2,), }", d2), "byte 27: unexpected key 'fortran'"},
-      {"noshape.npy", make_npy("{'descr': '<f8', 'fortran_order': False, }", d2), "the header has no 'shape'"},
-      {"bool.npy", make_npy("{'descr': '<f8', 'fortran_order': 0, 'shape': (2,), }", d2), "byte 44: expected True or False"},
-      {"dim.npy", make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2, x), }", d2), "byte 64: expected a dimension"},
-      {"data.npy", make_npy(good_dict, raw<double>({1})), "byte 136: file ends inside the data: the shape needs 16 bytes from byte 128, found 8"},
+      {"dtype.npy", make_npy("{'descr': '<c16', 'fortran_order': False, 'shape': (2,), }", d2),
+       "byte 20: unsupported dtype '<c16'"},
+      {"colon.npy", make_npy("{'descr' '<f8', 'fortran_order': False, 'shape': (2,), }", d2),
+       "byte 19: expected ':' after key 'descr'"},
+      {"key.npy", make_npy("{'descr': '<f8', 'fortran': False, 'shape': (2,), }", d2),
+       "byte 27: unexpected key 'fortran'"},
+      {"noshape.npy", make_npy("{'descr': '<f8', 'fortran_order': False, }", d2),
+       "the header has no 'shape'"},
+      {"bool.npy", make_npy("{'descr': '<f8', 'fortran_order': 0, 'shape': (2,), }", d2),
+       "byte 44: expected True or False"},
+      {"dim.npy", make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2, x), }", d2),
+       "byte 64: expected a dimension"},
+      {"data.npy", make_npy(good_dict, raw<double>({1})),
+       "byte 136: file ends inside the data: the shape needs 16 bytes from byte 128, found 8"},
   };
   for (const Bad& b : cases) {
     const std::string msg = error_of(b.name, b.bytes);
@@ -147,7 +173,8 @@ TEST(Npy, MalformedFilesThrowFormatErrorNamingFileAndByte) {
   }
   EXPECT_THROW((void)read_npy<double>(temp_path("does_not_exist.npy")), kappa::FormatError);
   // A rank-3 array is not a matrix.
-  const std::string p3 = write_file("rank3.npy", make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 2), }", d2));
+  const std::string p3 = write_file(
+      "rank3.npy", make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 2), }", d2));
   EXPECT_THROW((void)read_npy_matrix<double>(p3), kappa::FormatError);
 }
 

@@ -35,10 +35,9 @@ struct RefHeadsWeights {
 
 /// Random weights for the given sizes, entries uniform in [lo, lo + 2 amp].
 template <class T>
-RefHeadsWeights<T> random_heads_weights(Index d_in, Index d_kv_in, Index n_heads,
-                                        Index n_kv_heads, Index d_head, Index d_v, Index d_out,
-                                        bool biases, unsigned seed, double amp = 0.5,
-                                        double lo = -0.5) {
+RefHeadsWeights<T> random_heads_weights(Index d_in, Index d_kv_in, Index n_heads, Index n_kv_heads,
+                                        Index d_head, Index d_v, Index d_out, bool biases,
+                                        unsigned seed, double amp = 0.5, double lo = -0.5) {
   auto rnd = [&](Index r, Index c, unsigned s) {
     RowMatrix<T> m = random_matrix<T>(r, c, s, amp);
     m.array() += static_cast<T>(lo + amp);
@@ -103,7 +102,11 @@ RowMatrix<T> reference_heads(const RowMatrix<T>& xq, const RowMatrix<T>& xkv,
   return ref_affine(y, w.w_o, w.b_o);
 }
 
-inline long double ref_exp(long double x) { return std::exp(x); }
-inline long double ref_identity(long double x) { return x; }
+inline long double ref_exp(long double x) {
+  return std::exp(x);
+}
+inline long double ref_identity(long double x) {
+  return x;
+}
 
 }  // namespace kappa::testing

@@ -94,10 +94,11 @@ class KVCache {
   ///         past a FixedCapacity. On an error the cache is unchanged.
   void append(ConstMatrixRef<T> k, ConstMatrixRef<T> v) {
     const Index h = config_.n_kv_heads, dk = config_.d_head, dv = config_.value_width();
-    require_shapes(k.cols() == h * dk, "KVCache::append", "k", k.rows(), k.cols(), "the expected shape",
-                   k.rows(), h * dk, "k is n x (H_kv d_head)");
+    require_shapes(k.cols() == h * dk, "KVCache::append", "k", k.rows(), k.cols(),
+                   "the expected shape", k.rows(), h * dk, "k is n x (H_kv d_head)");
     require_shapes(v.cols() == h * dv && v.rows() == k.rows(), "KVCache::append", "v", v.rows(),
-                   v.cols(), "the expected shape", k.rows(), h * dv, "v is n x (H_kv d_v), n as in k");
+                   v.cols(), "the expected shape", k.rows(), h * dv,
+                   "v is n x (H_kv d_v), n as in k");
     std::vector<ConstMatrixRef<T>> rows;
     rows.reserve(static_cast<std::size_t>(2 * h));
     for (Index g = 0; g < h; ++g) rows.emplace_back(k.middleCols(g * dk, dk));
@@ -127,7 +128,8 @@ class KVCache {
  private:
   static KVCacheConfig checked(KVCacheConfig c) {
     if (c.n_kv_heads < 1 || c.d_head < 1 || c.d_v < 0) {
-      throw std::invalid_argument("kappa: KVCache: n_kv_heads and d_head must be >= 1 and d_v >= 0");
+      throw std::invalid_argument(
+          "kappa: KVCache: n_kv_heads and d_head must be >= 1 and d_v >= 0");
     }
     return c;
   }

@@ -76,16 +76,21 @@ class TokenStore {
   /// Streams of the given widths (each >= 1).
   /// \throws std::invalid_argument for a width < 1, a FixedCapacity < 0, a
   ///         window < 1 or a Growable initial capacity < 0.
-  TokenStore(std::vector<Index> widths, R retention) : retention_(retention), widths_(std::move(widths)) {
+  TokenStore(std::vector<Index> widths, R retention)
+      : retention_(retention), widths_(std::move(widths)) {
     for (Index w : widths_) {
-      if (w < 1) throw std::invalid_argument("kappa: cache: stream width must be >= 1, got " + std::to_string(w));
+      if (w < 1)
+        throw std::invalid_argument("kappa: cache: stream width must be >= 1, got " +
+                                    std::to_string(w));
     }
     Index cap = 0;
     if constexpr (std::same_as<R, Growable>) {
-      if (retention_.initial_capacity < 0) throw std::invalid_argument("kappa: cache: Growable initial_capacity must be >= 0");
+      if (retention_.initial_capacity < 0)
+        throw std::invalid_argument("kappa: cache: Growable initial_capacity must be >= 0");
       cap = retention_.initial_capacity;
     } else if constexpr (std::same_as<R, FixedCapacity>) {
-      if (retention_.capacity < 0) throw std::invalid_argument("kappa: cache: FixedCapacity capacity must be >= 0");
+      if (retention_.capacity < 0)
+        throw std::invalid_argument("kappa: cache: FixedCapacity capacity must be >= 0");
       cap = retention_.capacity;
     } else {
       if (retention_.window < 1) {
@@ -119,7 +124,9 @@ class TokenStore {
     return w * sizeof(T);
   }
   /// Bytes of the live rows (what attention over the cache reads).
-  [[nodiscard]] std::size_t bytes() const { return static_cast<std::size_t>(stored()) * bytes_per_token(); }
+  [[nodiscard]] std::size_t bytes() const {
+    return static_cast<std::size_t>(stored()) * bytes_per_token();
+  }
   /// Bytes allocated (capacity rows).
   [[nodiscard]] std::size_t capacity_bytes() const {
     return static_cast<std::size_t>(capacity()) * bytes_per_token();
@@ -163,8 +170,9 @@ class TokenStore {
     const Index n = rows[0].rows();
     for (std::size_t s = 0; s < rows.size(); ++s) {
       require_shapes(rows[s].rows() == n && rows[s].cols() == widths_[s], "cache append",
-                     "stream " + std::to_string(s), rows[s].rows(), rows[s].cols(), "the expected shape",
-                     n, widths_[s], "each stream gets n rows of its own width");
+                     "stream " + std::to_string(s), rows[s].rows(), rows[s].cols(),
+                     "the expected shape", n, widths_[s],
+                     "each stream gets n rows of its own width");
     }
     if (n == 0) return;
     if constexpr (R::kWindowed) {

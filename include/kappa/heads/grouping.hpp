@@ -29,9 +29,9 @@ struct MultiHead {
   /// H_kv for H query heads; `requested` must be 0 (meaning H) or H.
   static Index kv_heads(Index n_heads, Index requested) {
     if (requested != 0 && requested != n_heads) {
-      throw std::invalid_argument("kappa: multi-head attention has n_kv_heads = n_heads = " +
-                                  std::to_string(n_heads) + ", got n_kv_heads = " +
-                                  std::to_string(requested) + " (use GroupedQuery)");
+      throw std::invalid_argument(
+          "kappa: multi-head attention has n_kv_heads = n_heads = " + std::to_string(n_heads) +
+          ", got n_kv_heads = " + std::to_string(requested) + " (use GroupedQuery)");
     }
     return n_heads;
   }
@@ -61,8 +61,8 @@ struct MultiQuery {
   static Index kv_heads(Index n_heads, Index requested) {
     if (requested != 0 && requested != 1) {
       throw std::invalid_argument("kappa: multi-query attention has n_kv_heads = 1, got " +
-                                  std::to_string(requested) + " (with n_heads = " +
-                                  std::to_string(n_heads) + ")");
+                                  std::to_string(requested) +
+                                  " (with n_heads = " + std::to_string(n_heads) + ")");
     }
     return 1;
   }
@@ -88,9 +88,7 @@ struct GroupedRows {
     Inner b;
     Index group;
     [[nodiscard]] KeyRange range(Index r) const { return b.range(r / group); }
-    [[nodiscard]] bool allowed(Index r, Index j) const
-      requires Inner::kHasHoles
-    {
+    [[nodiscard]] bool allowed(Index r, Index j) const requires Inner::kHasHoles {
       return b.allowed(r / group, j);
     }
   };

@@ -67,8 +67,8 @@ struct HeadsConfig {
 /// `rows` refers to the caller's matrix, nothing is copied.
 template <Scalar T>
 struct SequenceBatch {
-  ConstMatrixRef<T> rows;     ///< (sum_b N_b, d)
-  std::vector<Index> lengths; ///< N_b, each >= 0
+  ConstMatrixRef<T> rows;      ///< (sum_b N_b, d)
+  std::vector<Index> lengths;  ///< N_b, each >= 0
 
   /// Prefix sums of the lengths: B + 1 entries, offsets()[0] = 0.
   /// \throws ShapeError if a length is negative or they do not sum to rows.rows().
@@ -275,7 +275,8 @@ class MultiHeadAttention {
   /// (N_KV x d_kv_in), as in the original decoder; mask bound to (N_Q, N_KV).
   /// Returns Y (N_Q x d_out).
   template <class M = NoMask>
-  RowMatrix<T> forward_cross(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv, const M& mask = {}) const {
+  RowMatrix<T> forward_cross(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv,
+                             const M& mask = {}) const {
     static_assert(check_mask<M>());
     const std::vector<Index> q_off{0, xq.rows()}, kv_off{0, xkv.rows()};
     return run(xq, q_off, xkv, kv_off, mask);
@@ -302,9 +303,9 @@ class MultiHeadAttention {
                              const M& mask = {}) const {
     static_assert(check_mask<M>());
     if (xq.lengths.size() != xkv.lengths.size()) {
-      throw ShapeError("kappa: MultiHeadAttention::forward_cross: " +
-                       std::to_string(xq.lengths.size()) + " query sequences but " +
-                       std::to_string(xkv.lengths.size()) + " key/value sequences");
+      throw ShapeError(
+          "kappa: MultiHeadAttention::forward_cross: " + std::to_string(xq.lengths.size()) +
+          " query sequences but " + std::to_string(xkv.lengths.size()) + " key/value sequences");
     }
     return run(xq.rows, xq.offsets(), xkv.rows, xkv.offsets(), mask);
   }
@@ -431,9 +432,8 @@ class MultiHeadAttention {
           if (c.length() + (off[b + 1] - off[b]) > c.capacity()) {
             throw RangeError("kappa: cache: appending " + std::to_string(off[b + 1] - off[b]) +
                              " tokens to " + std::to_string(c.length()) +
-                             " would exceed the fixed capacity of " +
-                             std::to_string(c.capacity()) + " tokens (sequence " +
-                             std::to_string(b) + ")");
+                             " would exceed the fixed capacity of " + std::to_string(c.capacity()) +
+                             " tokens (sequence " + std::to_string(b) + ")");
           }
         }
       }
@@ -496,9 +496,10 @@ class MultiHeadAttention {
     }
     if (c.d_head == 0) {
       if (c.d_in % c.n_heads != 0) {
-        throw std::invalid_argument("kappa: MultiHeadAttention: d_head = 0 means d_in / n_heads, "
-                                    "but n_heads = " + std::to_string(c.n_heads) +
-                                    " does not divide d_in = " + std::to_string(c.d_in));
+        throw std::invalid_argument(
+            "kappa: MultiHeadAttention: d_head = 0 means d_in / n_heads, "
+            "but n_heads = " +
+            std::to_string(c.n_heads) + " does not divide d_in = " + std::to_string(c.d_in));
       }
       c.d_head = c.d_in / c.n_heads;
     }
@@ -518,15 +519,15 @@ class MultiHeadAttention {
                    "the expected shape", rows, cols, rule);
   }
   static void expect_bias(const char* what, const char* name, const RowVector<T>& b, Index n) {
-    require_shapes(b.size() == 0 || b.size() == n, what, name, 1, b.size(), "the expected shape",
-                   1, n, "a bias is one row, or empty for none");
+    require_shapes(b.size() == 0 || b.size() == n, what, name, 1, b.size(), "the expected shape", 1,
+                   n, "a bias is one row, or empty for none");
   }
   static void check_input(const char* what, const char* name, const ConstMatrixRef<T>& x,
                           Index cols, const char* width_name) {
     if (x.cols() == cols) return;
     throw ShapeError(std::string("kappa: ") + what + ": " + name + " is " + shape_of(x) +
-                     " but the layer expects " + std::to_string(cols) + " columns (" +
-                     width_name + ")");
+                     " but the layer expects " + std::to_string(cols) + " columns (" + width_name +
+                     ")");
   }
   template <cache::RetentionPolicy R>
   void check_cache(const char* what, const KVCache<T, R>& cache) const {
@@ -598,9 +599,9 @@ class MultiHeadAttention {
     check_input(what, "X^K", xkv, config_.d_kv_in, "d_kv_in");
     const Index h_kv = config_.n_kv_heads, dh = config_.d_head, dv = config_.d_v;
     RowMatrix<T> q, k, v;
-    project(xq, w_q_, b_q_, q);    // (N_Q, H d_head)
-    project(xkv, w_k_, b_k_, k);   // (N_KV, H_kv d_head)
-    project(xkv, w_v_, b_v_, v);   // (N_KV, H_kv d_v)
+    project(xq, w_q_, b_q_, q);   // (N_Q, H d_head)
+    project(xkv, w_k_, b_k_, k);  // (N_KV, H_kv d_head)
+    project(xkv, w_v_, b_v_, v);  // (N_KV, H_kv d_v)
     for (std::size_t b = 0; b + 1 < q_off.size(); ++b) {
       apply_position(q, config_.n_heads, q_off[b], q_off[b + 1] - q_off[b], 0);
       apply_position(k, h_kv, kv_off[b], kv_off[b + 1] - kv_off[b], 0);

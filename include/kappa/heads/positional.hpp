@@ -32,7 +32,9 @@ namespace kappa {
 /// first_position + i) in place. kappa::Rope<T> (embed/rope.hpp) is one;
 /// NoPosition is one for every T.
 template <class P, class T>
-concept PositionalPolicy = requires(const P& p, MatrixRef<T> x, Index pos) { p.apply(x, pos); };
+concept PositionalPolicy = requires(const P& p, MatrixRef<T> x, Index pos) {
+  p.apply(x, pos);
+};
 
 /// No positional information inside attention (positions were added to the
 /// embeddings, or the model has none): apply() does nothing.

@@ -42,9 +42,9 @@ enum class NpyType { kFloat32, kFloat64, kInt32, kInt64 };
 /// What a .npy header says about its array.
 struct NpyHeader {
   NpyType type = NpyType::kFloat64;
-  bool little_endian = true;  ///< byte order of the stored elements
-  bool fortran_order = false; ///< column-major storage
-  std::vector<Index> shape;   ///< empty for a scalar (0-d array)
+  bool little_endian = true;    ///< byte order of the stored elements
+  bool fortran_order = false;   ///< column-major storage
+  std::vector<Index> shape;     ///< empty for a scalar (0-d array)
   std::size_t data_offset = 0;  ///< byte offset of the first element in the file
 
   /// Product of the shape (1 for a scalar).
