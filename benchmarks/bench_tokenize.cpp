@@ -7,7 +7,7 @@
 //
 // Inputs: tests/data/tokenize/bench/{english,cjk}.txt, each repeated (whole
 // copies) to at least 1 MiB. Vocabularies: tests/tokenize/peer/vocab/ (run
-// .ci/setup.d/tokenize-peers.sh once); without them the benchmarks report an
+// tests/tokenize/peer/setup.sh once); without them the benchmarks report an
 // error instead of a figure.
 //
 // Also: BM_Split_* (pre-tokenization alone, the share of the time spent
@@ -51,7 +51,7 @@ const Tok* load(const std::function<Tok()>& f, benchmark::State& state) {
     static const Tok tok = f();
     return &tok;
   } catch (const std::exception& e) {
-    state.SkipWithError((std::string(e.what()) + " (run .ci/setup.d/tokenize-peers.sh)").c_str());
+    state.SkipWithError((std::string(e.what()) + " (run tests/tokenize/peer/setup.sh)").c_str());
     return nullptr;
   }
 }

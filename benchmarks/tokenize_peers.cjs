@@ -4,7 +4,7 @@
 //
 //   node benchmarks/tokenize_peers.cjs [path/to/bench_tokenize] [--reps N]
 //
-// Peers (installed by .ci/setup.d/tokenize-peers.sh in tests/tokenize/peer):
+// Peers (installed by tests/tokenize/peer/setup.sh in tests/tokenize/peer):
 //   tiktoken  @dqbd/tiktoken: tiktoken's Rust core compiled to WebAssembly,
 //             encode_ordinary() on gpt2, cl100k_base, o200k_base;
 //   HF        @anush008/tokenizers: Hugging Face tokenizers' native Rust

