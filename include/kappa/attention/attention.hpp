@@ -21,7 +21,9 @@
 // Cost: 2 N_Q N_KV d_QK + 2 N_Q N_KV d_V flops (4 N_Q N_KV d when equal) plus
 // N_Q N_KV kernel evaluations. attention() works on blocks of query rows, so
 // its scratch memory is O(block x N_KV), not N_Q x N_KV; with a causal or
-// sliding-window mask it skips the keys no row of a block can see.
+// sliding-window mask it skips the keys no row of a block can see. A decode
+// step (at most kFewQueryRows queries seeing the same keys) is computed
+// transposed so that the long key dimension drives the GEMMs.
 #pragma once
 
 #include <algorithm>
@@ -54,7 +56,14 @@ struct AttentionWorkspace {
   std::vector<T> scores;  // block of A
   std::vector<T> z;       // block of diag(Z)
   RowMatrix<T> phi_q, phi_k;  // feature maps (feature-map kernels only)
+  // Few-query path: s Q, A^T and (A V)^T, column-major (one query per column).
+  RowMatrix<T> q_scaled;
+  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> scores_t, y_t;
 };
+
+/// Up to this many query rows that share one key range (a decode step: one
+/// token, or the heads of one token stacked as rows) take the transposed path.
+inline constexpr Index kFewQueryRows = 16;
 
 namespace detail {
 
@@ -187,6 +196,59 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
   }
 }
 
+/// The decode-shaped case: m <= kFewQueryRows queries that all see the same
+/// keys [b, e). Computed transposed,
+///     A^T = f(K (s Q)^T)    (span x m),      (A V)^T = V^T A^T    (d_V x m),
+/// so the long key dimension is the GEMM's row dimension and the few queries
+/// its narrow column dimension, which Eigen's kernels tile well (the m x span
+/// product with m = 1..16 runs as a GEMV-like loop otherwise). K and V are
+/// each read once. Returns false, writing nothing, when it does not apply.
+template <class T, class K, class B>
+bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
+                    const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v, MatrixRef<T>& y,
+                    AttentionWorkspace<T>& ws) {
+  if constexpr (!ScoreKernel<K> || B::kHasHoles) {
+    return false;
+  } else {
+    const Index m = q.rows();
+    if (m > kFewQueryRows) return false;
+    const KeyRange keys = bound.range(0);
+    for (Index i = 1; i < m; ++i) {
+      const KeyRange r = bound.range(i);
+      if (r.begin != keys.begin || r.end != keys.end) return false;
+    }
+    const Index span = keys.size();
+    if (span == 0) {
+      y.setZero();
+      return true;
+    }
+    ws.q_scaled.noalias() = static_cast<T>(kernel.scale_for(q.cols())) * q;               // (m, d_QK)
+    ws.scores_t.noalias() = k.middleRows(keys.begin, span) * ws.q_scaled.transpose();  // (span, m)
+    for (Index i = 0; i < m; ++i) {
+      T* col = ws.scores_t.col(i).data();
+      if constexpr (ShiftInvariantKernel<K>) {
+        Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(col, span);
+        a -= a.maxCoeff();
+      }
+      if constexpr (HasVectorForm<K, T>) {
+        kernel.apply(col, span);
+      } else {
+        for (Index j = 0; j < span; ++j) col[j] = kernel(col[j]);
+      }
+    }
+    ws.y_t.noalias() = v.middleRows(keys.begin, span).transpose() * ws.scores_t;  // (d_V, m)
+    for (Index i = 0; i < m; ++i) {
+      const T z = ws.scores_t.col(i).sum();
+      if (z != T(0)) {
+        y.row(i) = ws.y_t.col(i).transpose() * (T(1) / z);
+      } else {
+        y.row(i).setZero();
+      }
+    }
+    return true;
+  }
+}
+
 }  // namespace detail
 
 /// Y = Z^-1 A V with A = f_kappa(s Q K^T) masked, written into `y`
@@ -211,6 +273,7 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
     y.setZero();
     return;
   }
+  if (detail::few_query_rows<T>(kernel, bound, q, k, v, y, ws)) return;
   const Index block = detail::block_rows<T>(n_q, k.rows());
   const Index n_blocks = (n_q + block - 1) / block;
 
