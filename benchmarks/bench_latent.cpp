@@ -9,7 +9,8 @@
 //       cache of `len` tokens (the cache is rolled back after each step, so
 //       its length stays fixed). Counters: tokens/s; cache_GB/s = live cache
 //       bytes / step time (what a step must read at least); total_GB/s adds
-//       the layer's weights, which a step reads too.
+//       the layer's weights, which a step reads too; cache_GFLOP/s = flops of
+//       the work over the cache (the absorbed path is compute-bound).
 //   BM_MemoryCopy/bytes/threads   memcpy of the same number of bytes as a
 //       cache: the bandwidth ceiling, in the same binary.
 //   BM_Prefill<Path>/N   causal prefill of N tokens through the layer, tokens/s
@@ -100,6 +101,16 @@ void BM_DecodeMLA(benchmark::State& st) {
     cache.truncate(len);
   }
   decode_counters(st, double(cache.bytes()), weight_bytes(mla.weights()));
+  // Flops over the cache per step: absorbed, scores and values against the
+  // latent rows for H stacked heads; naive, up-projecting K^C_h and V_h for
+  // every cached token first. Decode over the cache is compute-bound for the
+  // absorbed path (about 34 flops per cached byte with 16 heads).
+  const double L = double(len), H = kHeads, dc = kDLatent, dr = kDRope, dh = kDHead;
+  const double flops = std::is_same_v<Path, kappa::AbsorbedLatent>
+                           ? 2 * L * H * (dc + dr) + 2 * L * H * dc
+                           : 2 * L * dc * H * (dh + dh) + 2 * L * H * (dh + dr) + 2 * L * H * dh;
+  st.counters["cache_GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 void BM_DecodeMLA_Absorbed(benchmark::State& st) { BM_DecodeMLA<kappa::AbsorbedLatent>(st); }
 void BM_DecodeMLA_Naive(benchmark::State& st) { BM_DecodeMLA<kappa::NaiveLatent>(st); }
