@@ -42,71 +42,7 @@ template <class T>
 struct HeadsScratch {
   AttentionWorkspace<T> ws;
   RowMatrix<T> qg, yg;
-  // decode_rows(): s Q, A^T and (A V)^T, column-major so that every query is
-  // one contiguous column.
-  RowMatrix<T> qs;
-  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> scores_t, y_t;
 };
-
-/// At most this many query rows per kv head take the decode path below.
-inline constexpr Index kDecodeRows = 16;
-
-/// The decode step's attention for a few query rows (m <= kDecodeRows, e.g.
-/// the G heads of one new token) that all see the same key interval: the
-/// products are computed transposed,
-///     A^T = f(K (s Q)^T)    (span x m),     (A V)^T = V^T A^T    (d_v x m),
-/// so that the long key dimension is the GEMM's row dimension and the m
-/// queries its narrow column dimension, which Eigen's kernels tile well
-/// (with m = 4 about 1.5x faster than Q K^T here); K and V are each streamed
-/// once. Returns false (nothing written) when it does not apply: a
-/// feature-map kernel, more rows, a mask with holes, or rows with different
-/// key ranges. Same conventions as attention_into: a row whose normalizer is
-/// zero, or that sees no key, is zero.
-template <class T, class K, class B>
-bool decode_rows(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v,
-                 MatrixRef<T> y, const K& kernel, const B& bound, HeadsScratch<T>& s) {
-  if constexpr (!ScoreKernel<K> || B::kHasHoles) {
-    return false;
-  } else {
-    const Index m = q.rows();
-    if (m == 0 || m > kDecodeRows) return false;
-    const KeyRange keys = bound.range(0);
-    for (Index i = 1; i < m; ++i) {
-      const KeyRange r = bound.range(i);
-      if (r.begin != keys.begin || r.end != keys.end) return false;
-    }
-    const Index span = keys.size();
-    if (span == 0) {
-      y.setZero();
-      return true;
-    }
-    s.qs.resize(m, q.cols());
-    s.qs.noalias() = static_cast<T>(kernel.scale_for(q.cols())) * q;  // (m, d_QK)
-    s.scores_t.resize(span, m);
-    s.scores_t.noalias() = k.middleRows(keys.begin, span) * s.qs.transpose();  // (span, m)
-    for (Index i = 0; i < m; ++i) {
-      T* col = s.scores_t.col(i).data();
-      Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(col, span);
-      if constexpr (ShiftInvariantKernel<K>) a -= a.maxCoeff();
-      if constexpr (HasVectorForm<K, T>) {
-        kernel.apply(col, span);
-      } else {
-        for (Index j = 0; j < span; ++j) col[j] = kernel(col[j]);
-      }
-    }
-    s.y_t.resize(v.cols(), m);
-    s.y_t.noalias() = v.middleRows(keys.begin, span).transpose() * s.scores_t;  // (d_V, m)
-    for (Index i = 0; i < m; ++i) {
-      const T z = s.scores_t.col(i).sum();
-      if (z != T(0)) {
-        y.row(i) = s.y_t.col(i).transpose() * (T(1) / z);
-      } else {
-        y.row(i).setZero();
-      }
-    }
-    return true;
-  }
-}
 
 /// Attends the G query heads of kv head g for one sequence. q: the
 /// sequence's (n_q x H d_head) rows of Q; kg (n_kv x d_head), vg (n_kv x d_v);
@@ -117,10 +53,6 @@ void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& 
                   const M& mask, HeadsScratch<T>& s) {
   const Index dh = kg.cols(), dv = vg.cols(), n_q = q.rows();
   if (grp == 1) {
-    if (n_q == 1 && decode_rows<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv),
-                                   kernel, mask.bind(1, kg.rows()), s)) {
-      return;
-    }
     attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
                       mask);
     return;
@@ -130,7 +62,6 @@ void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& 
     // One query: its G heads are G contiguous rows of d_head, no copy.
     const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
     Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
-    if (decode_rows<T>(qg, kg, vg, yg, kernel, grouped.bind(grp, kg.rows()), s)) return;
     attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
     return;
   }

@@ -49,6 +49,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/embed/rope.hpp"
+#include "kappa/heads/grouping.hpp"
 #include "kappa/transformer/norms.hpp"
 
 namespace kappa {
@@ -193,26 +194,6 @@ class LatentCache {
   Store store_;
 };
 
-namespace detail {
-
-/// Causal mask for head-stacked queries: row r is head r % H of the query at
-/// position offset + r / H (the rows of an N_Q x (H w) matrix viewed as
-/// (N_Q H) x w). offset = N_KV - N_Q as for CausalMask.
-struct HeadStackedCausal {
-  Index n_heads = 1;
-  struct Bound {
-    static constexpr bool kHasHoles = false;
-    Index n_heads, offset, n_kv;
-    [[nodiscard]] KeyRange range(Index r) const {
-      return {0, clamp_index(offset + r / n_heads + 1, 0, n_kv)};
-    }
-  };
-  [[nodiscard]] Bound bind(Index n_rows, Index n_kv) const {
-    return {n_heads, n_kv - n_rows / n_heads, n_kv};
-  }
-};
-
-}  // namespace detail
 
 /// Multi-head latent attention (DeepSeek-V2), causal self-attention.
 ///
@@ -421,8 +402,9 @@ class LatentAttention {
     Eigen::Map<RowMatrix<T>> o_stacked(o_lat.data(), n_q * h_n, dc);
     AttentionWorkspace<T> ws;
     const kernels::Softmax softmax{.scale = static_cast<double>(scale_)};
+    const CausalMask causal{};  // row i H + h is token i: GroupedRows maps it back
     attention_into<T>(q_stacked, kv, kv.leftCols(dc), o_stacked, ws, softmax,
-                      detail::HeadStackedCausal{h_n});
+                      GroupedRows<CausalMask>{&causal, h_n});
     RowMatrix<T> o(n_q, h_n * dv);  // [O_1 ... O_H], O_h = (A_h c_KV / Z_h) W^UV_h
     for (Index h = 0; h < h_n; ++h) {
       o.middleCols(h * dv, dv).noalias() =
