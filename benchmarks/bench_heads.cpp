@@ -23,6 +23,8 @@
 // The last argument is the thread count (1 or 2; OpenMP build).
 #include <benchmark/benchmark.h>
 
+#include "bench_common.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -218,24 +220,9 @@ void BM_DecodeAttention(benchmark::State& st) {
 
 // Args: layout, cache length, threads: copies the bytes BM_DecodeAttention reads.
 void BM_MemoryCopy(benchmark::State& st) {
-  const std::size_t bytes = cache_bytes(kKvHeads[st.range(0)], st.range(1));
   const int threads = static_cast<int>(st.range(2));
   set_threads(st, threads);
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  for (int i = 0; i < 2; ++i) std::memcpy(dst.data(), src.data(), bytes);  // warm up
-  for (auto _ : st) {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static)
-#endif
-    for (int t = 0; t < threads; ++t) {
-      const std::size_t lo = bytes * t / threads, hi = bytes * (t + 1) / threads;
-      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
-    }
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  st.counters["GB/s"] =
-      benchmark::Counter(double(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  kappa_bench::memory_copy(st, cache_bytes(kKvHeads[st.range(0)], st.range(1)), threads);
 }
 
 // Args: layout, cache length, threads: sums the bytes BM_DecodeAttention reads.

@@ -18,6 +18,8 @@
 //       Eigen GEMM N x 2048 x 2048 (the machine's GEMM rate at this width).
 #include <benchmark/benchmark.h>
 
+#include "bench_common.hpp"
+
 #include <cstring>
 #include <vector>
 
@@ -150,23 +152,9 @@ void BM_DecodeGQA(benchmark::State& st) {
 
 // Args: cache length, bytes per token (which layout's cache), threads.
 void BM_MemoryCopy(benchmark::State& st) {
-  const std::size_t bytes = static_cast<std::size_t>(st.range(0) * st.range(1));
   const int threads = static_cast<int>(st.range(2));
   if (!set_threads(st, threads)) return;
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  for (auto _ : st) {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static)
-#endif
-    for (int t = 0; t < threads; ++t) {
-      const std::size_t lo = bytes * t / threads, hi = bytes * (t + 1) / threads;
-      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
-    }
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  st.counters["GB/s"] =
-      benchmark::Counter(double(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  kappa_bench::memory_copy(st, static_cast<std::size_t>(st.range(0) * st.range(1)), threads);
 }
 
 // Flops of one causal prefill of n tokens, per path (multiply-add = 2).
