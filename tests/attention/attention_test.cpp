@@ -307,6 +307,32 @@ TYPED_TEST(AttentionTest, WorkspaceReuseGivesSameResult) {
   }
 }
 
+// Decode-shaped calls (<= 16 queries, same keys) over more than kSplitKeys
+// keys are computed in key chunks and recombined: equal to the reference,
+// also with large logits (the chunks' maxima differ) and a linear kernel.
+TYPED_TEST(AttentionTest, FewQueriesOverManyKeysSplitAndRecombine) {
+  using T = TypeParam;
+  const Index n_kv = 2 * kSplitKeys + 1234;
+  const RowMatrix<T> k = random_matrix<T>(n_kv, 8, 91, 4.0);
+  const RowMatrix<T> v = random_matrix<T>(n_kv, 5, 92);
+  const auto all = [](Index, Index) { return true; };
+  for (Index m : {Index{1}, Index{16}}) {
+    const RowMatrix<T> q = random_matrix<T>(m, 8, 93, 4.0);
+    expect_close<T>(attention(q, k, v), reference_attention<T>(q, k, v, 1 / std::sqrt(8.0), kExp, true, all), 10.0);
+    expect_close<T>(attention(q, k, v, kernels::Softmax{.scale = 3.0}),
+                    reference_attention<T>(q, k, v, 3.0, kExp, true, all), 100.0);
+    const RowMatrix<T> kp = (k.array() + T(5)).matrix(), qp = (q.array() + T(5)).matrix();
+    expect_close<T>(attention(qp, kp, v, kernels::Linear{}),
+                    reference_attention<T>(qp, kp, v, 1.0, [](long double x) { return x; }, false, all), 10.0);
+    // Causal with the default offset: every query row sees all keys here
+    // only if m == 1; with 16 rows the ranges differ and the blocked path runs.
+    expect_close<T>(attention(q, k, v, kernels::Softmax{}, CausalMask{}),
+                    reference_attention<T>(q, k, v, 1 / std::sqrt(8.0), kExp, true, [&](Index i, Index j) {
+                      return j <= n_kv - m + i;
+                    }), 10.0);
+  }
+}
+
 TEST(AttentionErrors, ShapeMismatchesNameBothShapes) {
   const RowMatrix<float> q(4, 8), k(5, 7), v(5, 3), v_bad(6, 3), k_ok(5, 8);
   const auto expect_msg = [](const auto& call, const std::string& a, const std::string& b) {

@@ -17,10 +17,10 @@ TEST(Threading, BuiltWithOpenMP) {
 }
 
 template <class K, class M>
-void expect_thread_independent(const K& kernel, const M& mask) {
-  const RowMatrix<float> q = testing::random_matrix<float>(517, 32, 1);
-  const RowMatrix<float> k = testing::random_matrix<float>(600, 32, 2);
-  const RowMatrix<float> v = testing::random_matrix<float>(600, 24, 3);
+void expect_thread_independent(const K& kernel, const M& mask, Index n_q = 517, Index n_kv = 600) {
+  const RowMatrix<float> q = testing::random_matrix<float>(n_q, 32, 1);
+  const RowMatrix<float> k = testing::random_matrix<float>(n_kv, 32, 2);
+  const RowMatrix<float> v = testing::random_matrix<float>(n_kv, 24, 3);
   set_num_threads(1);
   const RowMatrix<float> y1 = attention(q, k, v, kernel, mask);
   set_num_threads(2);
@@ -34,6 +34,10 @@ TEST(Threading, AttentionIsIndependentOfThreadCount) {
   expect_thread_independent(kernels::Softmax{}, CausalMask{});
   expect_thread_independent(kernels::Linear{}, SlidingWindowMask{.window = 50});
   expect_thread_independent(kernels::EluPlusOne{}, CausalMask{});
+  // Decode-shaped: key chunks run on separate threads, recombined in order.
+  expect_thread_independent(kernels::Softmax{}, NoMask{}, 1, 3 * kSplitKeys + 5);
+  expect_thread_independent(kernels::Softmax{}, CausalMask{}, 1, 3 * kSplitKeys + 5);
+  expect_thread_independent(kernels::Linear{}, NoMask{}, 16, 2 * kSplitKeys);
 }
 
 }  // namespace

@@ -30,6 +30,10 @@
 #include <limits>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
@@ -56,14 +60,18 @@ struct AttentionWorkspace {
   std::vector<T> scores;  // block of A
   std::vector<T> z;       // block of diag(Z)
   RowMatrix<T> phi_q, phi_k;  // feature maps (feature-map kernels only)
-  // Few-query path: s Q, A^T and (A V)^T, column-major (one query per column).
+  // Few-query path: s Q; per thread a chunk of A^T; per key chunk (A V)^T,
+  // and the chunks' row maxima and sums (column-major: one query per column).
   RowMatrix<T> q_scaled;
-  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> scores_t, y_t;
+  std::vector<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>> split_scores{1};
+  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> split_y, split_mz;
 };
 
 /// Up to this many query rows that share one key range (a decode step: one
 /// token, or the heads of one token stacked as rows) take the transposed path.
 inline constexpr Index kFewQueryRows = 16;
+/// Keys per chunk of the few-query path (chunks run on separate threads).
+inline constexpr Index kSplitKeys = 4096;
 
 namespace detail {
 
@@ -201,8 +209,10 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
 ///     A^T = f(K (s Q)^T)    (span x m),      (A V)^T = V^T A^T    (d_V x m),
 /// so the long key dimension is the GEMM's row dimension and the few queries
 /// its narrow column dimension, which Eigen's kernels tile well (the m x span
-/// product with m = 1..16 runs as a GEMV-like loop otherwise). K and V are
-/// each read once. Returns false, writing nothing, when it does not apply.
+/// product with m = 1..16 runs as a GEMV-like loop otherwise), in chunks of
+/// kSplitKeys keys spread over the threads ("split-K", as flash decoding).
+/// K and V are each read once. Returns false, writing nothing, when it does
+/// not apply.
 template <class T, class K, class B>
 bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
                     const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v, MatrixRef<T>& y,
@@ -222,27 +232,66 @@ bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
       y.setZero();
       return true;
     }
-    ws.q_scaled.noalias() = static_cast<T>(kernel.scale_for(q.cols())) * q;               // (m, d_QK)
-    ws.scores_t.noalias() = k.middleRows(keys.begin, span) * ws.q_scaled.transpose();  // (span, m)
-    for (Index i = 0; i < m; ++i) {
-      T* col = ws.scores_t.col(i).data();
-      if constexpr (ShiftInvariantKernel<K>) {
-        Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(col, span);
-        a -= a.maxCoeff();
+    ws.q_scaled.noalias() = static_cast<T>(kernel.scale_for(q.cols())) * q;  // (m, d_QK)
+    // Split the keys into fixed chunks of kSplitKeys (independent of the thread
+    // count, so results are too). Chunk c gives, per query i, its row max
+    // m_ci (shift-invariant kernels), z_ci = sum_j f(x_ij - m_ci) and
+    // y_ci = sum_j f(x_ij - m_ci) v_j; they combine as
+    //   m_i = max_c m_ci,  z_i = sum_c e^{m_ci - m_i} z_ci,  y_i = sum_c e^{m_ci - m_i} y_ci.
+    // Each chunk's products run single-threaded inside the parallel loop:
+    // Eigen's own threaded GEMM is up to 8x *slower* on this tall-skinny
+    // (span x d) (d x m) shape with 2 threads.
+    const Index n_chunks = (span + kSplitKeys - 1) / kSplitKeys;
+    ws.split_y.resize(v.cols(), m * n_chunks);  // [y_c0 | y_c1 | ...], (d_V, m) each
+    ws.split_mz.resize(2 * n_chunks, m);        // rows 2c: m_c, 2c + 1: z_c
+    const int threads = static_cast<int>(std::min<Index>(num_threads(), n_chunks));
+    if (static_cast<int>(ws.split_scores.size()) < threads) ws.split_scores.resize(threads);
+    auto chunk = [&](Index c, Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>& sc) {
+      const Index b0 = keys.begin + c * kSplitKeys;
+      const Index len = std::min(kSplitKeys, keys.end - b0);
+      sc.noalias() = k.middleRows(b0, len) * ws.q_scaled.transpose();  // (len, m)
+      for (Index i = 0; i < m; ++i) {
+        T* col = sc.col(i).data();
+        T shift = T(0);
+        if constexpr (ShiftInvariantKernel<K>) {
+          Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(col, len);
+          shift = a.maxCoeff();
+          a -= shift;
+        }
+        if constexpr (HasVectorForm<K, T>) {
+          kernel.apply(col, len);
+        } else {
+          for (Index j = 0; j < len; ++j) col[j] = kernel(col[j]);
+        }
+        ws.split_mz(2 * c, i) = shift;
+        ws.split_mz(2 * c + 1, i) = sc.col(i).sum();
       }
-      if constexpr (HasVectorForm<K, T>) {
-        kernel.apply(col, span);
-      } else {
-        for (Index j = 0; j < span; ++j) col[j] = kernel(col[j]);
-      }
+      ws.split_y.middleCols(c * m, m).noalias() = v.middleRows(b0, len).transpose() * sc;  // (d_V, m)
+    };
+#ifdef _OPENMP
+    if (threads > 1) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (Index c = 0; c < n_chunks; ++c) chunk(c, ws.split_scores[omp_get_thread_num()]);
+    } else
+#endif
+    {
+      for (Index c = 0; c < n_chunks; ++c) chunk(c, ws.split_scores[0]);
     }
-    ws.y_t.noalias() = v.middleRows(keys.begin, span).transpose() * ws.scores_t;  // (d_V, m)
     for (Index i = 0; i < m; ++i) {
-      const T z = ws.scores_t.col(i).sum();
+      T m_i = ws.split_mz(0, i);
+      for (Index c = 1; c < n_chunks; ++c) m_i = std::max(m_i, ws.split_mz(2 * c, i));
+      T z = T(0);
+      auto y_i = y.row(i);
+      y_i.setZero();
+      for (Index c = 0; c < n_chunks; ++c) {
+        const T w = ShiftInvariantKernel<K> ? std::exp(ws.split_mz(2 * c, i) - m_i) : T(1);
+        z += w * ws.split_mz(2 * c + 1, i);
+        y_i += w * ws.split_y.col(c * m + i).transpose();
+      }
       if (z != T(0)) {
-        y.row(i) = ws.y_t.col(i).transpose() * (T(1) / z);
+        y_i *= T(1) / z;
       } else {
-        y.row(i).setZero();
+        y_i.setZero();
       }
     }
     return true;
