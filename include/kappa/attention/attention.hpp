@@ -72,6 +72,9 @@ struct AttentionWorkspace {
 inline constexpr Index kFewQueryRows = 16;
 /// Keys per chunk of the few-query path (chunks run on separate threads).
 inline constexpr Index kSplitKeys = 4096;
+/// Up to this many queries the few-query path streams K and V row by row
+/// (memory-bound); more queries use GEMMs (compute-bound).
+inline constexpr Index kStreamRows = 8;
 
 namespace detail {
 
@@ -249,7 +252,18 @@ bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
     auto chunk = [&](Index c, Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>& sc) {
       const Index b0 = keys.begin + c * kSplitKeys;
       const Index len = std::min(kSplitKeys, keys.end - b0);
-      sc.noalias() = k.middleRows(b0, len) * ws.q_scaled.transpose();  // (len, m)
+      const bool stream = m <= kStreamRows;
+      if (stream) {
+        // Few queries: memory-bound. One pass over the key rows, m dot
+        // products each, no packing copy of K (which a GEMM would make).
+        sc.resize(len, m);
+        for (Index j = 0; j < len; ++j) {
+          const auto k_j = k.row(b0 + j);
+          for (Index i = 0; i < m; ++i) sc(j, i) = k_j.dot(ws.q_scaled.row(i));
+        }
+      } else {
+        sc.noalias() = k.middleRows(b0, len) * ws.q_scaled.transpose();  // (len, m)
+      }
       for (Index i = 0; i < m; ++i) {
         T* col = sc.col(i).data();
         T shift = T(0);
@@ -266,7 +280,17 @@ bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
         ws.split_mz(2 * c, i) = shift;
         ws.split_mz(2 * c + 1, i) = sc.col(i).sum();
       }
-      ws.split_y.middleCols(c * m, m).noalias() = v.middleRows(b0, len).transpose() * sc;  // (d_V, m)
+      auto y_c = ws.split_y.middleCols(c * m, m);  // (d_V, m)
+      if (stream) {
+        // (A V)^T accumulated row by row of V: y_i += a_ij v_j, V read once.
+        y_c.setZero();
+        for (Index j = 0; j < len; ++j) {
+          const auto v_j = v.row(b0 + j).transpose();
+          for (Index i = 0; i < m; ++i) y_c.col(i).noalias() += sc(j, i) * v_j;
+        }
+      } else {
+        y_c.noalias() = v.middleRows(b0, len).transpose() * sc;
+      }
     };
 #ifdef _OPENMP
     if (threads > 1) {
