@@ -144,6 +144,27 @@ inline std::size_t whitespace_newlines(std::string_view s, std::size_t i) noexce
   return found;
 }
 
+/// \p{N}{1,3}: the end of 1 to 3 numbers starting with c (which is one).
+inline std::size_t digits_1_to_3(std::string_view s, const Ch& c) noexcept {
+  std::size_t j = c.end;
+  for (int k = 1; k < 3; ++k) {
+    const Ch d = peek(s, j);
+    if (!in(d, kN)) break;
+    j = d.end;
+  }
+  return j;
+}
+
+/// " ?[^\s\p{L}\p{N}]": the optional leading space's successor when it is
+/// an "other" character, else c itself.
+inline Ch space_then_other(std::string_view s, const Ch& c) noexcept {
+  if (c.cp == ' ') {
+    const Ch d = peek(s, c.end);
+    if (in(d, kO)) return d;
+  }
+  return c;
+}
+
 }  // namespace detail
 
 /// GPT-2's pattern (r50k_base, p50k_base):
@@ -177,20 +198,8 @@ struct Cl100kSplit {
       const Ch d = peek(s, c.end);
       if (in(d, kL)) return run(s, d.end, kL);
     }
-    if (in(c, kN)) {
-      std::size_t j = c.end;
-      for (int k = 1; k < 3; ++k) {
-        const Ch d = peek(s, j);
-        if (!in(d, kN)) break;
-        j = d.end;
-      }
-      return j;
-    }
-    Ch o = c;
-    if (c.cp == ' ') {
-      const Ch d = peek(s, c.end);
-      if (in(d, kO)) o = d;
-    }
+    if (in(c, kN)) return digits_1_to_3(s, c);
+    const Ch o = space_then_other(s, c);
     if (in(o, kO)) {
       std::size_t j = run(s, o.end, kO);
       for (;;) {
@@ -249,20 +258,8 @@ struct O200kSplit {
     if (prefix)
       if (const std::size_t e = upper_plus_lower_star(s, c.end)) return e;
     if (const std::size_t e = upper_plus_lower_star(s, i)) return e;
-    if (in(c, kN)) {
-      std::size_t j = c.end;
-      for (int k = 1; k < 3; ++k) {
-        const Ch d = peek(s, j);
-        if (!in(d, kN)) break;
-        j = d.end;
-      }
-      return j;
-    }
-    Ch o = c;
-    if (c.cp == ' ') {
-      const Ch d = peek(s, c.end);
-      if (in(d, kO)) o = d;
-    }
+    if (in(c, kN)) return digits_1_to_3(s, c);
+    const Ch o = space_then_other(s, c);
     if (in(o, kO)) {
       std::size_t j = run(s, o.end, kO);
       for (;;) {
