@@ -1,6 +1,7 @@
 // kappa/kappa.hpp - umbrella header: everything kappa offers.
 #pragma once
 
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -31,4 +32,4 @@
 #include "kappa/heads/multi_head_attention.hpp"
 #include "kappa/heads/positional.hpp"
 #include "kappa/io/npy.hpp"
-#include "kappa/transformer/norms.hpp"
+#include "kappa/nn/norms.hpp"

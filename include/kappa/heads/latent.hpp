@@ -50,7 +50,7 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/embed/rope.hpp"
 #include "kappa/heads/grouping.hpp"
-#include "kappa/transformer/norms.hpp"
+#include "kappa/nn/norms.hpp"
 
 namespace kappa {
 

@@ -1,4 +1,5 @@
-// kappa/transformer/norms.hpp - normalization layers.
+// kappa/nn/norms.hpp - normalization layers (nn/: per-token building blocks
+// that depend on core only, so heads/ and transformer/ may both include them).
 //
 // RMSNorm (Zhang & Sennrich 2019), as used by LLaMA and DeepSeek-V2, row by
 // row (one token per row):

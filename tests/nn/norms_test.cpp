@@ -1,9 +1,9 @@
-// Tests for kappa/transformer/norms.hpp: RMSNorm against its definition.
+// Tests for kappa/nn/norms.hpp: RMSNorm against its definition.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "kappa/transformer/norms.hpp"
+#include "kappa/nn/norms.hpp"
 
 namespace kappa {
 namespace {
