@@ -1,0 +1,838 @@
+#!/usr/bin/python3
+"""Tiny random-weight models in the exact Hugging Face directory layouts, with
+independent float64 reference outputs.
+
+    /usr/bin/python3 tests/reference/make_models.py [name ...]
+
+writes tests/data/models/<name>/ (all models when no name is given):
+  config.json, model.safetensors (or the sharded pair + index),
+  generation_config.json, tokenizer files, reference/*.npy, reference/tokens.json.
+
+The forwards live in hf_reference.py and were written from the upstream model
+code's semantics (see that module); nothing here looks at kappa's C++.
+Every model is seeded with torch.manual_seed, so the output is deterministic.
+Weights are drawn with scales large enough that attention is far from uniform
+and the greedy continuation has clear top-1/top-2 margins (checked).
+"""
+import json
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_reference as R  # noqa: E402
+
+torch.set_num_threads(1)
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "models"))
+
+# The short English text the tiny BPE merges are learned from (40 merges).
+TRAIN_TEXT = (
+    "The transformer is a model of attention. The attention of the model is the "
+    "weighted sum of the values; the weights are the softmax of the scores of the "
+    "queries and the keys. In the encoder and the decoder, every layer has attention "
+    "and a feed-forward network, and the tokens of the input are the rows of the matrix. "
+    "There is the theory and there is the thing that the tests test."
+)
+N_MERGES = 40
+
+# Texts for reference/tokens.json; "{EOS}" becomes the model's end-of-text token.
+TOKEN_TEXTS = [
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "caf\u00e9, na\u00efve r\u00e9sum\u00e9 \u2014 d\u00e9j\u00e0 vu",
+    "emoji \U0001F642\U0001F680 and \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8",
+    "it's  two  spaces\n\nand 12345 digits",
+    "the end{EOS} after",
+]
+
+_MERGES_CACHE = {}
+
+
+def merges_for(split):
+    key = split.__name__
+    if key not in _MERGES_CACHE:
+        _MERGES_CACHE[key] = R.train_merges(TRAIN_TEXT, N_MERGES, split)
+    return _MERGES_CACHE[key]
+
+
+# ----------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------
+
+class Init:
+    """Seeded weight factory (float32 numpy, the values written as F32)."""
+
+    def __init__(self, seed):
+        self.g = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+
+    def normal(self, shape, std):
+        return (torch.randn(*shape, generator=self.g, dtype=torch.float64) * std).float().numpy()
+
+    def lin(self, out_f, in_f, gain=1.0):  # nn.Linear layout (out, in)
+        return self.normal((out_f, in_f), gain / math.sqrt(in_f))
+
+    def conv1d(self, in_f, out_f, gain=1.0):  # GPT-2 Conv1D layout (in, out)
+        return self.normal((in_f, out_f), gain / math.sqrt(in_f))
+
+    def norm_w(self, n):
+        return (1.0 + self.normal((n,), 0.1)).astype(np.float32)
+
+    def bias(self, n, std=0.1):
+        return self.normal((n,), std)
+
+
+def to_torch(weights, dtypes=None):
+    dtypes = dtypes or {}
+    return {k: R.T(R.round_to(v, dtypes.get(k, "F32"))) for k, v in weights.items()}
+
+
+def fresh_dir(name):
+    d = os.path.join(ROOT, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(os.path.join(d, "reference"))
+    return d
+
+
+def sample_ids(gen_seed, n, vocab, first=None):
+    g = torch.Generator().manual_seed(gen_seed)
+    ids = torch.randint(0, vocab, (n,), generator=g).tolist()
+    ids[1] = vocab - 1  # span the whole vocabulary
+    ids[2] = 0
+    if first is not None:
+        ids[0] = first
+    return ids
+
+
+def write_causal_reference(d, forward, W, cfg, ids, n_greedy=6, cache_check=True):
+    logits, hidden, _ = forward(W, cfg, ids)
+    R.save_npy(os.path.join(d, "reference", "input_ids.npy"), ids, np.int64)
+    R.save_npy(os.path.join(d, "reference", "logits.npy"), logits.numpy(), np.float64)
+    R.save_npy(os.path.join(d, "reference", "hidden.npy"), hidden.numpy(), np.float64)
+    new, margin = R.greedy(forward, W, cfg, ids, n_greedy)
+    R.save_npy(os.path.join(d, "reference", "greedy_ids.npy"), new, np.int64)
+    if margin < 1e-3:
+        raise SystemExit(f"{d}: greedy margin {margin} too small; pick another seed")
+    info = {"greedy_min_margin": margin}
+    if cache_check:
+        full = torch.cat([logits, forward(W, cfg, list(ids) + new[:-1])[0][len(ids):]], 0)
+        cached = R.cached_logits(forward, W, cfg, list(ids) + new[:-1], len(ids) - 3)
+        err = float((full - cached).abs().max())
+        if err > 1e-10:
+            raise SystemExit(f"{d}: cached vs uncached logits differ by {err}")
+        info["cache_vs_full_max_abs"] = err
+    return logits, hidden, info
+
+
+def write_tokens(d, bpe, eos):
+    texts = [t.replace("{EOS}", eos) for t in TOKEN_TEXTS]
+    ids = [bpe.encode(t) for t in texts]
+    for t, i in zip(texts, ids):
+        dec = bpe.decode(i[1:] if bpe.add_bos else i)
+        assert dec == t, (t, dec)
+    R.write_json(os.path.join(d, "reference", "tokens.json"), {"texts": texts, "ids": ids})
+
+
+def added_token(i, s):
+    return {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True}
+
+
+def tokenizer_json(bpe, style, bos=None, normalizer=None):
+    """style "gpt2": the hub's GPT-2 tokenizer.json (ByteLevel pre-tokenizer with its
+    own regex, <|endoftext|> inside model.vocab); style "split": Llama-3-style
+    Sequence[Split(regex, Isolated), ByteLevel(use_regex=false)], specials only in
+    added_tokens; bos: the special token a TemplateProcessing post-processor prepends."""
+    base_vocab = {k: v for k, v in bpe.vocab.items() if k not in bpe.specials}
+    if style == "gpt2":
+        pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+        vocab = dict(bpe.vocab)
+    else:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": R.LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+        vocab = base_vocab
+    if bos:
+        bid = bpe.vocab[bos]
+        post = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {bos: {"id": bos, "ids": [bid], "tokens": [bos]}}}
+    else:
+        post = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [added_token(bpe.vocab[s], s) for s in bpe.specials],
+        "normalizer": normalizer,
+        "pre_tokenizer": pre,
+        "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": False, "vocab": vocab, "merges": bpe.merges_strings()},
+    }
+
+
+# ----------------------------------------------------------------------------
+# GPT-2
+# ----------------------------------------------------------------------------
+
+def gpt2_bpe():
+    return R.ByteBPE(merges_for(R.split_gpt2), ["<|endoftext|>"], R.split_gpt2)
+
+
+def gpt2_config(V, d=32, L=2, H=4, P=32):
+    return {
+        "activation_function": "gelu_new",
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": V - 1,
+        "embd_pdrop": 0.1,
+        "eos_token_id": V - 1,
+        "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gpt2",
+        "n_ctx": P,
+        "n_embd": d,
+        "n_head": H,
+        "n_inner": None,
+        "n_layer": L,
+        "n_positions": P,
+        "reorder_and_upcast_attn": False,
+        "resid_pdrop": 0.1,
+        "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True,
+        "summary_activation": None,
+        "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True,
+        "summary_type": "cls_index",
+        "summary_use_proj": True,
+        "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "vocab_size": V,
+    }
+
+
+def gpt2_weights(cfg, seed):
+    I = Init(seed)
+    d, L, P, V = cfg["n_embd"], cfg["n_layer"], cfg["n_positions"], cfg["vocab_size"]
+    inner = cfg["n_inner"] or 4 * d
+    W = {"wte.weight": I.normal((V, d), 0.5), "wpe.weight": I.normal((P, d), 0.3)}
+    for l in range(L):
+        p = f"h.{l}."
+        W[p + "ln_1.weight"] = I.norm_w(d); W[p + "ln_1.bias"] = I.bias(d)
+        # the causal-mask buffer some GPT-2 files carry: (1, 1, n_positions, n_positions), 1 on/below the diagonal
+        W[p + "attn.bias"] = np.tril(np.ones((P, P), np.float32)).reshape(1, 1, P, P)
+        W[p + "attn.c_attn.weight"] = I.conv1d(d, 3 * d, 1.5); W[p + "attn.c_attn.bias"] = I.bias(3 * d)
+        W[p + "attn.c_proj.weight"] = I.conv1d(d, d); W[p + "attn.c_proj.bias"] = I.bias(d)
+        W[p + "ln_2.weight"] = I.norm_w(d); W[p + "ln_2.bias"] = I.bias(d)
+        W[p + "mlp.c_fc.weight"] = I.conv1d(d, inner); W[p + "mlp.c_fc.bias"] = I.bias(inner)
+        W[p + "mlp.c_proj.weight"] = I.conv1d(inner, d); W[p + "mlp.c_proj.bias"] = I.bias(d)
+    W["ln_f.weight"] = I.norm_w(d); W["ln_f.bias"] = I.bias(d)
+    return W
+
+
+def write_gpt2_tokenizer(d, bpe, cfg):
+    R.write_json(os.path.join(d, "vocab.json"), bpe.vocab)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for m in bpe.merges_strings():
+            f.write(m + "\n")
+    R.write_json(os.path.join(d, "tokenizer.json"), tokenizer_json(bpe, "gpt2"))
+    R.write_json(os.path.join(d, "tokenizer_config.json"), {
+        "add_bos_token": False, "add_prefix_space": False, "bos_token": "<|endoftext|>",
+        "clean_up_tokenization_spaces": True, "eos_token": "<|endoftext|>", "errors": "replace",
+        "model_max_length": cfg["n_positions"], "pad_token": None, "tokenizer_class": "GPT2Tokenizer",
+        "unk_token": "<|endoftext|>"})
+
+
+def make_gpt2(name="gpt2", dtype="F32"):
+    bpe = gpt2_bpe()
+    cfg = gpt2_config(len(bpe))
+    Wnp = gpt2_weights(cfg, seed=1001)
+    dtypes = {k: dtype for k in Wnp}
+    if dtype != "F32":
+        cfg["torch_dtype"] = {"F16": "float16", "BF16": "bfloat16"}[dtype]
+    d = fresh_dir(name)
+    R.write_json(os.path.join(d, "config.json"), cfg)
+    R.write_json(os.path.join(d, "generation_config.json"), {
+        "_from_model_config": True, "bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+        "transformers_version": "4.26.0.dev0"})
+    R.write_safetensors(os.path.join(d, "model.safetensors"), Wnp, dtypes)
+    write_gpt2_tokenizer(d, bpe, cfg)
+    W = to_torch(Wnp, dtypes)
+    ids = sample_ids(7, 12, cfg["vocab_size"])
+    _, _, info = write_causal_reference(d, R.gpt2_forward, W, cfg, ids)
+    write_tokens(d, bpe, "<|endoftext|>")
+    return info
+
+
+# ----------------------------------------------------------------------------
+# llama family (llama, mistral, qwen2)
+# ----------------------------------------------------------------------------
+
+FAMILY_TOKENS = {
+    # specials appended after the 256 bytes + merges; bos prepended when add_bos_token
+    "llama": (["<|begin_of_text|>", "<|end_of_text|>"], "<|begin_of_text|>", "<|end_of_text|>"),
+    "mistral": (["<s>", "</s>"], "<s>", "</s>"),
+    "qwen2": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|endoftext|>"),
+    "deepseek_v2": (["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"],
+                    "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"),
+}
+
+
+def family_bpe(mt):
+    specials, bos, _ = FAMILY_TOKENS[mt]
+    return R.ByteBPE(merges_for(R.split_llama3), specials, R.split_llama3, add_bos=bos)
+
+
+def write_family_tokenizer(d, mt, bpe, max_len):
+    specials, bos, eos = FAMILY_TOKENS[mt]
+    norm = {"type": "NFC"} if mt == "qwen2" else None
+    R.write_json(os.path.join(d, "tokenizer.json"), tokenizer_json(bpe, "split", bos=bos, normalizer=norm))
+    tc = {"add_bos_token": bos is not None, "add_eos_token": False, "bos_token": bos,
+          "clean_up_tokenization_spaces": False, "eos_token": eos, "model_max_length": max_len,
+          "tokenizer_class": "PreTrainedTokenizerFast" if mt != "qwen2" else "Qwen2Tokenizer"}
+    if mt == "qwen2":
+        tc["pad_token"] = "<|endoftext|>"
+        tc["errors"] = "replace"
+        tc["add_prefix_space"] = False
+    if mt == "deepseek_v2":
+        tc["tokenizer_class"] = "LlamaTokenizerFast"
+        tc["legacy"] = True
+    tc["added_tokens_decoder"] = {str(bpe.vocab[s]): {k: v for k, v in added_token(bpe.vocab[s], s).items()
+                                                      if k not in ("id",)} for s in specials}
+    R.write_json(os.path.join(d, "tokenizer_config.json"), tc)
+    gen = {"_from_model_config": True, "eos_token_id": bpe.vocab[eos], "transformers_version": "4.45.0"}
+    if bos:
+        gen["bos_token_id"] = bpe.vocab[bos]
+    R.write_json(os.path.join(d, "generation_config.json"), dict(sorted(gen.items())))
+    write_tokens(d, bpe, eos)
+
+
+def llama_config(V, bpe, d=32, L=2, H=4, Hkv=2, ffn=64, head_dim=None, mpe=64, rope_scaling=None,
+                 tie=False, theta=10000.0):
+    specials, bos, eos = FAMILY_TOKENS["llama"]
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[bos],
+        "eos_token_id": bpe.vocab[eos],
+        "head_dim": head_dim or d // H,
+        "hidden_act": "silu",
+        "hidden_size": d,
+        "initializer_range": 0.02,
+        "intermediate_size": ffn,
+        "max_position_embeddings": mpe,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": H,
+        "num_hidden_layers": L,
+        "num_key_value_heads": Hkv,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": rope_scaling,
+        "rope_theta": theta,
+        "tie_word_embeddings": tie,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "vocab_size": V,
+    }
+
+
+def llama_like_weights(cfg, seed, qkv_bias=False):
+    I = Init(seed)
+    d, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = R.llama_head_dim(cfg)
+    ffn = cfg["intermediate_size"]
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.5)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        a = p + "self_attn."
+        W[a + "q_proj.weight"] = I.lin(H * hd, d, 1.5)
+        if qkv_bias:
+            W[a + "q_proj.bias"] = I.bias(H * hd, 0.3)
+        W[a + "k_proj.weight"] = I.lin(Hkv * hd, d, 1.5)
+        if qkv_bias:
+            W[a + "k_proj.bias"] = I.bias(Hkv * hd, 0.3)
+        W[a + "v_proj.weight"] = I.lin(Hkv * hd, d)
+        if qkv_bias:
+            W[a + "v_proj.bias"] = I.bias(Hkv * hd, 0.3)
+        W[a + "o_proj.weight"] = I.lin(d, H * hd)
+        W[p + "mlp.gate_proj.weight"] = I.lin(ffn, d)
+        W[p + "mlp.up_proj.weight"] = I.lin(ffn, d)
+        W[p + "mlp.down_proj.weight"] = I.lin(d, ffn)
+        W[p + "input_layernorm.weight"] = I.norm_w(d)
+        W[p + "post_attention_layernorm.weight"] = I.norm_w(d)
+    W["model.norm.weight"] = I.norm_w(d)
+    if not cfg["tie_word_embeddings"]:
+        W["lm_head.weight"] = I.normal((V, d), 0.5)
+    return W
+
+
+def write_llama_like(name, cfg, Wnp, bpe, mt, dtype="F32", n=12, sharded=False, ids_seed=11,
+                     cache_check=True):
+    d = fresh_dir(name)
+    dtypes = {k: dtype for k in Wnp}
+    if dtype != "F32":
+        cfg = dict(cfg, torch_dtype={"F16": "float16", "BF16": "bfloat16"}[dtype])
+    R.write_json(os.path.join(d, "config.json"), cfg)
+    if sharded:
+        names = list(Wnp)
+        cut = names.index("model.layers.1.self_attn.q_proj.weight")
+        parts = [names[:cut], names[cut:]]
+        files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+        total = 0
+        wmap = {}
+        for part, fn in zip(parts, files):
+            total += R.write_safetensors(os.path.join(d, fn), {k: Wnp[k] for k in part}, dtypes)
+            for k in part:
+                wmap[k] = fn
+        R.write_json(os.path.join(d, "model.safetensors.index.json"),
+                     {"metadata": {"total_size": total}, "weight_map": dict(sorted(wmap.items()))})
+    else:
+        R.write_safetensors(os.path.join(d, "model.safetensors"), Wnp, dtypes)
+    write_family_tokenizer(d, mt, bpe, cfg["max_position_embeddings"])
+    W = to_torch(Wnp, dtypes)
+    specials, bos, _ = FAMILY_TOKENS[mt]
+    ids = sample_ids(ids_seed, n, cfg["vocab_size"], first=bpe.vocab[bos] if bos else None)
+    fwd = R.deepseek_forward if mt == "deepseek_v2" else R.llama_forward
+    _, _, info = write_causal_reference(d, fwd, W, cfg, ids, cache_check=cache_check)
+    return info, W, ids
+
+
+def llama_base():
+    bpe = family_bpe("llama")
+    cfg = llama_config(len(bpe), bpe)
+    return bpe, cfg, llama_like_weights(cfg, seed=2002)
+
+
+def make_llama():
+    bpe, cfg, Wnp = llama_base()
+    info, W, ids = write_llama_like("llama", cfg, Wnp, bpe, "llama")
+    return info
+
+
+def make_llama_bf16():
+    bpe, cfg, Wnp = llama_base()
+    return write_llama_like("llama-bf16", cfg, Wnp, bpe, "llama", dtype="BF16")[0]
+
+
+def make_llama_sharded():
+    bpe, cfg, Wnp = llama_base()
+    info, W, ids = write_llama_like("llama-sharded", cfg, Wnp, bpe, "llama", sharded=True)
+    # identical weights to llama/: identical reference
+    ref = np.load(os.path.join(ROOT, "llama", "reference", "logits.npy")) \
+        if os.path.exists(os.path.join(ROOT, "llama", "reference", "logits.npy")) else None
+    if ref is not None:
+        got = np.load(os.path.join(ROOT, "llama-sharded", "reference", "logits.npy"))
+        assert np.array_equal(ref, got)
+    return info
+
+
+def make_llama_linear():
+    bpe, cfg, Wnp = llama_base()
+    cfg = dict(cfg, rope_scaling={"type": "linear", "factor": 2.0})
+    return write_llama_like("llama-linear", cfg, Wnp, bpe, "llama")[0]
+
+
+def make_llama_dynamic():
+    # HF dynamic NTK (transformers >= 4.45 dynamic_rope_update; same numbers as the
+    # older LlamaDynamicNTKScalingRotaryEmbedding for a full uncached forward):
+    #   L = max(position_ids) + 1 of the forward (= its length N for a full pass);
+    #   if L > max_position_embeddings:
+    #     base' = rope_theta * ((factor * L / max_position_embeddings) - (factor - 1)) ** (dim / (dim - 2))
+    #   else base' = rope_theta.
+    # Here N = 12 > max_position_embeddings = 8: base' = 10000 * 2 ** (8 / 6).
+    # greedy_ids: each uncached rerun of length N + k uses its own L = N + k.
+    # No cache check: with a cache HF's frequencies change between steps by design.
+    bpe, cfg, Wnp = llama_base()
+    cfg = dict(cfg, rope_scaling={"type": "dynamic", "factor": 2.0}, max_position_embeddings=8)
+    return write_llama_like("llama-dynamic", cfg, Wnp, bpe, "llama", cache_check=False)[0]
+
+
+def make_llama3_scaled():
+    # head_dim 16 -> inv_freq 10000^(-i/8), wavelengths 2 pi 10000^(i/8) = 6.28, 19.9, 62.8, ...
+    # original_max_position_embeddings 32, high_freq_factor 4, low_freq_factor 1:
+    #   wavelen < 8 (high band: kept), 8 <= wavelen <= 32 (medium: smoothed), > 32 (low: / factor).
+    # (With 16 as the original length the high band would be empty: 2 pi > 16 / 4.)
+    # Tied embeddings, as Llama 3.2 1B.
+    bpe = family_bpe("llama")
+    rs = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
+    cfg = llama_config(len(bpe), bpe, d=64, H=4, Hkv=2, ffn=64, mpe=256, rope_scaling=rs, tie=True)
+    Wnp = llama_like_weights(cfg, seed=3003)
+    inv, _ = R.rope_inv_freq(cfg, 12)
+    base, _ = R.rope_inv_freq(dict(cfg, rope_scaling=None), 12)
+    ratio = (base / inv).tolist()
+    bands = {"high": sum(abs(r - 1) < 1e-12 for r in ratio), "low": sum(abs(r - 8) < 1e-12 for r in ratio)}
+    bands["medium"] = len(ratio) - bands["high"] - bands["low"]
+    assert all(v > 0 for v in bands.values()), bands
+    info = write_llama_like("llama3-scaled", cfg, Wnp, bpe, "llama", ids_seed=13)[0]
+    info["bands"] = bands
+    return info
+
+
+def make_mistral():
+    # Sliding window W = 4 (HF Mistral, masking_utils.sliding_window_overlay:
+    # kv_idx > q_idx - sliding_window, and causal kv_idx <= q_idx): token i sees the
+    # keys j with i - 4 < j <= i, i.e. itself and the 3 before it.
+    # head_dim 16 is set explicitly and differs from hidden_size / heads = 8
+    # (q_proj is (64, 32), o_proj (32, 64)), as in Mistral-Nemo.
+    bpe = family_bpe("mistral")
+    sp, bos, eos = FAMILY_TOKENS["mistral"]
+    cfg = {
+        "architectures": ["MistralForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[bos],
+        "eos_token_id": bpe.vocab[eos],
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "model_type": "mistral",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "sliding_window": 4,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "vocab_size": len(bpe),
+    }
+    Wnp = llama_like_weights(cfg, seed=4004)
+    info, W, ids = write_llama_like("mistral", cfg, Wnp, bpe, "mistral", ids_seed=17)
+    # the window must matter: without it the logits differ
+    nowin = R.llama_forward(W, dict(cfg, sliding_window=None), ids)[0]
+    win = R.llama_forward(W, cfg, ids)[0]
+    info["window_effect_max_abs"] = float((nowin - win).abs().max())
+    assert info["window_effect_max_abs"] > 1e-3
+    return info
+
+
+def make_qwen2():
+    # q/k/v with bias, o_proj without; tied embeddings; rope_theta 1e6;
+    # use_sliding_window false (sliding_window is present but unused, as in Qwen2 configs).
+    bpe = family_bpe("qwen2")
+    sp, bos, eos = FAMILY_TOKENS["qwen2"]
+    cfg = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[eos],
+        "eos_token_id": bpe.vocab[eos],
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "max_window_layers": 2,
+        "model_type": "qwen2",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "sliding_window": 4,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": len(bpe),
+    }
+    Wnp = llama_like_weights(cfg, seed=5005, qkv_bias=True)
+    return write_llama_like("qwen2", cfg, Wnp, bpe, "qwen2", ids_seed=19)[0]
+
+
+# ----------------------------------------------------------------------------
+# DeepSeek-V2
+# ----------------------------------------------------------------------------
+
+def deepseek_config(bpe, q_lora_rank):
+    sp, bos, eos = FAMILY_TOKENS["deepseek_v2"]
+    return {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV2Config",
+                     "AutoModel": "modeling_deepseek.DeepseekV2Model",
+                     "AutoModelForCausalLM": "modeling_deepseek.DeepseekV2ForCausalLM"},
+        "aux_loss_alpha": 0.001,
+        "bos_token_id": bpe.vocab[bos],
+        "eos_token_id": bpe.vocab[eos],
+        "ep_size": 1,
+        "first_k_dense_replace": 0,
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "kv_lora_rank": 16,
+        "max_position_embeddings": 32,
+        "model_type": "deepseek_v2",
+        "moe_intermediate_size": 16,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "n_routed_experts": None,
+        "n_shared_experts": None,
+        "norm_topk_prob": False,
+        "num_attention_heads": 4,
+        "num_experts_per_tok": None,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 4,
+        "pretraining_tp": 1,
+        "q_lora_rank": q_lora_rank,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 4, "mscale": 0.707,
+                         "mscale_all_dim": 0.707, "original_max_position_embeddings": 8, "type": "yarn"},
+        "rope_theta": 10000,
+        "routed_scaling_factor": 1.0,
+        "scoring_func": "softmax",
+        "seq_aux": True,
+        "tie_word_embeddings": False,
+        "topk_group": 1,
+        "topk_method": "greedy",
+        "torch_dtype": "float32",
+        "transformers_version": "4.33.1",
+        "use_cache": True,
+        "v_head_dim": 8,
+        "vocab_size": len(bpe),
+    }
+
+
+def deepseek_weights(cfg, seed):
+    I = Init(seed)
+    d, V, L, H = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    dn, dr, dv, dc = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    qr, ffn = cfg["q_lora_rank"], cfg["intermediate_size"]
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.5)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        a = p + "self_attn."
+        if qr is None:
+            W[a + "q_proj.weight"] = I.lin(H * (dn + dr), d, 1.5)
+        else:
+            W[a + "q_a_proj.weight"] = I.lin(qr, d)
+            W[a + "q_a_layernorm.weight"] = I.norm_w(qr)
+            W[a + "q_b_proj.weight"] = I.lin(H * (dn + dr), qr, 1.5)
+        W[a + "kv_a_proj_with_mqa.weight"] = I.lin(dc + dr, d, 1.5)
+        W[a + "kv_a_layernorm.weight"] = I.norm_w(dc)
+        W[a + "kv_b_proj.weight"] = I.lin(H * (dn + dv), dc, 1.5)
+        W[a + "o_proj.weight"] = I.lin(d, H * dv)
+        W[p + "mlp.gate_proj.weight"] = I.lin(ffn, d)
+        W[p + "mlp.up_proj.weight"] = I.lin(ffn, d)
+        W[p + "mlp.down_proj.weight"] = I.lin(d, ffn)
+        W[p + "input_layernorm.weight"] = I.norm_w(d)
+        W[p + "post_attention_layernorm.weight"] = I.norm_w(d)
+    W["model.norm.weight"] = I.norm_w(d)
+    W["lm_head.weight"] = I.normal((V, d), 0.5)
+    return W
+
+
+def make_deepseek(name, q_lora_rank, seed):
+    bpe = family_bpe("deepseek_v2")
+    cfg = deepseek_config(bpe, q_lora_rank)
+    Wnp = deepseek_weights(cfg, seed)
+    info, W, ids = write_llama_like(name, cfg, Wnp, bpe, "deepseek_v2", ids_seed=seed)
+    inv, cs, scale = R.deepseek_rope(cfg)
+    info["yarn"] = {"inv_freq": inv.tolist(), "cos_sin_factor": cs, "softmax_scale": scale}
+    return info
+
+
+# ----------------------------------------------------------------------------
+# BERT
+# ----------------------------------------------------------------------------
+
+BERT_VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(3)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
+              list("!\"#$%&'()*+,-./0123456789:;<=>?@[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~") +
+              ["the", "of", "and", "to", "in", "is", "attention", "model", "transform", "##er", "##s",
+               "##ing", "##ed", "key", "query", "value", "layer", "token", "test", "##a", "##e", "##t"])
+
+
+def make_bert():
+    V = len(BERT_VOCAB)
+    cfg = {
+        "architectures": ["BertForMaskedLM"],
+        "attention_probs_dropout_prob": 0.1,
+        "classifier_dropout": None,
+        "gradient_checkpointing": False,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "layer_norm_eps": 1e-12,
+        "max_position_embeddings": 32,
+        "model_type": "bert",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "type_vocab_size": 2,
+        "use_cache": True,
+        "vocab_size": V,
+    }
+    I = Init(6006)
+    d, ffn = 32, 64
+    e = "bert.embeddings."
+    W = {e + "word_embeddings.weight": I.normal((V, d), 0.5),
+         e + "position_embeddings.weight": I.normal((32, d), 0.3),
+         e + "token_type_embeddings.weight": I.normal((2, d), 0.3),
+         e + "LayerNorm.weight": I.norm_w(d), e + "LayerNorm.bias": I.bias(d)}
+    for l in range(2):
+        p = f"bert.encoder.layer.{l}."
+        for n in ("query", "key", "value"):
+            W[p + f"attention.self.{n}.weight"] = I.lin(d, d, 1.5)
+            W[p + f"attention.self.{n}.bias"] = I.bias(d)
+        W[p + "attention.output.dense.weight"] = I.lin(d, d); W[p + "attention.output.dense.bias"] = I.bias(d)
+        W[p + "attention.output.LayerNorm.weight"] = I.norm_w(d)
+        W[p + "attention.output.LayerNorm.bias"] = I.bias(d)
+        W[p + "intermediate.dense.weight"] = I.lin(ffn, d); W[p + "intermediate.dense.bias"] = I.bias(ffn)
+        W[p + "output.dense.weight"] = I.lin(d, ffn); W[p + "output.dense.bias"] = I.bias(d)
+        W[p + "output.LayerNorm.weight"] = I.norm_w(d); W[p + "output.LayerNorm.bias"] = I.bias(d)
+    t = "cls.predictions."
+    W[t + "bias"] = I.bias(V)
+    W[t + "transform.dense.weight"] = I.lin(d, d); W[t + "transform.dense.bias"] = I.bias(d)
+    W[t + "transform.LayerNorm.weight"] = I.norm_w(d); W[t + "transform.LayerNorm.bias"] = I.bias(d)
+    dd = fresh_dir("bert")
+    R.write_json(os.path.join(dd, "config.json"), cfg)
+    R.write_safetensors(os.path.join(dd, "model.safetensors"), W)
+    with open(os.path.join(dd, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(BERT_VOCAB) + "\n")
+    R.write_json(os.path.join(dd, "tokenizer_config.json"), {
+        "cls_token": "[CLS]", "do_lower_case": True, "mask_token": "[MASK]", "model_max_length": 32,
+        "pad_token": "[PAD]", "sep_token": "[SEP]", "strip_accents": None, "tokenize_chinese_chars": True,
+        "tokenizer_class": "BertTokenizer", "unk_token": "[UNK]"})
+    # [CLS] ... [SEP] segment A, ... [SEP] segment B
+    v = {s: i for i, s in enumerate(BERT_VOCAB)}
+    ids = [v["[CLS]"], v["the"], v["[MASK]"], v["model"], v["is"], V - 1, v["[SEP]"], v["key"], v["##s"],
+           v["[SEP]"]]
+    tt = [0] * 7 + [1] * 3
+    Wt = to_torch(W)
+    logits, hidden = R.bert_forward(Wt, cfg, ids, tt)
+    ref = os.path.join(dd, "reference")
+    R.save_npy(os.path.join(ref, "input_ids.npy"), ids, np.int64)
+    R.save_npy(os.path.join(ref, "token_type_ids.npy"), tt, np.int64)
+    R.save_npy(os.path.join(ref, "logits.npy"), logits.numpy(), np.float64)
+    R.save_npy(os.path.join(ref, "hidden.npy"), hidden.numpy(), np.float64)
+    return {}
+
+
+# ----------------------------------------------------------------------------
+# The original encoder-decoder
+# ----------------------------------------------------------------------------
+
+def make_transformer():
+    cfg = {"model_type": "kappa_transformer", "architectures": ["KappaTransformer"], "d_model": 32, "nhead": 4,
+           "num_encoder_layers": 2, "num_decoder_layers": 2, "dim_feedforward": 64, "src_vocab_size": 40,
+           "tgt_vocab_size": 48, "max_position_embeddings": 64, "layer_norm_eps": 1e-05,
+           "scale_embedding": True, "activation": "relu", "norm_first": False, "positional_encoding": "sinusoidal",
+           "positional_base": 10000.0, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+           "torch_dtype": "float32"}
+    torch.manual_seed(7007)
+    g = torch.Generator().manual_seed(7007)
+    d = cfg["d_model"]
+    tr = torch.nn.Transformer(d_model=d, nhead=cfg["nhead"], num_encoder_layers=2, num_decoder_layers=2,
+                              dim_feedforward=cfg["dim_feedforward"], dropout=0.0, activation="relu",
+                              layer_norm_eps=cfg["layer_norm_eps"], batch_first=True, norm_first=False)
+    src_embed = torch.nn.Embedding(cfg["src_vocab_size"], d)
+    tgt_embed = torch.nn.Embedding(cfg["tgt_vocab_size"], d)
+    gen = torch.nn.Linear(d, cfg["tgt_vocab_size"])
+    with torch.no_grad():
+        for n, p in tr.named_parameters():  # exercise biases and LayerNorm affine parameters too
+            if "norm" in n and n.endswith("weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif n.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+        src_embed.weight.copy_(0.3 * torch.randn(src_embed.weight.shape, generator=g))
+        tgt_embed.weight.copy_(0.3 * torch.randn(tgt_embed.weight.shape, generator=g))
+        gen.weight.copy_(torch.randn(gen.weight.shape, generator=g) / math.sqrt(d))
+        gen.bias.copy_(0.1 * torch.randn(gen.bias.shape, generator=g))
+    W = {"src_embed.weight": src_embed.weight.detach().float().numpy(),
+         "tgt_embed.weight": tgt_embed.weight.detach().float().numpy()}
+    for n, t in tr.state_dict().items():
+        W["transformer." + n] = t.detach().float().numpy()
+    W["generator.weight"] = gen.weight.detach().float().numpy()
+    W["generator.bias"] = gen.bias.detach().float().numpy()
+    Wt = to_torch(W)
+    # the torch module, on the F32-rounded weights in float64
+    tr64 = tr.double().eval()
+    tr64.load_state_dict({n[len("transformer."):]: Wt[n] for n in W if n.startswith("transformer.")})
+    src = [1, 5, 17, 39, 0 + 3, 22, 9, 2]
+    tgt = [1, 47, 8, 30, 12, 4, 0]
+    Ns, Nt = len(src), len(tgt)
+    with torch.no_grad():
+        xs = (Wt["src_embed.weight"][torch.tensor(src)] * math.sqrt(d) + R.sinusoidal(Ns, d)).unsqueeze(0)
+        xt = (Wt["tgt_embed.weight"][torch.tensor(tgt)] * math.sqrt(d) + R.sinusoidal(Nt, d)).unsqueeze(0)
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(Nt).double()
+        out = tr64(xs, xt, tgt_mask=mask)[0]
+        mem = tr64.encoder(xs)[0]
+        logits = out @ Wt["generator.weight"].T + Wt["generator.bias"]
+    mine = R.encdec_forward(Wt, cfg, src, tgt)
+    err = max(float((mine[0] - logits).abs().max()), float((mine[1] - out).abs().max()),
+              float((mine[2] - mem).abs().max()))
+    if err > 1e-10:
+        raise SystemExit(f"transformer: nn.Transformer vs hand-written differ by {err}")
+    dd = fresh_dir("transformer")
+    R.write_json(os.path.join(dd, "config.json"), cfg)
+    R.write_safetensors(os.path.join(dd, "model.safetensors"), W)
+    ref = os.path.join(dd, "reference")
+    R.save_npy(os.path.join(ref, "src_ids.npy"), src, np.int64)
+    R.save_npy(os.path.join(ref, "tgt_ids.npy"), tgt, np.int64)
+    R.save_npy(os.path.join(ref, "logits.npy"), logits.numpy(), np.float64)
+    R.save_npy(os.path.join(ref, "hidden.npy"), out.numpy(), np.float64)
+    R.save_npy(os.path.join(ref, "memory.npy"), mem.numpy(), np.float64)
+    return {"torch_vs_handwritten_max_abs": err}
+
+
+# ----------------------------------------------------------------------------
+
+MODELS = {
+    "gpt2": lambda: make_gpt2(),
+    "gpt2-f16": lambda: make_gpt2("gpt2-f16", "F16"),
+    "llama": make_llama,
+    "llama-bf16": make_llama_bf16,
+    "llama-sharded": make_llama_sharded,
+    "llama3-scaled": make_llama3_scaled,
+    "llama-linear": make_llama_linear,
+    "llama-dynamic": make_llama_dynamic,
+    "mistral": make_mistral,
+    "qwen2": make_qwen2,
+    "deepseek_v2": lambda: make_deepseek("deepseek_v2", 24, 8008),
+    "deepseek_v2-noqlora": lambda: make_deepseek("deepseek_v2-noqlora", None, 9009),
+    "bert": make_bert,
+    "transformer": make_transformer,
+}
+
+
+def main(argv):
+    names = argv or list(MODELS)
+    for n in names:
+        info = MODELS[n]()
+        print(n, json.dumps(info))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
