@@ -24,6 +24,7 @@
 //   rope.apply(k_rope, offset);                   // DeepSeek's decoupled key, N x d_R
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -32,9 +33,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/embed/rope_scaling.hpp"
 
 namespace kappa {
 
@@ -52,31 +55,45 @@ class Rope {
  public:
   /// d_R = rotary_dim (even, >= 0; 0 rotates nothing, for callers whose
   /// rotary part is optional); base b > 0. Throws ShapeError for an odd or
-  /// negative d_R, std::invalid_argument for base <= 0.
-  explicit Rope(Index rotary_dim, double base = 10000.0) : d_rot_(rotary_dim), base_(base) {
+  /// negative d_R, std::invalid_argument for base <= 0 or not finite.
+  explicit Rope(Index rotary_dim, double base = 10000.0)
+      : Rope(rotary_dim, base, RopeScaling{}) {}
+
+  /// RoPE with a frequency rule of real configs (linear, dynamic NTK, llama3,
+  /// yarn; see rope_scaling.hpp): theta'_i from rope_frequencies(), and cos,
+  /// sin multiplied by rope_attention_factor(). \throws std::invalid_argument
+  /// for bad scaling parameters (naming them), as above for d_R and the base.
+  Rope(Index rotary_dim, double base, RopeScaling scaling)
+      : d_rot_(rotary_dim), base_(base), scaling_(scaling) {
     require_shapes(rotary_dim >= 0 && rotary_dim % 2 == 0, "RoPE", "rotary dim", 1, rotary_dim,
                    "pairs", 1, rotary_dim / 2,
                    "the rotary dimension must be even and non-negative");
-    if (!(base > 0)) throw std::invalid_argument("kappa: RoPE: base must be > 0");
-    inv_freq_.resize(static_cast<std::size_t>(d_rot_ / 2));
-    for (Index i = 0; i < d_rot_ / 2; ++i)
-      inv_freq_[static_cast<std::size_t>(i)] =
-          std::pow(base_, -static_cast<double>(2 * i) / static_cast<double>(d_rot_));
+    if (!(base > 0) || !std::isfinite(base))
+      throw std::invalid_argument("kappa: RoPE: base must be finite and > 0");
+    scaling_.validate();
+    inv_freq_ = rope_frequencies(d_rot_, base_, scaling_);
+    attention_factor_ = rope_attention_factor(scaling_);
   }
 
   /// d_R.
   Index rotary_dim() const noexcept { return d_rot_; }
   double base() const noexcept { return base_; }
+  /// The frequency rule (kind kNone for plain RoPE).
+  const RopeScaling& scaling() const noexcept { return scaling_; }
+  /// The factor multiplying cos and sin (1 except for yarn).
+  double attention_factor() const noexcept { return attention_factor_; }
   /// theta_i = b^{-2i / d_R}.
   double theta(Index i) const { return inv_freq_[static_cast<std::size_t>(i)]; }
 
   /// Rotates x (N x d, d >= d_R) in place, row r at position offset + r.
+  /// \throws ShapeError if d < d_R; RangeError naming the offset if it is
+  ///         negative or offset + N overflows (x is then unchanged).
   void apply(MatrixRef<T> x, Index offset = 0) const {
     check(x.cols(), "X");
-    if (offset < 0)
-      throw RangeError("kappa: RoPE: position offset " + std::to_string(offset) + " is negative");
+    check_offset(offset, x.rows());
+    const std::vector<double>& f = frequencies_for(offset + x.rows(), dyn_);
     for (Index r = 0; r < x.rows(); ++r)
-      rotate_row(x.row(r).data(), static_cast<double>(offset + r));
+      rotate_row(x.row(r).data(), static_cast<double>(offset + r), f);
   }
   /// Rotates row r of x by position positions[r] (any order, e.g. packed
   /// sequences). ShapeError if the sizes differ.
@@ -85,20 +102,25 @@ class Rope {
     require_shapes(static_cast<Index>(positions.size()) == x.rows(), "RoPE", "X", x.rows(),
                    x.cols(), "positions", static_cast<Index>(positions.size()), 1,
                    "one position per row");
+    Index len = 0;
+    for (Index p : positions) len = std::max(len, p + 1);
+    const std::vector<double>& f = frequencies_for(len, dyn_);
     for (Index r = 0; r < x.rows(); ++r)
-      rotate_row(x.row(r).data(), static_cast<double>(positions[static_cast<std::size_t>(r)]));
+      rotate_row(x.row(r).data(), static_cast<double>(positions[static_cast<std::size_t>(r)]), f);
   }
   /// Rotates every head of a stacked N x (H d_head) matrix in place: head h
   /// is the column block [h d_head, (h+1) d_head). ShapeError unless H
-  /// divides the width and d_head >= d_R.
+  /// divides the width and d_head >= d_R; RangeError for offsets as apply().
   void apply_heads(MatrixRef<T> x, Index n_heads, Index offset = 0) const {
     require_shapes(n_heads > 0 && x.cols() % n_heads == 0, "RoPE heads", "X", x.rows(), x.cols(),
                    "heads", n_heads, 1, "the number of heads must divide the width of X");
     const Index d_head = x.cols() / n_heads;
     check(d_head, "a head of X");
+    check_offset(offset, x.rows());
+    const std::vector<double>& f = frequencies_for(offset + x.rows(), dyn_);
     for (Index r = 0; r < x.rows(); ++r)
       for (Index h = 0; h < n_heads; ++h)
-        rotate_row(x.row(r).data() + h * d_head, static_cast<double>(offset + r));
+        rotate_row(x.row(r).data() + h * d_head, static_cast<double>(offset + r), f);
   }
   /// A rotated copy of x.
   RowMatrix<T> rotated(ConstMatrixRef<T> x, Index offset = 0) const {
@@ -108,15 +130,31 @@ class Rope {
   }
 
  private:
+  /// Positions offset .. offset + rows - 1 must be >= 0 and representable.
+  static void check_offset(Index offset, Index rows) {
+    if (offset < 0)
+      throw RangeError("kappa: RoPE: position offset " + std::to_string(offset) + " is negative");
+    (void)checked_add("RoPE: position offset + rows", offset, rows);
+  }
   void check(Index width, const char* what) const {
     require_shapes(width >= d_rot_, "RoPE", what, 1, width, "rotary dim", 1, d_rot_,
                    "RoPE rotates the first d_R columns, so a row needs at least d_R");
   }
-  void rotate_row(T* v, double p) const {
+  /// The frequencies for a sequence of `seq_len` positions: the fixed table,
+  /// or for dynamic NTK beyond the original context a table computed into
+  /// `scratch` (thread_local: the layer stays read-only during forward calls).
+  const std::vector<double>& frequencies_for(Index seq_len, std::vector<double>& scratch) const {
+    if (scaling_.kind != RopeScaling::Kind::kDynamicNtk || seq_len <= scaling_.original_context)
+      return inv_freq_;
+    scratch = rope_frequencies(d_rot_, base_, scaling_, seq_len);
+    return scratch;
+  }
+  void rotate_row(T* v, double p, const std::vector<double>& freq) const {
     const Index half = d_rot_ / 2;
+    const double m = attention_factor_;
     for (Index i = 0; i < half; ++i) {
-      const double a = p * inv_freq_[static_cast<std::size_t>(i)];
-      const T c = static_cast<T>(std::cos(a)), s = static_cast<T>(std::sin(a));
+      const double a = p * freq[static_cast<std::size_t>(i)];
+      const T c = static_cast<T>(m * std::cos(a)), s = static_cast<T>(m * std::sin(a));
       T* x0;
       T* x1;
       if constexpr (std::is_same_v<Convention, RotateHalf>) {
@@ -134,7 +172,10 @@ class Rope {
 
   Index d_rot_;
   double base_;
-  std::vector<double> inv_freq_;  // theta_i
+  RopeScaling scaling_{};
+  std::vector<double> inv_freq_;  // theta_i (theta'_i under a fixed scaling rule)
+  double attention_factor_ = 1.0;
+  static inline thread_local std::vector<double> dyn_{};  // dynamic NTK scratch
 };
 
 }  // namespace kappa

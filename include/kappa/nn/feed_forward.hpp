@@ -1,0 +1,171 @@
+// kappa/nn/feed_forward.hpp - the position-wise feed-forward layers of the
+// Transformer, applied to each token (row) independently:
+//
+//   Mlp<T, Act>       F(X) = act(X W_1 + b_1) W_2 + b_2
+//                     W_1: (d, d_ff), W_2: (d_ff, d). Original Transformer
+//                     (Relu), GPT-2 (GeluTanh), BERT (Gelu).
+//   GatedMlp<T, Act>  F(X) = (act(X W_gate) * (X W_up)) W_down    (* elementwise)
+//                     W_gate, W_up: (d, d_ff), W_down: (d_ff, d). SwiGLU
+//                     (Shazeer 2020) with Act = Silu, as in LLaMA, Mistral,
+//                     Qwen2 and DeepSeek-V2's dense layers.
+//
+// Weights follow the paper's row convention (used as X W). The gated layer
+// stores [W_gate | W_up] side by side, so both come from one GEMM.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/nn/activations.hpp"
+
+namespace kappa {
+
+namespace detail {
+template <class M>
+void expect_ffn_shape(const char* what, const char* name, const M& m, Index rows, Index cols) {
+  require_shapes(m.rows() == rows && m.cols() == cols, what, name, m.rows(), m.cols(), "expected",
+                 rows, cols, "d = d_model, d_ff = the hidden width");
+}
+template <Scalar T>
+void add_bias(RowMatrix<T>& x, const RowVector<T>& b) {
+  if (b.size() > 0) x.rowwise() += b;
+}
+}  // namespace detail
+
+/// Two-layer MLP act(X W_1 + b_1) W_2 + b_2; biases optional (empty = none).
+///
+/// ```cpp
+/// kappa::Mlp<float, kappa::GeluTanh> ffn(768, 3072);   // GPT-2 small
+/// ffn.set_weights(w_1, b_1, w_2, b_2);
+/// kappa::RowMatrix<float> y = ffn.forward(x);          // (N, 768)
+/// ```
+template <Scalar T, class Act = Relu>
+class Mlp {
+  static_assert(Activation<Act, T>, "kappa: Mlp's activation must provide static apply(MatrixRef<T>)");
+
+ public:
+  using value_type = T;
+  /// Zero weights, no biases. \throws RangeError for negative sizes.
+  Mlp(Index d_model, Index d_ff)
+      : w_1_(RowMatrix<T>::Zero(check_size(d_model), check_size(d_ff))),
+        w_2_(RowMatrix<T>::Zero(d_ff, d_model)) {}
+
+  [[nodiscard]] Index d_model() const { return w_1_.rows(); }
+  [[nodiscard]] Index d_ff() const { return w_1_.cols(); }
+
+  /// W_1 (d, d_ff), b_1 (d_ff or empty), W_2 (d_ff, d), b_2 (d or empty).
+  /// \throws ShapeError naming the weight, its shape and the expected one.
+  void set_weights(RowMatrix<T> w_1, RowVector<T> b_1, RowMatrix<T> w_2, RowVector<T> b_2) {
+    constexpr const char* what = "Mlp::set_weights";
+    detail::expect_ffn_shape(what, "W_1", w_1, d_model(), d_ff());
+    detail::expect_ffn_shape(what, "W_2", w_2, d_ff(), d_model());
+    if (b_1.size() > 0) detail::expect_ffn_shape(what, "b_1", b_1, 1, d_ff());
+    if (b_2.size() > 0) detail::expect_ffn_shape(what, "b_2", b_2, 1, d_model());
+    w_1_ = std::move(w_1);
+    b_1_ = std::move(b_1);
+    w_2_ = std::move(w_2);
+    b_2_ = std::move(b_2);
+  }
+
+  /// F(X) for X (N, d); returns (N, d). \throws ShapeError unless X has d columns.
+  [[nodiscard]] RowMatrix<T> forward(ConstMatrixRef<T> x) const {
+    require_shapes(x.cols() == d_model(), "Mlp::forward", "X", x.rows(), x.cols(), "W_1", w_1_.rows(),
+                   w_1_.cols(), "X must have d_model columns");
+    RowMatrix<T> h(x.rows(), d_ff());
+    h.noalias() = x * w_1_;  // (N, d_ff)
+    detail::add_bias(h, b_1_);
+    Act::template apply<T>(h);
+    RowMatrix<T> y(x.rows(), d_model());
+    y.noalias() = h * w_2_;  // (N, d)
+    detail::add_bias(y, b_2_);
+    return y;
+  }
+
+  [[nodiscard]] const RowMatrix<T>& w_1() const { return w_1_; }
+  [[nodiscard]] const RowMatrix<T>& w_2() const { return w_2_; }
+  /// Bytes of the weights (what a decode step reads).
+  [[nodiscard]] std::size_t weight_bytes() const {
+    return sizeof(T) * static_cast<std::size_t>(w_1_.size() + w_2_.size() + b_1_.size() + b_2_.size());
+  }
+
+ private:
+  static Index check_size(Index n) {
+    if (n < 0) throw RangeError("kappa: Mlp: size " + std::to_string(n) + " is negative");
+    return n;
+  }
+  RowMatrix<T> w_1_, w_2_;
+  RowVector<T> b_1_, b_2_;
+};
+
+/// Gated MLP (act(X W_gate) * (X W_up)) W_down; no biases (as in LLaMA).
+template <Scalar T, class Act = Silu>
+class GatedMlp {
+  static_assert(Activation<Act, T>,
+                "kappa: GatedMlp's activation must provide static apply(MatrixRef<T>)");
+
+ public:
+  using value_type = T;
+  /// Zero weights. \throws RangeError for negative sizes.
+  GatedMlp(Index d_model, Index d_ff)
+      : w_gate_up_(RowMatrix<T>::Zero(check_size(d_model), 2 * check_size(d_ff))),
+        w_down_(RowMatrix<T>::Zero(d_ff, d_model)) {}
+
+  [[nodiscard]] Index d_model() const { return w_gate_up_.rows(); }
+  [[nodiscard]] Index d_ff() const { return w_down_.rows(); }
+
+  /// W_gate, W_up (d, d_ff) and W_down (d_ff, d).
+  /// \throws ShapeError naming the weight, its shape and the expected one.
+  void set_weights(const ConstMatrixRef<T>& w_gate, const ConstMatrixRef<T>& w_up,
+                   RowMatrix<T> w_down) {
+    constexpr const char* what = "GatedMlp::set_weights";
+    detail::expect_ffn_shape(what, "W_gate", w_gate, d_model(), d_ff());
+    detail::expect_ffn_shape(what, "W_up", w_up, d_model(), d_ff());
+    detail::expect_ffn_shape(what, "W_down", w_down, d_ff(), d_model());
+    w_gate_up_.leftCols(d_ff()) = w_gate;
+    w_gate_up_.rightCols(d_ff()) = w_up;
+    w_down_ = std::move(w_down);
+  }
+
+  /// F(X) for X (N, d); returns (N, d). \throws ShapeError unless X has d columns.
+  [[nodiscard]] RowMatrix<T> forward(ConstMatrixRef<T> x) const {
+    require_shapes(x.cols() == d_model(), "GatedMlp::forward", "X", x.rows(), x.cols(), "W_gate",
+                   d_model(), d_ff(), "X must have d_model columns");
+    const Index f = d_ff();
+    RowMatrix<T> gu(x.rows(), 2 * f);
+    gu.noalias() = x * w_gate_up_;  // (N, 2 d_ff): [X W_gate | X W_up]
+    Act::template apply<T>(gu.leftCols(f));
+    RowMatrix<T> h = gu.leftCols(f).cwiseProduct(gu.rightCols(f));  // (N, d_ff)
+    RowMatrix<T> y(x.rows(), d_model());
+    y.noalias() = h * w_down_;  // (N, d)
+    return y;
+  }
+
+  [[nodiscard]] auto w_gate() const { return w_gate_up_.leftCols(d_ff()); }
+  [[nodiscard]] auto w_up() const { return w_gate_up_.rightCols(d_ff()); }
+  [[nodiscard]] const RowMatrix<T>& w_down() const { return w_down_; }
+  [[nodiscard]] std::size_t weight_bytes() const {
+    return sizeof(T) * static_cast<std::size_t>(w_gate_up_.size() + w_down_.size());
+  }
+
+ private:
+  static Index check_size(Index n) {
+    if (n < 0) throw RangeError("kappa: GatedMlp: size " + std::to_string(n) + " is negative");
+    return n;
+  }
+  RowMatrix<T> w_gate_up_, w_down_;
+};
+
+/// SwiGLU: the gated MLP with SiLU (LLaMA, Mistral, Qwen2, DeepSeek-V2).
+template <Scalar T>
+using SwiGlu = GatedMlp<T, Silu>;
+
+/// A feed-forward policy: `forward(ConstMatrixRef<T>) const` returning (N, d).
+template <class F, class T>
+concept FeedForward = requires(const F& f, ConstMatrixRef<T> x) {
+  { f.forward(x) } -> std::convertible_to<RowMatrix<T>>;
+};
+
+}  // namespace kappa

@@ -1,0 +1,481 @@
+// kappa/transformer/models.hpp - whole Transformer models: token ids in,
+// vocabulary logits out (the paper's section 3).
+//
+//   DecoderLM           decoder-only language model (GPT-2, LLaMA, Mistral,
+//                       Qwen2, DeepSeek-V2 with dense feed-forward layers):
+//                         X_0 = E[ids] (+ P[positions])
+//                         X_l = Layer_l(X_{l-1})           l = 1 .. L, causal
+//                         logits = N_f(X_L) E_out^T         E_out = E when tied
+//   EncoderOnlyModel    BERT: X_0 = LN(E[ids] + P[positions] + T[types]),
+//                       encoder layers, and the masked-LM head
+//                         logits = LN(act(X_L W_t + b_t)) E^T + b
+//   EncoderDecoderModel the original Transformer: encoder over the source,
+//                       decoder (causal self-attention + cross-attention over
+//                       the encoder output) over the target, then logits.
+//
+// The output projection E_out is stored (N_T x d) as the embedding is, so
+// tied and separate heads are one code path: logits = H E_out^T.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/embed/embedding.hpp"
+#include "kappa/embed/positional.hpp"
+#include "kappa/nn/activations.hpp"
+#include "kappa/nn/layer_norm.hpp"
+#include "kappa/transformer/layers.hpp"
+
+namespace kappa {
+
+/// No absolute positions added to the embeddings (RoPE inside attention, or
+/// none at all).
+struct NoAbsolutePositions {};
+
+/// Which rows of logits a cached call returns: every new token's, or only the
+/// last one's (all a sampler needs; saves N_new - 1 rows of the N_T-wide GEMM).
+enum class LogitsFor { kAll, kLast };
+
+namespace detail {
+template <class P>
+inline constexpr bool kHasAbsolutePositions = !std::same_as<P, NoAbsolutePositions>;
+
+template <Scalar T>
+void require_output_head(const char* what, const RowMatrix<T>& e_out, Index d) {
+  require_shapes(e_out.cols() == d, what, "E_out (output projection, N_T x d)", e_out.rows(),
+                 e_out.cols(), "d_model", 1, d, "E_out must have d_model columns");
+}
+}  // namespace detail
+
+/// A decoder-only language model; see the file comment.
+///
+/// \tparam T          float or double
+/// \tparam Layer      a DecoderOnlyLayer<T, ...>
+/// \tparam Positions  NoAbsolutePositions, LearnedPositions<T> (GPT-2) or
+///                    SinusoidalPositions<T>, added to the token embeddings
+///
+/// A model object is read-only during forward calls; several threads may use
+/// one model with their own caches.
+template <Scalar T, class Layer, class Positions = NoAbsolutePositions>
+class DecoderLM {
+ public:
+  using value_type = T;
+  using LayerType = Layer;
+  using Norm = typename Layer::NormType;
+  using LayerCache = typename Layer::Cache;
+
+  /// The per-layer caches of one sequence.
+  struct Cache {
+    std::vector<LayerCache> layers;
+    /// Tokens seen so far (the position of the next token).
+    [[nodiscard]] Index length() const { return layers.empty() ? length_ : layers[0].length(); }
+    /// Bytes of cached keys/values (or latent rows) in use.
+    [[nodiscard]] std::size_t bytes() const {
+      std::size_t b = 0;
+      for (const LayerCache& c : layers) b += c.bytes();
+      return b;
+    }
+    /// Drops every cached token (the caches keep their memory).
+    void reset() {
+      for (LayerCache& c : layers) c.reset();
+      length_ = 0;
+    }
+    Index length_ = 0;  // for a model with no layers
+  };
+
+  /// \param embed    E (N_T x d)
+  /// \param positions absolute positions (or NoAbsolutePositions{})
+  /// \param layers   the L layers
+  /// \param final_norm  N_f
+  /// \param output   E_out (N_T x d); std::nullopt ties it to E
+  /// \param context_length  positions the model was trained for (0: no
+  ///        limit); the table of learned positions is a hard limit anyway
+  /// \throws ShapeError if the widths or vocabulary sizes disagree.
+  DecoderLM(Embedding<T> embed, Positions positions, std::vector<Layer> layers, Norm final_norm,
+            std::optional<RowMatrix<T>> output = std::nullopt, Index context_length = 0)
+      : embed_(std::move(embed)), positions_(std::move(positions)), layers_(std::move(layers)),
+        final_norm_(std::move(final_norm)), output_(std::move(output)),
+        context_length_(context_length) {
+    if (output_) {
+      detail::require_output_head("DecoderLM", *output_, embed_.dim());
+    }
+    if constexpr (detail::kHasAbsolutePositions<Positions>) {
+      require_shapes(positions_.dim() == embed_.dim(), "DecoderLM", "the positions", 1,
+                     positions_.dim(), "E", embed_.vocab_size(), embed_.dim(),
+                     "added positions must be as wide as the embeddings");
+    }
+  }
+
+  [[nodiscard]] Index vocab_size() const { return output_ ? output_->rows() : embed_.vocab_size(); }
+  [[nodiscard]] Index d_model() const { return embed_.dim(); }
+  [[nodiscard]] Index n_layers() const { return static_cast<Index>(layers_.size()); }
+  [[nodiscard]] Index context_length() const { return context_length_; }
+  [[nodiscard]] bool tied() const { return !output_.has_value(); }
+  [[nodiscard]] const Embedding<T>& embedding() const { return embed_; }
+  [[nodiscard]] const Positions& positions() const { return positions_; }
+  [[nodiscard]] const std::vector<Layer>& layers() const { return layers_; }
+  [[nodiscard]] const Norm& final_norm() const { return final_norm_; }
+  /// E_out (N_T x d): the separate output head, or E when tied.
+  [[nodiscard]] const RowMatrix<T>& output_projection() const {
+    return output_ ? *output_ : embed_.table();
+  }
+  /// Bytes of every weight (a decode step reads each once).
+  [[nodiscard]] std::size_t weight_bytes() const {
+    std::size_t b = sizeof(T) * static_cast<std::size_t>(embed_.table().size());
+    if (output_) b += sizeof(T) * static_cast<std::size_t>(output_->size());
+    if constexpr (std::same_as<Positions, LearnedPositions<T>>)
+      b += sizeof(T) * static_cast<std::size_t>(positions_.table().size());
+    for (const Layer& l : layers_) b += l.weight_bytes();
+    return b;
+  }
+
+  /// X_0 for ids at positions first .. first + N - 1 (N, d).
+  /// \throws RangeError naming a token id outside [0, N_T) or a position
+  ///         beyond the learned table.
+  [[nodiscard]] RowMatrix<T> embed(std::span<const TokenId> ids, Index first = 0) const {
+    RowMatrix<T> x = embed_.lookup(ids);  // (N, d)
+    if constexpr (detail::kHasAbsolutePositions<Positions>) {
+      x += positions_.encode(x.rows(), first);
+    } else {
+      (void)first;
+    }
+    return x;
+  }
+
+  /// The final hidden states N_f(X_L) of one sequence (N, d).
+  [[nodiscard]] RowMatrix<T> hidden(std::span<const TokenId> ids) const {
+    RowMatrix<T> x = embed(ids, 0);
+    for (const Layer& l : layers_) x = l.forward(x);
+    final_norm_.apply(x);
+    return x;
+  }
+
+  /// Logits of every position of one sequence (N, N_T): row i predicts
+  /// token i + 1.
+  [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
+    return project(hidden(ids));
+  }
+
+  /// Logits of every position of B sequences at once (one GEMM per
+  /// projection over all their rows); returns the packed (sum N_b, N_T) rows.
+  [[nodiscard]] RowMatrix<T> forward(const std::vector<std::vector<TokenId>>& batch) const {
+    std::vector<Index> lengths;
+    std::vector<TokenId> all;
+    for (const auto& s : batch) {
+      lengths.push_back(static_cast<Index>(s.size()));
+      all.insert(all.end(), s.begin(), s.end());
+    }
+    RowMatrix<T> x(static_cast<Index>(all.size()), d_model());
+    Index row = 0;
+    for (const auto& s : batch) {
+      x.middleRows(row, static_cast<Index>(s.size())) = embed(s, 0);
+      row += static_cast<Index>(s.size());
+    }
+    for (const Layer& l : layers_) x = l.forward(SequenceBatch<T>{x, lengths});
+    final_norm_.apply(x);
+    return project(x);
+  }
+
+  /// An empty cache for one sequence.
+  [[nodiscard]] Cache make_cache() const {
+    Cache c;
+    c.layers.reserve(layers_.size());
+    for (const Layer& l : layers_) c.layers.push_back(l.make_cache());
+    return c;
+  }
+
+  /// Runs the new tokens `ids` that continue the sequence held in `cache`
+  /// (prefill with the prompt, then one token per call) and appends them to
+  /// it. Returns their logits (N_new, N_T), or the last row only (1, N_T).
+  /// Equal to the rows of forward() on the whole sequence.
+  /// \throws RangeError for an id outside the vocabulary or a position past
+  ///         the learned table (the cache is then unchanged).
+  [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, Cache& cache,
+                                            LogitsFor which = LogitsFor::kAll) const {
+    check_cache(cache);
+    RowMatrix<T> x = embed(ids, cache.length());  // validates before any cache changes
+    for (std::size_t l = 0; l < layers_.size(); ++l) x = layers_[l].forward_cached(x, cache.layers[l]);
+    cache.length_ += static_cast<Index>(ids.size());
+    if (which == LogitsFor::kLast && x.rows() > 1) {
+      RowMatrix<T> last = x.bottomRows(1);
+      final_norm_.apply(last);
+      return project(last);
+    }
+    final_norm_.apply(x);
+    return project(x);
+  }
+
+  /// forward_cached for B sequences in one call (sequence b continues
+  /// *caches[b]); every projection is one GEMM over the new rows of all
+  /// sequences. Returns the packed logits (sum N_b, N_T), or with kLast one
+  /// row per sequence (B, N_T); a sequence with no new tokens gets a zero row.
+  [[nodiscard]] RowMatrix<T> forward_cached(const std::vector<std::vector<TokenId>>& batch,
+                                            const std::vector<Cache*>& caches,
+                                            LogitsFor which = LogitsFor::kAll) const {
+    if (batch.size() != caches.size())
+      throw ShapeError("kappa: DecoderLM::forward_cached (batch): " + std::to_string(batch.size()) +
+                       " sequences but " + std::to_string(caches.size()) + " caches");
+    std::vector<Index> lengths;
+    Index total = 0;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      if (caches[b] == nullptr) throw ShapeError("kappa: DecoderLM::forward_cached: a cache is null");
+      check_cache(*caches[b]);
+      lengths.push_back(static_cast<Index>(batch[b].size()));
+      total += lengths.back();
+    }
+    RowMatrix<T> x(total, d_model());
+    Index row = 0;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      x.middleRows(row, lengths[b]) = embed(batch[b], caches[b]->length());
+      row += lengths[b];
+    }
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      std::vector<LayerCache*> lc;
+      lc.reserve(caches.size());
+      for (Cache* c : caches) lc.push_back(&c->layers[l]);
+      x = layers_[l].forward_cached(SequenceBatch<T>{x, lengths}, lc);
+    }
+    for (std::size_t b = 0; b < batch.size(); ++b) caches[b]->length_ += lengths[b];
+    if (which == LogitsFor::kLast) {
+      RowMatrix<T> last = RowMatrix<T>::Zero(static_cast<Index>(batch.size()), d_model());
+      Index end = 0;
+      for (std::size_t b = 0; b < batch.size(); ++b) {
+        end += lengths[b];
+        if (lengths[b] > 0) last.row(static_cast<Index>(b)) = x.row(end - 1);
+      }
+      final_norm_.apply(last);
+      RowMatrix<T> logits = project(last);
+      for (std::size_t b = 0; b < batch.size(); ++b)
+        if (lengths[b] == 0) logits.row(static_cast<Index>(b)).setZero();
+      return logits;
+    }
+    final_norm_.apply(x);
+    return project(x);
+  }
+
+  /// logits = H E_out^T for final hidden states H (N, d).
+  [[nodiscard]] RowMatrix<T> project(ConstMatrixRef<T> h) const {
+    const RowMatrix<T>& e_out = output_projection();
+    require_shapes(h.cols() == e_out.cols(), "DecoderLM::project", "H", h.rows(), h.cols(),
+                   "E_out", e_out.rows(), e_out.cols(), "H must have d_model columns");
+    RowMatrix<T> logits(h.rows(), e_out.rows());
+    logits.noalias() = h * e_out.transpose();  // (N, N_T)
+    return logits;
+  }
+
+ private:
+  void check_cache(const Cache& c) const {
+    if (c.layers.size() != layers_.size())
+      throw ShapeError("kappa: DecoderLM: the cache has " + std::to_string(c.layers.size()) +
+                       " layers but the model has " + std::to_string(layers_.size()) +
+                       " (use make_cache())");
+  }
+
+  Embedding<T> embed_;
+  Positions positions_;
+  std::vector<Layer> layers_;
+  Norm final_norm_;
+  std::optional<RowMatrix<T>> output_;
+  Index context_length_ = 0;
+};
+
+/// The masked-language-model head of BERT: logits = LN(act(H W_t + b_t)) E^T + b.
+template <Scalar T, class Act = Gelu>
+struct MaskedLMHead {
+  RowMatrix<T> w_transform;  ///< W_t (d, d)
+  RowVector<T> b_transform;  ///< b_t (d)
+  LayerNorm<T> norm;         ///< LN
+  RowVector<T> bias;         ///< b (N_T)
+};
+
+/// An encoder-only model (BERT): embeddings with learned positions and token
+/// types, then encoder layers; hidden() gives the contextual embeddings and
+/// mlm_logits() the masked-LM head's logits.
+/// \tparam Layer  an EncoderLayer<T, ...>
+template <Scalar T, class Layer, class HeadAct = Gelu>
+class EncoderOnlyModel {
+ public:
+  using value_type = T;
+
+  EncoderOnlyModel(Embedding<T> words, LearnedPositions<T> positions, RowMatrix<T> token_types,
+                   LayerNorm<T> embed_norm, std::vector<Layer> layers,
+                   std::optional<MaskedLMHead<T, HeadAct>> head = std::nullopt)
+      : words_(std::move(words)), positions_(std::move(positions)),
+        types_(std::move(token_types)), embed_norm_(std::move(embed_norm)),
+        layers_(std::move(layers)), head_(std::move(head)) {
+    const Index d = words_.dim();
+    require_shapes(positions_.dim() == d, "EncoderOnlyModel", "the positions", 1,
+                   positions_.dim(), "E", words_.vocab_size(), d, "widths must agree");
+    require_shapes(types_.cols() == d, "EncoderOnlyModel", "the token types", types_.rows(),
+                   types_.cols(), "E", words_.vocab_size(), d, "widths must agree");
+    if (head_) {
+      require_shapes(head_->w_transform.rows() == d && head_->w_transform.cols() == d,
+                     "EncoderOnlyModel", "W_t", head_->w_transform.rows(),
+                     head_->w_transform.cols(), "(d x d)", d, d, "the MLM transform is d x d");
+      require_shapes(head_->bias.size() == words_.vocab_size(), "EncoderOnlyModel", "the MLM bias",
+                     1, head_->bias.size(), "E", words_.vocab_size(), d, "one bias per token");
+    }
+  }
+
+  [[nodiscard]] Index vocab_size() const { return words_.vocab_size(); }
+  [[nodiscard]] Index d_model() const { return words_.dim(); }
+  [[nodiscard]] Index n_layers() const { return static_cast<Index>(layers_.size()); }
+  [[nodiscard]] Index max_positions() const { return positions_.max_positions(); }
+
+  /// The contextual embeddings X_L (N, d) of one sequence; `token_types`
+  /// empty means all 0. \throws RangeError for an id, a type or a position
+  /// out of range; ShapeError if token_types has another length.
+  [[nodiscard]] RowMatrix<T> hidden(std::span<const TokenId> ids,
+                                    std::span<const TokenId> token_types = {}) const {
+    RowMatrix<T> x = embed(ids, token_types);
+    for (const Layer& l : layers_) x = l.forward(x);
+    return x;
+  }
+
+  /// Masked-LM logits (N, N_T). \throws std::logic_error without a head.
+  [[nodiscard]] RowMatrix<T> mlm_logits(std::span<const TokenId> ids,
+                                        std::span<const TokenId> token_types = {}) const {
+    if (!head_) throw std::logic_error("kappa: EncoderOnlyModel: this model has no MLM head");
+    const RowMatrix<T> h = hidden(ids, token_types);
+    RowMatrix<T> t(h.rows(), d_model());
+    t.noalias() = h * head_->w_transform;  // (N, d)
+    if (head_->b_transform.size() > 0) t.rowwise() += head_->b_transform;
+    HeadAct::template apply<T>(t);
+    head_->norm.apply(t);
+    RowMatrix<T> logits(h.rows(), vocab_size());
+    logits.noalias() = t * words_.table().transpose();  // (N, N_T)
+    logits.rowwise() += head_->bias;
+    return logits;
+  }
+
+ private:
+  RowMatrix<T> embed(std::span<const TokenId> ids, std::span<const TokenId> types) const {
+    RowMatrix<T> x = words_.lookup(ids);
+    x += positions_.encode(x.rows(), 0);
+    if (!types.empty()) {
+      require_shapes(types.size() == ids.size(), "EncoderOnlyModel", "token_types",
+                     static_cast<Index>(types.size()), 1, "ids", static_cast<Index>(ids.size()), 1,
+                     "one token type per id");
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        require_index("token type", types[i], types_.rows(), "the token type table");
+        x.row(static_cast<Index>(i)) += types_.row(types[i]);
+      }
+    } else if (types_.rows() > 0) {
+      x.rowwise() += types_.row(0);
+    }
+    embed_norm_.apply(x);
+    return x;
+  }
+
+  Embedding<T> words_;
+  LearnedPositions<T> positions_;
+  RowMatrix<T> types_;
+  LayerNorm<T> embed_norm_;
+  std::vector<Layer> layers_;
+  std::optional<MaskedLMHead<T, HeadAct>> head_;
+};
+
+/// The encoder-decoder Transformer of the paper (Vaswani et al. 2017):
+/// X_src = sqrt(d) E_src[src] + P, encoder layers (and an optional final
+/// norm) give M; X_tgt = sqrt(d) E_tgt[tgt] + P, decoder layers over M (and
+/// an optional final norm), then logits = H W_g^T + b_g.
+/// \tparam EncLayer  an EncoderLayer<T, ...>;  \tparam DecLayer a DecoderLayer<T, ...>
+template <Scalar T, class EncLayer, class DecLayer, class Norm = LayerNorm<T>>
+class EncoderDecoderModel {
+ public:
+  using value_type = T;
+  using DecoderCache = std::vector<typename DecLayer::Cache>;
+
+  struct Parts {
+    Embedding<T> src_embed, tgt_embed;
+    bool scale_embedding = true;  ///< multiply embeddings by sqrt(d) (section 3.4)
+    std::vector<EncLayer> encoder;
+    std::optional<Norm> encoder_norm;
+    std::vector<DecLayer> decoder;
+    std::optional<Norm> decoder_norm;
+    RowMatrix<T> generator;      ///< W_g (N_T_tgt x d)
+    RowVector<T> generator_bias;  ///< b_g (N_T_tgt), or empty
+  };
+
+  explicit EncoderDecoderModel(Parts p)
+      : p_(std::move(p)), positions_(p_.tgt_embed.dim()) {
+    const Index d = p_.tgt_embed.dim();
+    require_shapes(p_.src_embed.dim() == d, "EncoderDecoderModel", "E_src", p_.src_embed.vocab_size(),
+                   p_.src_embed.dim(), "E_tgt", p_.tgt_embed.vocab_size(), d, "widths must agree");
+    require_shapes(p_.generator.cols() == d, "EncoderDecoderModel", "W_g", p_.generator.rows(),
+                   p_.generator.cols(), "d_model", 1, d, "the generator maps d to N_T");
+    require_shapes(p_.generator_bias.size() == 0 || p_.generator_bias.size() == p_.generator.rows(),
+                   "EncoderDecoderModel", "b_g", 1, p_.generator_bias.size(), "W_g",
+                   p_.generator.rows(), d, "one bias per target token");
+  }
+
+  [[nodiscard]] Index d_model() const { return p_.tgt_embed.dim(); }
+  [[nodiscard]] Index tgt_vocab_size() const { return p_.generator.rows(); }
+
+  /// The encoder output M (N_src, d).
+  [[nodiscard]] RowMatrix<T> encode(std::span<const TokenId> src) const {
+    RowMatrix<T> x = input(p_.src_embed, src, 0);
+    for (const EncLayer& l : p_.encoder) x = l.forward(x);
+    if (p_.encoder_norm) p_.encoder_norm->apply(x);
+    return x;
+  }
+  /// Logits (N_tgt, N_T_tgt) of the target tokens over the memory M.
+  [[nodiscard]] RowMatrix<T> decode(ConstMatrixRef<T> memory, std::span<const TokenId> tgt) const {
+    RowMatrix<T> x = input(p_.tgt_embed, tgt, 0);
+    for (const DecLayer& l : p_.decoder) x = l.forward(x, memory);
+    return finish(x);
+  }
+  /// decode(encode(src), tgt).
+  [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> src,
+                                     std::span<const TokenId> tgt) const {
+    const RowMatrix<T> m = encode(src);
+    return decode(m, tgt);
+  }
+  [[nodiscard]] DecoderCache make_cache() const {
+    DecoderCache c;
+    for (const DecLayer& l : p_.decoder) c.push_back(l.make_cache());
+    return c;
+  }
+  /// New target tokens continuing the sequence in `cache`, over M; returns
+  /// their logits. Equal to the rows of decode() on the whole target.
+  [[nodiscard]] RowMatrix<T> decode_cached(ConstMatrixRef<T> memory, std::span<const TokenId> tgt,
+                                           DecoderCache& cache) const {
+    if (cache.size() != p_.decoder.size())
+      throw ShapeError("kappa: EncoderDecoderModel: the cache has " + std::to_string(cache.size()) +
+                       " layers but the decoder has " + std::to_string(p_.decoder.size()));
+    const Index first = cache.empty() ? 0 : cache[0].length();
+    RowMatrix<T> x = input(p_.tgt_embed, tgt, first);
+    for (std::size_t l = 0; l < p_.decoder.size(); ++l)
+      x = p_.decoder[l].forward_cached(x, memory, cache[l]);
+    return finish(x);
+  }
+
+ private:
+  RowMatrix<T> input(const Embedding<T>& e, std::span<const TokenId> ids, Index first) const {
+    RowMatrix<T> x = e.lookup(ids);
+    if (p_.scale_embedding) x *= static_cast<T>(std::sqrt(static_cast<double>(d_model())));
+    x += positions_.encode(x.rows(), first);
+    return x;
+  }
+  RowMatrix<T> finish(RowMatrix<T>& x) const {
+    if (p_.decoder_norm) p_.decoder_norm->apply(x);
+    RowMatrix<T> logits(x.rows(), p_.generator.rows());
+    logits.noalias() = x * p_.generator.transpose();
+    if (p_.generator_bias.size() > 0) logits.rowwise() += p_.generator_bias;
+    return logits;
+  }
+
+  Parts p_;
+  SinusoidalPositions<T> positions_;
+};
+
+}  // namespace kappa
