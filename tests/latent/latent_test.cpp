@@ -87,7 +87,7 @@ TYPED_TEST(LatentTest, MatchesPyTorchGolden) {
   const RowMatrix<T> x = npy<T>("x");
   for (bool compressed : {true, false}) {
     SCOPED_TRACE(compressed ? "with query compression" : "without query compression");
-    LatentAttention<T, Path> mla(golden_config(compressed));
+    LatentAttention<T, Path, RotateHalf> mla(golden_config(compressed));
     mla.set_weights(golden_weights<T>(compressed));
     // Float inputs are the rounded double ones: compare with a float-sized bound.
     const double f = std::is_same_v<T, float> ? 20.0 : 1.0;
@@ -117,7 +117,9 @@ TYPED_TEST(LatentTest, HuggingFaceLayoutGivesTheSameLayer) {
     hf.kv_a_layernorm = npy<T>("hf_kv_a_layernorm");
     hf.kv_b_proj = npy<T>("hf_kv_b_proj");
     hf.o_proj = npy<T>("hf_o_proj");
-    LatentAttention<T, Path> mla(golden_config(compressed));
+    // This golden rotates pairs (j, j + d_R/2) of the stored weights (rotate-half);
+    // DeepSeek's own checkpoints need the default Interleaved (tests/transformer).
+    LatentAttention<T, Path, RotateHalf> mla(golden_config(compressed));
     mla.set_weights_from_hf(hf);
     expect_close<T>(mla.forward(x, kGoldenOffset),
                     npy<T>(compressed ? "y_compressed_q" : "y_plain_q"), f);

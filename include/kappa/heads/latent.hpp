@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -45,10 +46,12 @@
 
 #include "kappa/attention/attention.hpp"
 #include "kappa/cache/token_store.hpp"
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/embed/rope.hpp"
+#include "kappa/embed/rope_scaling.hpp"
 #include "kappa/heads/grouping.hpp"
 #include "kappa/nn/norms.hpp"
 
@@ -74,6 +77,7 @@ struct LatentConfig {
   Index d_q_latent = 0;  ///< d_cq, query compression rank [q_lora_rank]; 0 = none
   double norm_eps = 1e-6;           ///< RMSNorm epsilon [rms_norm_eps]
   double rope_base = 10000.0;       ///< RoPE base [rope_theta]
+  RopeScaling rope_scaling{};       ///< RoPE frequency rule [rope_scaling], e.g. yarn
   std::optional<double> scale{};    ///< s; unset means 1/sqrt(d_h + d_R)
 
   [[nodiscard]] Index value_width() const { return d_v > 0 ? d_v : d_head; }
@@ -83,8 +87,13 @@ struct LatentConfig {
 };
 
 /// Latent-cache elements per token for `layers` layers: (d_c + d_R) l.
+/// \throws RangeError naming the values if one is negative or the result
+///         does not fit in Index.
 inline Index latent_cache_elements_per_token(const LatentConfig& c, Index layers) {
-  return c.cache_width() * layers;
+  constexpr Index kAny = std::numeric_limits<Index>::max();
+  return checked_mul("latent cache elements per token: (d_c + d_R) x layers",
+                     checked_add("latent cache: d_c + d_R", c.d_latent, c.d_rope, kAny), layers,
+                     kAny);
 }
 
 /// KV-cache elements per token of one model under the four attention forms
@@ -96,10 +105,21 @@ struct CacheElementsPerToken {
 
 /// \param n_heads n_h   \param n_groups n_g (kv heads of the GQA form)
 /// \param d_head d_h    \param d_latent d_c   \param d_rope d_R   \param layers l
+/// \throws RangeError naming the values if one is negative or a count does
+///         not fit in Index.
 inline CacheElementsPerToken cache_elements_per_token(Index n_heads, Index n_groups, Index d_head,
                                                       Index d_latent, Index d_rope, Index layers) {
-  return {2 * n_heads * d_head * layers, 2 * n_groups * d_head * layers, 2 * d_head * layers,
-          (d_latent + d_rope) * layers};
+  constexpr Index kAny = std::numeric_limits<Index>::max();
+  const Index per_head = checked_mul("cache elements per token: 2 d_h x layers",
+                                     checked_mul("cache elements per token: 2 x d_h", 2, d_head,
+                                                 kAny),
+                                     layers, kAny);
+  return {checked_mul("cache elements per token: n_h x 2 d_h l", n_heads, per_head, kAny),
+          checked_mul("cache elements per token: n_g x 2 d_h l", n_groups, per_head, kAny),
+          per_head,
+          checked_mul("cache elements per token: (d_c + d_R) x layers",
+                      checked_add("cache elements per token: d_c + d_R", d_latent, d_rope, kAny),
+                      layers, kAny)};
 }
 
 /// The weights of a latent attention layer in the paper's convention (all
@@ -187,7 +207,7 @@ class LatentCache {
       throw std::invalid_argument("kappa: LatentCache needs d_latent >= 1 and d_rope >= 0, got " +
                                   std::to_string(c.d_latent) + " and " + std::to_string(c.d_rope));
     }
-    return c.cache_width();
+    return checked_add("LatentCache: row width d_c + d_R", c.d_latent, c.d_rope, kMaxElements);
   }
   Index d_latent_;
   Index d_rope_;
@@ -199,7 +219,15 @@ class LatentCache {
 ///
 /// \tparam T        float or double
 /// \tparam Path     NaiveLatent or AbsorbedLatent (same results, different cost)
-/// \tparam RopeConvention  RotateHalf (DeepSeek's) or Interleaved
+/// \tparam RopeConvention  Interleaved (the default: DeepSeek's checkpoints) or
+///                         RotateHalf. DeepSeek stores the rotary parts of q and
+///                         k with pairs (2i, 2i + 1); its modeling code
+///                         de-interleaves them (view(d/2, 2).transpose) before
+///                         rotate_half, which rotates exactly those pairs. The
+///                         scores are invariant to the order of the channels, so
+///                         Interleaved on the stored weights is DeepSeek's
+///                         equation. RotateHalf is for weights laid out as
+///                         HF LLaMA's (pairs (i, i + d_R/2)).
 ///
 /// ```cpp
 /// kappa::LatentAttention<float, kappa::AbsorbedLatent> mla(config);
@@ -208,11 +236,11 @@ class LatentCache {
 /// auto y0 = mla.forward_cached(prompt, cache);   // prefill (N x d)
 /// auto y1 = mla.forward_cached(next_token, cache);  // one decode step (1 x d)
 /// ```
-template <Scalar T, LatentPath Path = AbsorbedLatent, class RopeConvention = RotateHalf>
+template <Scalar T, LatentPath Path = AbsorbedLatent, class RopeConvention = Interleaved>
 class LatentAttention {
  public:
   explicit LatentAttention(LatentConfig config)
-      : c_(checked(config)), rope_(c_.d_rope, c_.rope_base),
+      : c_(checked(config)), rope_(c_.d_rope, c_.rope_base, c_.rope_scaling),
         scale_(static_cast<T>(c_.scale.value_or(1.0 / std::sqrt(static_cast<double>(c_.d_head + c_.d_rope))))) {}
 
   [[nodiscard]] const LatentConfig& config() const { return c_; }
@@ -330,6 +358,27 @@ class LatentAttention {
           "kappa: LatentConfig needs d_model, n_heads, d_head, d_latent >= 1, an even d_rope >= 2 "
           "and d_v, d_q_latent >= 0");
     }
+    // Every width and matrix the layer forms, checked once so that no later
+    // product of sizes can overflow (RangeError naming the values).
+    require_head_count("LatentAttention: n_heads", c.n_heads);
+    const Index h = c.n_heads, d = c.d_model, dv = c.value_width();
+    const Index q_in = c.query_compression() ? c.d_q_latent : d;
+    const Index qr = checked_add("LatentAttention: d_h + d_R", c.d_head, c.d_rope, kMaxElements);
+    const Index kv = checked_add("LatentAttention: d_h + d_v", c.d_head, dv, kMaxElements);
+    const Index cw = checked_add("LatentAttention: d_c + d_R", c.d_latent, c.d_rope, kMaxElements);
+    const Index q_cols = checked_mul("LatentAttention: H (d_h + d_R)", h, qr);
+    (void)checked_mul("LatentAttention: H (d_h + d_v)", h, kv);
+    const Index hv = checked_mul("LatentAttention: H d_v", h, dv);
+    (void)checked_mul("LatentAttention: H (d_c + d_R), absorbed queries", h, cw);
+    (void)checked_mul("LatentAttention: [W^UQ | W^QR], q_in x H (d_h + d_R)", q_in, q_cols);
+    (void)checked_mul("LatentAttention: [W^DKV | W^KR], d x (d_c + d_R)", d, cw);
+    (void)checked_mul("LatentAttention: W^UK, d_c x H d_h", c.d_latent,
+                      checked_mul("LatentAttention: H d_h", h, c.d_head));
+    (void)checked_mul("LatentAttention: W^UV, d_c x H d_v", c.d_latent, hv);
+    (void)checked_mul("LatentAttention: W^O, H d_v x d", hv, d);
+    if (c.query_compression())
+      (void)checked_mul("LatentAttention: W^DQ, d x d_cq", d, c.d_q_latent);
+    if (c.scale) require_finite("LatentAttention: scale s", *c.scale);
     return c;
   }
   template <class M>
