@@ -7,6 +7,7 @@ independent float64 reference outputs.
 writes tests/data/models/<name>/ (all models when no name is given):
   config.json, model.safetensors (or the sharded pair + index),
   generation_config.json, tokenizer files, reference/*.npy, reference/tokens.json.
+When all models are made, the references are validated (see validate()).
 
 The forwards live in hf_reference.py and were written from the upstream model
 code's semantics (see that module); nothing here looks at kappa's C++.
@@ -808,6 +809,200 @@ def make_transformer():
 
 
 # ----------------------------------------------------------------------------
+# validation of the references themselves
+# ----------------------------------------------------------------------------
+
+def load_dir_weights(d):
+    """Weights as stored in the directory (reads the safetensors files back)."""
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        with open(idx) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    W = {}
+    for fn in files:
+        W.update(R.read_safetensors(os.path.join(d, fn)))
+    return {k: R.T(v) for k, v in W.items()}
+
+
+def check_files_roundtrip():
+    """Re-read every causal-LM directory from disk and recompute its logits."""
+    worst = 0.0
+    for name in sorted(os.listdir(ROOT)):
+        d = os.path.join(ROOT, name)
+        if not os.path.exists(os.path.join(d, "reference", "greedy_ids.npy")):
+            continue
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        fwd = {"gpt2": R.gpt2_forward, "deepseek_v2": R.deepseek_forward}.get(cfg["model_type"], R.llama_forward)
+        ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
+        got = fwd(load_dir_weights(d), cfg, ids)[0].numpy()
+        ref = np.load(os.path.join(d, "reference", "logits.npy"))
+        worst = max(worst, float(np.abs(got - ref).max()))
+    assert worst == 0.0, worst
+    return worst
+
+
+def check_rope_reductions():
+    """Scaled RoPE with factor 1 is the plain model (dynamic: while N <= max_position_embeddings)."""
+    bpe, cfg, Wnp = llama_base()
+    W = to_torch(Wnp)
+    ids = sample_ids(11, 12, cfg["vocab_size"], first=bpe.vocab["<|begin_of_text|>"])
+    plain = R.llama_forward(W, cfg, ids)[0]
+    out = {}
+    for rs in ({"type": "linear", "factor": 1.0},
+               {"rope_type": "llama3", "factor": 1.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32}):
+        err = float((R.llama_forward(W, dict(cfg, rope_scaling=rs), ids)[0] - plain).abs().max())
+        out[rs.get("type", rs.get("rope_type"))] = err
+        assert err < 1e-12, (rs, err)
+    dyn = dict(cfg, rope_scaling={"type": "dynamic", "factor": 2.0}, max_position_embeddings=16)
+    out["dynamic_N_le_max"] = float((R.llama_forward(W, dyn, ids)[0] - plain).abs().max())
+    assert out["dynamic_N_le_max"] < 1e-12
+    # linear factor 2 == positions halved in the plain model
+    lin = dict(cfg, rope_scaling={"type": "linear", "factor": 2.0})
+    inv, _ = R.rope_inv_freq(lin, 12)
+    inv0, _ = R.rope_inv_freq(cfg, 12)
+    assert torch.allclose(inv * 2.0, inv0, rtol=0, atol=1e-15)
+    # deepseek yarn with factor 1 is plain rope with the plain softmax scale
+    bpe = family_bpe("deepseek_v2")
+    dcfg = deepseek_config(bpe, 24)
+    Wd = to_torch(deepseek_weights(dcfg, 8008))
+    ids = sample_ids(8008, 12, dcfg["vocab_size"])
+    one = dict(dcfg, rope_scaling=dict(dcfg["rope_scaling"], factor=1))
+    err = float((R.deepseek_forward(Wd, one, ids)[0] - R.deepseek_forward(Wd, dict(dcfg, rope_scaling=None), ids)[0]).abs().max())
+    out["yarn_factor1"] = err
+    assert err < 1e-12
+    return out
+
+
+def check_rope_conventions():
+    """rotate_half on HF-permuted weights == Meta's interleaved complex rotation on the
+    original weights (LLaMA); DeepSeek's de-interleave + rotate_half == the complex
+    rotation of the interleaved pairs (q_pe as projected)."""
+    g = torch.Generator().manual_seed(1)
+    H, hd, d, N = 2, 8, 16, 5
+    x = torch.randn(N, d, generator=g, dtype=R.DT)
+    wq_meta = torch.randn(H * hd, d, generator=g, dtype=R.DT)
+    wk_meta = torch.randn(H * hd, d, generator=g, dtype=R.DT)
+
+    def permute(w):  # convert_llama_weights_to_hf.permute
+        return w.view(H, hd // 2, 2, d).transpose(1, 2).reshape(H * hd, d)
+    inv = 1.0 / 10000.0 ** (torch.arange(0, hd, 2, dtype=R.DT) / hd)
+    pos = torch.arange(N, dtype=R.DT)
+    ang = torch.outer(pos, inv)
+    rot = torch.polar(torch.ones_like(ang), ang)  # (N, hd/2)
+
+    def meta(w):
+        y = (x @ w.T).view(N, H, hd // 2, 2)
+        c = torch.view_as_complex(y.contiguous()) * rot[:, None, :]
+        return torch.view_as_real(c).reshape(N, H, hd).transpose(0, 1)
+    s_meta = meta(wq_meta) @ meta(wk_meta).transpose(-1, -2)
+    cos, sin = R.rope_cos_sin(inv, 1.0, pos)
+    qh = R.apply_rope((x @ permute(wq_meta).T).view(N, H, hd).transpose(0, 1), cos, sin)
+    kh = R.apply_rope((x @ permute(wk_meta).T).view(N, H, hd).transpose(0, 1), cos, sin)
+    e1 = float((qh @ kh.transpose(-1, -2) - s_meta).abs().max())
+    assert e1 < 1e-10, e1
+    # DeepSeek: de-interleave then rotate_half == complex rotation of pairs (2i, 2i+1), de-interleaved
+    q = torch.randn(H, N, hd, generator=g, dtype=R.DT)
+    ds = R.apply_rope(R.deepseek_deinterleave(q), cos, sin)
+    c = torch.view_as_complex(q.reshape(H, N, hd // 2, 2).contiguous()) * rot[None]
+    ref = R.deepseek_deinterleave(torch.view_as_real(c).reshape(H, N, hd))
+    e2 = float((ds - ref).abs().max())
+    assert e2 < 1e-12, e2
+    return {"llama_meta_vs_hf": e1, "deepseek_interleaved": e2}
+
+
+def check_against_torch_layers():
+    """GPT-2 blocks == nn.TransformerEncoderLayer(norm_first=True, gelu tanh, causal mask);
+    BERT layers == nn.TransformerEncoderLayer(norm_first=False, gelu erf)."""
+    out = {}
+    d = os.path.join(ROOT, "gpt2")
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    W = load_dir_weights(d)
+    ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
+    E, H, N = cfg["n_embd"], cfg["n_head"], len(ids)
+    x = (W["wte.weight"][torch.tensor(ids)] + W["wpe.weight"][:N]).unsqueeze(0)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(N).double()
+    with torch.no_grad():
+        for l in range(cfg["n_layer"]):
+            p = f"h.{l}."
+            layer = torch.nn.TransformerEncoderLayer(E, H, 4 * E, dropout=0.0, batch_first=True, norm_first=True,
+                                                     layer_norm_eps=cfg["layer_norm_epsilon"],
+                                                     activation=lambda t: torch.nn.functional.gelu(t, approximate="tanh")).double().eval()
+            layer.load_state_dict({
+                "self_attn.in_proj_weight": W[p + "attn.c_attn.weight"].T, "self_attn.in_proj_bias": W[p + "attn.c_attn.bias"],
+                "self_attn.out_proj.weight": W[p + "attn.c_proj.weight"].T, "self_attn.out_proj.bias": W[p + "attn.c_proj.bias"],
+                "linear1.weight": W[p + "mlp.c_fc.weight"].T, "linear1.bias": W[p + "mlp.c_fc.bias"],
+                "linear2.weight": W[p + "mlp.c_proj.weight"].T, "linear2.bias": W[p + "mlp.c_proj.bias"],
+                "norm1.weight": W[p + "ln_1.weight"], "norm1.bias": W[p + "ln_1.bias"],
+                "norm2.weight": W[p + "ln_2.weight"], "norm2.bias": W[p + "ln_2.bias"]})
+            x = layer(x, src_mask=mask)
+        hid = R.layer_norm(x[0], W["ln_f.weight"], W["ln_f.bias"], cfg["layer_norm_epsilon"])
+    out["gpt2_vs_torch_layers"] = float((hid - R.T(np.load(os.path.join(d, "reference", "hidden.npy")))).abs().max())
+    assert out["gpt2_vs_torch_layers"] < 1e-10
+    d = os.path.join(ROOT, "bert")
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    W = load_dir_weights(d)
+    ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
+    tt = np.load(os.path.join(d, "reference", "token_type_ids.npy")).tolist()
+    E, H, N, eps = cfg["hidden_size"], cfg["num_attention_heads"], len(ids), cfg["layer_norm_eps"]
+    e = "bert.embeddings."
+    x = W[e + "word_embeddings.weight"][torch.tensor(ids)] + W[e + "position_embeddings.weight"][:N] + \
+        W[e + "token_type_embeddings.weight"][torch.tensor(tt)]
+    x = torch.nn.functional.layer_norm(x, (E,), W[e + "LayerNorm.weight"], W[e + "LayerNorm.bias"], eps).unsqueeze(0)
+    with torch.no_grad():
+        for l in range(cfg["num_hidden_layers"]):
+            p = f"bert.encoder.layer.{l}."
+            layer = torch.nn.TransformerEncoderLayer(E, H, cfg["intermediate_size"], dropout=0.0, batch_first=True,
+                                                     norm_first=False, layer_norm_eps=eps,
+                                                     activation="gelu").double().eval()
+            a = p + "attention.self."
+            layer.load_state_dict({
+                "self_attn.in_proj_weight": torch.cat([W[a + n + ".weight"] for n in ("query", "key", "value")]),
+                "self_attn.in_proj_bias": torch.cat([W[a + n + ".bias"] for n in ("query", "key", "value")]),
+                "self_attn.out_proj.weight": W[p + "attention.output.dense.weight"],
+                "self_attn.out_proj.bias": W[p + "attention.output.dense.bias"],
+                "linear1.weight": W[p + "intermediate.dense.weight"], "linear1.bias": W[p + "intermediate.dense.bias"],
+                "linear2.weight": W[p + "output.dense.weight"], "linear2.bias": W[p + "output.dense.bias"],
+                "norm1.weight": W[p + "attention.output.LayerNorm.weight"], "norm1.bias": W[p + "attention.output.LayerNorm.bias"],
+                "norm2.weight": W[p + "output.LayerNorm.weight"], "norm2.bias": W[p + "output.LayerNorm.bias"]})
+            x = layer(x)
+    out["bert_vs_torch_layers"] = float((x[0] - R.T(np.load(os.path.join(d, "reference", "hidden.npy")))).abs().max())
+    assert out["bert_vs_torch_layers"] < 1e-10
+    return out
+
+
+def check_pretokenizers(n=20000):
+    """The hand-written GPT-2 / Llama-3 pre-splits equal Python `re` versions of the
+    regexes (with \p{L} = [A-Za-z], \p{N} = [0-9]) on random ASCII strings."""
+    import random
+    import re
+    gpt2 = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+")
+    ll3 = re.compile(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]{1,3}|"
+                     r" ?[^\sA-Za-z0-9]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    rnd = random.Random(1)
+    alpha = "ab Z9'sS \n\r\t.,!-"
+    for _ in range(n):
+        s = "".join(rnd.choice(alpha) for _ in range(rnd.randint(1, 14)))
+        assert R.split_gpt2(s) == gpt2.findall(s), s
+        assert R.split_llama3(s) == ll3.findall(s), s
+    return {"pretokenizer_strings_checked": n}
+
+
+def validate():
+    out = {"files_roundtrip_max_abs": check_files_roundtrip()}
+    out.update(check_rope_reductions())
+    out.update(check_rope_conventions())
+    out.update(check_against_torch_layers())
+    out.update(check_pretokenizers())
+    return out
+
+
+# ----------------------------------------------------------------------------
 
 MODELS = {
     "gpt2": lambda: make_gpt2(),
@@ -832,6 +1027,8 @@ def main(argv):
     for n in names:
         info = MODELS[n]()
         print(n, json.dumps(info))
+    if not argv:
+        print("validation", json.dumps(validate()))
 
 
 if __name__ == "__main__":
