@@ -100,6 +100,35 @@ def write_safetensors(path, tensors, dtypes=None, metadata=None):
     return off
 
 
+def write_safetensors_streaming(path, specs, metadata=None):
+    """Large files without holding every tensor: specs is a list of
+    (name, shape, dtype, make) where make() returns the float32 numpy array;
+    tensors are generated and written one at a time, in list order."""
+    size = {"F32": 4, "F16": 2, "BF16": 2}
+    header = {"__metadata__": metadata or {"format": "pt"}}
+    off = 0
+    for name, shape, dt, _ in specs:
+        n = int(np.prod(shape)) * size[dt]
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for name, shape, dt, make in specs:
+            a = np.asarray(make(), dtype=np.float32).reshape(shape)
+            if dt == "F32":
+                raw = a.astype("<f4").tobytes()
+            elif dt == "F16":
+                raw = a.astype("<f2").tobytes()
+            else:
+                raw = f32_to_bf16_bits(a).astype("<u2").tobytes()
+            assert len(raw) == header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+            f.write(raw)
+    return off
+
+
 def read_safetensors(path):
     """name -> float64 numpy array (the stored values, widened)."""
     with open(path, "rb") as f:
