@@ -114,6 +114,10 @@ class Model:
         c = self.cfg
         P = {}
         if self.type == "gpt2":
+            # files saved from GPT2LMHeadModel's full state dict: "transformer." prefix, masked_bias, lm_head
+            W = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in W.items()
+                 if not k.endswith("attn.masked_bias") and k != "lm_head.weight"}
+            self.W = W
             self.d, self.H, self.L = c["n_embd"], c["n_head"], c["n_layer"]
             self.Hkv, self.hd = self.H, self.d // self.H
             self.V = c["vocab_size"]

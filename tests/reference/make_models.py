@@ -257,10 +257,33 @@ def write_gpt2_tokenizer(d, bpe, cfg):
         "unk_token": "<|endoftext|>"})
 
 
-def make_gpt2(name="gpt2", dtype="F32"):
+def gpt2_strip(W):
+    """The names GPT2LMHeadModel files may carry -> the hub gpt2 names used by the
+    forward: drop "transformer.", the "attn.masked_bias" scalars and lm_head (tied)."""
+    out = {}
+    for k, v in W.items():
+        if k.endswith("attn.masked_bias") or k == "lm_head.weight":
+            continue
+        out[k[len("transformer."):] if k.startswith("transformer.") else k] = v
+    return out
+
+
+def make_gpt2(name="gpt2", dtype="F32", prefixed=False):
+    """prefixed: the layout of GPT-2 derivatives saved from GPT2LMHeadModel's full
+    state dict (e.g. DialoGPT, mGPT): "transformer." before every name, the
+    "transformer.h.N.attn.masked_bias" 0-dim scalar (-1e4) after each attn.bias,
+    and "lm_head.weight" stored (equal to wte)."""
     bpe = gpt2_bpe()
     cfg = gpt2_config(len(bpe))
     Wnp = gpt2_weights(cfg, seed=1001)
+    if prefixed:
+        P = {}
+        for k, v in Wnp.items():
+            P["transformer." + k] = v
+            if k.endswith("attn.bias"):
+                P["transformer." + k.replace("attn.bias", "attn.masked_bias")] = np.array(-1e4, np.float32)
+        P["lm_head.weight"] = Wnp["wte.weight"].copy()
+        Wnp = P
     dtypes = {k: dtype for k in Wnp}
     if dtype != "F32":
         cfg["torch_dtype"] = {"F16": "float16", "BF16": "bfloat16"}[dtype]
@@ -271,7 +294,7 @@ def make_gpt2(name="gpt2", dtype="F32"):
         "transformers_version": "4.26.0.dev0"})
     R.write_safetensors(os.path.join(d, "model.safetensors"), Wnp, dtypes)
     write_gpt2_tokenizer(d, bpe, cfg)
-    W = to_torch(Wnp, dtypes)
+    W = gpt2_strip(to_torch(Wnp, dtypes))
     ids = sample_ids(7, 12, cfg["vocab_size"])
     _, _, info = write_causal_reference(d, R.gpt2_forward, W, cfg, ids)
     write_tokens(d, bpe, "<|endoftext|>")
@@ -837,7 +860,10 @@ def check_files_roundtrip():
             cfg = json.load(f)
         fwd = {"gpt2": R.gpt2_forward, "deepseek_v2": R.deepseek_forward}.get(cfg["model_type"], R.llama_forward)
         ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
-        got = fwd(load_dir_weights(d), cfg, ids)[0].numpy()
+        W = load_dir_weights(d)
+        if cfg["model_type"] == "gpt2":
+            W = gpt2_strip(W)
+        got = fwd(W, cfg, ids)[0].numpy()
         ref = np.load(os.path.join(d, "reference", "logits.npy"))
         worst = max(worst, float(np.abs(got - ref).max()))
     assert worst == 0.0, worst
@@ -1007,6 +1033,7 @@ def validate():
 MODELS = {
     "gpt2": lambda: make_gpt2(),
     "gpt2-f16": lambda: make_gpt2("gpt2-f16", "F16"),
+    "gpt2-prefixed": lambda: make_gpt2("gpt2-prefixed", prefixed=True),
     "llama": make_llama,
     "llama-bf16": make_llama_bf16,
     "llama-sharded": make_llama_sharded,
