@@ -855,16 +855,18 @@ def encdec_forward(W, cfg, src, tgt):
 
 def greedy(forward, W, cfg, ids, n_new):
     """Uncached greedy loop: argmax of the last logits, append, rerun on the whole
-    sequence. Returns (new ids, min top-1/top-2 margin seen)."""
+    sequence. Returns (new ids, min top-1/top-2 margin seen, the (n_new, V) logits
+    rows each token was chosen from)."""
     seq = list(int(i) for i in ids)
-    out, margin = [], float("inf")
+    out, rows, margin = [], [], float("inf")
     for _ in range(n_new):
         logits = forward(W, cfg, seq)[0][-1]
+        rows.append(logits)
         top2 = torch.topk(logits, 2).values
         margin = min(margin, float(top2[0] - top2[1]))
         nxt = int(torch.argmax(logits))
         out.append(nxt); seq.append(nxt)
-    return out, margin
+    return out, margin, torch.stack(rows)
 
 
 def cached_logits(forward, W, cfg, ids, split):

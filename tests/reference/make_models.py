@@ -115,8 +115,9 @@ def write_causal_reference(d, forward, W, cfg, ids, n_greedy=6, cache_check=True
     R.save_npy(os.path.join(d, "reference", "input_ids.npy"), ids, np.int64)
     R.save_npy(os.path.join(d, "reference", "logits.npy"), logits.numpy(), np.float64)
     R.save_npy(os.path.join(d, "reference", "hidden.npy"), hidden.numpy(), np.float64)
-    new, margin = R.greedy(forward, W, cfg, ids, n_greedy)
+    new, margin, rows = R.greedy(forward, W, cfg, ids, n_greedy)
     R.save_npy(os.path.join(d, "reference", "greedy_ids.npy"), new, np.int64)
+    R.save_npy(os.path.join(d, "reference", "greedy_logits.npy"), rows.numpy(), np.float64)
     if margin < 1e-3:
         raise SystemExit(f"{d}: greedy margin {margin} too small; pick another seed")
     info = {"greedy_min_margin": margin}
