@@ -32,4 +32,5 @@
 #include "kappa/heads/multi_head_attention.hpp"
 #include "kappa/heads/positional.hpp"
 #include "kappa/io/npy.hpp"
+#include "kappa/io/safetensors.hpp"
 #include "kappa/nn/norms.hpp"

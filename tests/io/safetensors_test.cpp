@@ -1,0 +1,491 @@
+// The safetensors reader, model directories and writer: golden files written
+// by tests/reference/make_safetensors_golden.py (values decoded by numpy),
+// exhaustive F16/BF16 conversions, zero-copy views, round trips through the
+// writer, and the corpus of malformed files in tests/data/io/safetensors_bad/
+// (tests/reference/make_safetensors_bad.py), each of which must throw
+// FormatError naming its file.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/io/npy.hpp"
+#include "kappa/io/safetensors.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kappa::FormatError;
+using kappa::Index;
+using kappa::RowMatrix;
+using kappa::ShapeError;
+using kappa::io::Checkpoint;
+using kappa::io::Dtype;
+using kappa::io::SafetensorsFile;
+using kappa::io::SafetensorsWriter;
+using kappa::io::Storage;
+
+const std::string kData = std::string(KAPPA_TEST_DATA_DIR) + "/io/";
+const std::string kGolden = kData + "safetensors/golden.safetensors";
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("kappa_safetensors_test_" + name)).string();
+}
+
+/// The message of the FormatError `f` throws ("" and a test failure if it
+/// throws nothing or something else).
+template <class F>
+std::string format_error_of(F&& f) {
+  try {
+    f();
+  } catch (const FormatError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected FormatError, got another exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected FormatError, nothing was thrown";
+  return "";
+}
+
+/// Equal bit for bit, except that any NaN equals any NaN.
+template <class T>
+bool same_value(T a, T b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(a) ==
+         std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(b);
+}
+
+template <class T>
+void expect_same(const RowMatrix<T>& got, const RowMatrix<T>& want, const std::string& what) {
+  ASSERT_EQ(got.rows(), want.rows()) << what;
+  ASSERT_EQ(got.cols(), want.cols()) << what;
+  for (Index i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(same_value(got.data()[i], want.data()[i]))
+        << what << " element " << i << ": got " << got.data()[i] << ", want " << want.data()[i];
+}
+
+// ---- Golden files -----------------------------------------------------------------
+
+TEST(Safetensors, GoldenFloatTensorsMatchNumpyExactly) {
+  const SafetensorsFile f(kGolden);
+  for (const char* name : {"f32", "f64", "f16", "bf16", "vector", "scalar", "rank3"}) {
+    const RowMatrix<double> want =
+        kappa::io::read_npy_matrix<double>(kData + "safetensors/expected_" + name + ".npy");
+    expect_same<double>(f.matrix<double>(name), want, name);
+    const RowMatrix<float> want_f = want.cast<float>();
+    expect_same<float>(f.matrix<float>(name), want_f, name);
+  }
+}
+
+TEST(Safetensors, GoldenSpecialValuesDecodeAsDefined) {
+  const SafetensorsFile f(kGolden);
+  const RowMatrix<float> h = f.matrix<float>("f16");  // see the script for the bit patterns
+  EXPECT_EQ(h(0, 0), 0.0f);
+  EXPECT_FALSE(std::signbit(h(0, 0)));
+  EXPECT_TRUE(std::signbit(h(0, 1)) && h(0, 1) == 0.0f);  // -0
+  EXPECT_EQ(h(0, 2), 0x1p-24f);                           // smallest subnormal
+  EXPECT_EQ(h(0, 3), 1023 * 0x1p-24f);                    // largest subnormal
+  EXPECT_EQ(h(0, 4), 0x1p-14f);                           // smallest normal
+  EXPECT_EQ(h(1, 0), 1.0f);
+  EXPECT_EQ(h(1, 1), -2.0f);
+  EXPECT_EQ(h(1, 2), 65504.0f);
+  EXPECT_EQ(h(1, 3), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(h(1, 4), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(h(2, 0)) && std::isnan(h(2, 1)));
+  EXPECT_EQ(h(2, 2), 0x1.554p-2f);  // 1/3 rounded to half
+  EXPECT_EQ(h(2, 3), 0x1.004p-14f);
+  EXPECT_EQ(h(2, 4), -65504.0f);
+
+  const RowMatrix<float> b = f.matrix<float>("bf16");
+  EXPECT_TRUE(std::signbit(b(0, 1)) && b(0, 1) == 0.0f);
+  EXPECT_EQ(b(0, 2), 0x1p-133f);  // smallest bf16 subnormal
+  EXPECT_EQ(b(0, 3), 0x1p-126f);
+  EXPECT_EQ(b(0, 4), 1.0f);
+  EXPECT_EQ(b(1, 1), 0x1.fep127f);  // largest finite bf16
+  EXPECT_EQ(b(1, 2), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(b(1, 4)));
+
+  const RowMatrix<double> d = f.matrix<double>("f64");
+  EXPECT_EQ(d(0, 3), std::numeric_limits<double>::max());
+  EXPECT_EQ(d(1, 1), std::numeric_limits<double>::denorm_min());
+  const RowMatrix<float> df = f.matrix<float>("f64");  // narrowing rounds
+  EXPECT_EQ(df(0, 3), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(df(1, 1), 0.0f);
+}
+
+TEST(Safetensors, ShapesMetadataAndInfo) {
+  const SafetensorsFile f(kGolden);
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"bf16", "empty", "f16", "f32", "f64", "ids",
+                                                 "mask", "rank3", "scalar", "vector"}));
+  EXPECT_EQ(f.size(), 10u);
+  EXPECT_TRUE(f.has("f32"));
+  EXPECT_FALSE(f.has("__metadata__"));
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(f.metadata().at("source"), "kappa golden");
+
+  const auto& r3 = f.info("rank3");
+  EXPECT_EQ(r3.dtype, Dtype::kF32);
+  EXPECT_EQ(r3.shape, (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_EQ(r3.rows(), 2);
+  EXPECT_EQ(r3.cols(), 12);
+  EXPECT_EQ(r3.bytes(), 96);
+  EXPECT_EQ(r3.file_offset, f.data_offset() + r3.begin);
+
+  EXPECT_EQ(f.matrix<float>("vector").rows(), 1);
+  EXPECT_EQ(f.matrix<float>("vector").cols(), 5);
+  EXPECT_EQ(f.row_vector<float>("vector"), f.matrix<float>("vector"));
+  EXPECT_EQ(f.row_vector<double>("scalar").size(), 1);
+  EXPECT_EQ(f.info("scalar").shape.size(), 0u);
+  const RowMatrix<float> empty = f.matrix<float>("empty");
+  EXPECT_EQ(empty.rows(), 0);
+  EXPECT_EQ(empty.cols(), 3);
+  const std::string msg = format_error_of([&] { (void)f.row_vector<float>("f32"); });
+  EXPECT_NE(msg.find("[3, 4]"), std::string::npos) << msg;
+}
+
+TEST(Safetensors, IntegerTensorsReadAsIntegersOnly) {
+  const SafetensorsFile f(kGolden);
+  const RowMatrix<std::int64_t> ids = f.matrix<std::int64_t>("ids");
+  EXPECT_EQ(ids(0, 1), -1);
+  EXPECT_EQ(ids(0, 2), std::int64_t{1} << 40);
+  EXPECT_EQ(ids(0, 3), -(std::int64_t{1} << 62));
+  const RowMatrix<int> mask = f.matrix<int>("mask");
+  EXPECT_EQ(mask, (RowMatrix<int>(1, 3) << 1, 0, 1).finished());
+
+  std::string msg = format_error_of([&] { (void)f.matrix<float>("ids"); });
+  EXPECT_NE(msg.find("I64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"ids\""), std::string::npos) << msg;
+  msg = format_error_of([&] { (void)f.matrix<double>("mask"); });
+  EXPECT_NE(msg.find("BOOL"), std::string::npos) << msg;
+  msg = format_error_of([&] { (void)f.matrix<std::int32_t>("ids"); });  // 2^40 does not fit
+  EXPECT_NE(msg.find("1099511627776"), std::string::npos) << msg;
+  msg = format_error_of([&] { (void)f.matrix<int>("f32"); });
+  EXPECT_NE(msg.find("F32"), std::string::npos) << msg;
+}
+
+TEST(Safetensors, ViewsAreZeroCopyIntoTheMapping) {
+  SafetensorsFile f(kGolden);
+  ASSERT_TRUE(f.can_view<float>("f32"));
+  ASSERT_TRUE(f.can_view<double>("f64"));
+  const auto map = f.mapping();
+  const Eigen::Map<const RowMatrix<float>> v = f.view<float>("f32");
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  EXPECT_GE(p, map.data());
+  EXPECT_LE(p + v.size() * sizeof(float), map.data() + map.size());
+  EXPECT_EQ(p, f.bytes("f32"));
+  expect_same<float>(v, f.matrix<float>("f32"), "view");
+  EXPECT_EQ(f.view<float>("rank3").cols(), 12);
+  const auto d = f.view<double>("f64");
+  EXPECT_EQ(d(0, 3), std::numeric_limits<double>::max());
+
+  // Moving the file keeps the mapping, so views stay valid.
+  const SafetensorsFile moved(std::move(f));
+  EXPECT_EQ(moved.view<float>("f32").data(), v.data());
+  EXPECT_EQ(v(0, 2), 1.0f);
+  static_assert(!std::is_copy_constructible_v<SafetensorsFile>);
+  static_assert(std::is_nothrow_move_constructible_v<SafetensorsFile>);
+
+  std::string msg = format_error_of([&] { (void)moved.view<double>("f32"); });
+  EXPECT_NE(msg.find("F32"), std::string::npos) << msg;
+  msg = format_error_of([&] { (void)moved.view<float>("bf16"); });
+  EXPECT_NE(msg.find("BF16"), std::string::npos) << msg;
+  EXPECT_FALSE(moved.can_view<float>("f16"));
+}
+
+TEST(Safetensors, UnalignedDataIsCopiedNotViewed) {
+  const SafetensorsFile f(kData + "safetensors/unaligned.safetensors");
+  EXPECT_EQ(f.info("w").file_offset, 65);
+  EXPECT_FALSE(f.can_view<float>("w"));
+  const std::string msg = format_error_of([&] { (void)f.view<float>("w"); });
+  EXPECT_NE(msg.find("byte 65"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("aligned"), std::string::npos) << msg;
+  const RowMatrix<float> m = f.matrix<float>("w");
+  EXPECT_EQ(m, (RowMatrix<float>(2, 3) << 0, 1, 2, 3, 4, 5).finished());
+}
+
+TEST(Safetensors, MissingTensorAndWrongShapeNameWhatWasWrong) {
+  const SafetensorsFile f(kGolden);
+  std::string msg = format_error_of([&] { (void)f.info("nope"); });
+  EXPECT_NE(msg.find("\"nope\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("golden.safetensors"), std::string::npos) << msg;
+
+  EXPECT_EQ(f.matrix<float>("f32", {3, 4}).rows(), 3);
+  try {
+    (void)f.matrix<float>("f32", {4, 3});
+    FAIL() << "no ShapeError";
+  } catch (const ShapeError& e) {
+    msg = e.what();
+    EXPECT_NE(msg.find("\"f32\""), std::string::npos) << msg;
+    EXPECT_NE(msg.find("has shape [3, 4], expected [4, 3]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("golden.safetensors"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(f.require_shape("vector", {1, 5}), ShapeError);
+  EXPECT_NO_THROW(f.require_shape("vector", {5}));
+  EXPECT_NO_THROW(f.require_shape("scalar", {}));
+}
+
+// ---- Model directories ------------------------------------------------------------
+
+RowMatrix<double> ramp(Index rows, Index cols) {
+  RowMatrix<double> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = 0.25 * double(i) - 1;
+  return m;
+}
+
+TEST(Checkpoint, ShardedDirectoryFindsEachTensorInItsShard) {
+  const Checkpoint c(kData + "safetensors_sharded");
+  EXPECT_EQ(c.files().size(), 2u);
+  EXPECT_EQ(c.names(), (std::vector<std::string>{"lm_head.weight", "model.embed_tokens.weight",
+                                                 "model.layers.0.mlp.up_proj.weight",
+                                                 "model.layers.1.mlp.up_proj.weight"}));
+  EXPECT_EQ(c.index_metadata().at("total_size"), 320);
+  EXPECT_FALSE(c.has("model.unlisted"));  // in a shard, not in the index
+  EXPECT_EQ(c.matrix<double>("lm_head.weight", {6, 4}), ramp(6, 4));
+  EXPECT_EQ(c.matrix<double>("model.layers.0.mlp.up_proj.weight", {8, 4}), ramp(8, 4));  // BF16
+  EXPECT_EQ(c.matrix<float>("model.layers.1.mlp.up_proj.weight"), ramp(8, 4).cast<float>());  // F16
+  EXPECT_EQ(c.info("model.layers.0.mlp.up_proj.weight").dtype, Dtype::kBF16);
+  EXPECT_NE(c.file_of("lm_head.weight").path().find("model-00002-of-00002"), std::string::npos);
+  ASSERT_TRUE(c.can_view<float>("model.embed_tokens.weight"));
+  EXPECT_EQ(c.view<float>("model.embed_tokens.weight"), ramp(6, 4).cast<float>());
+
+  const std::string msg = format_error_of([&] { (void)c.matrix<float>("model.layers.2.w"); });
+  EXPECT_NE(msg.find("\"model.layers.2.w\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2 shard(s)"), std::string::npos) << msg;
+  EXPECT_THROW((void)c.matrix<float>("lm_head.weight", {4, 6}), ShapeError);
+}
+
+TEST(Checkpoint, SingleFileDirectoryAndFilePath) {
+  for (const std::string& path :
+       {kData + "safetensors_single", kData + "safetensors_single/model.safetensors"}) {
+    const Checkpoint c(path);
+    EXPECT_EQ(c.files().size(), 1u) << path;
+    EXPECT_TRUE(c.index_metadata().is_null());
+    EXPECT_EQ(c.matrix<float>("model.embed_tokens.weight"), ramp(6, 4).cast<float>());
+    EXPECT_EQ(c.row_vector<double>("model.norm.weight"), ramp(1, 4));
+    const std::string msg = format_error_of([&] { (void)c.info("lm_head.weight"); });
+    EXPECT_NE(msg.find("\"lm_head.weight\""), std::string::npos) << msg;
+    EXPECT_NE(msg.find("safetensors_single"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(Checkpoint(kData + "no_such_directory"), FormatError);
+}
+
+// ---- Writer -------------------------------------------------------------------------
+
+template <class T>
+class SafetensorsWriterTest : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(SafetensorsWriterTest, Scalars);
+
+TYPED_TEST(SafetensorsWriterTest, RoundTripsInEveryStorage) {
+  using T = TypeParam;
+  const RowMatrix<T> a = kappa::testing::random_matrix<T>(7, 5, 1, 100.0);
+  const RowMatrix<T> b = kappa::testing::random_matrix<T>(3, 1, 2);
+  const RowMatrix<T> c = kappa::testing::random_matrix<T>(1, 1, 3);
+  const RowMatrix<T> d = kappa::testing::random_matrix<T>(2, 12, 4);
+  for (Storage s : {Storage::kF64, Storage::kF32, Storage::kF16, Storage::kBF16}) {
+    const std::string p = temp_path("roundtrip.safetensors");
+    SafetensorsWriter w;
+    w.add("a", a, s);
+    w.add("b", b, Storage::kF16, std::vector<std::int64_t>{3});
+    w.add("c", c, Storage::kF32, std::vector<std::int64_t>{});
+    w.add("d", d, s, std::vector<std::int64_t>{2, 3, 4});
+    w.add("e", RowMatrix<T>(0, 4));
+    w.set_metadata("format", "pt");
+    w.write(p);
+    const SafetensorsFile f(p);
+    EXPECT_EQ(f.metadata().at("format"), "pt");
+    auto stored = [&](const RowMatrix<T>& m, Storage st) {
+      RowMatrix<T> r = m;
+      for (Index i = 0; i < r.size(); ++i) {
+        const double x = double(m.data()[i]);
+        switch (st) {
+          case Storage::kF64:
+            r.data()[i] = T(x);
+            break;
+          case Storage::kF32:
+            r.data()[i] = T(float(x));
+            break;
+          case Storage::kF16:
+            r.data()[i] = T(kappa::io::f16_to_float(kappa::io::f16_from_double(x)));
+            break;
+          case Storage::kBF16:
+            r.data()[i] = T(kappa::io::bf16_to_float(kappa::io::bf16_from_double(x)));
+            break;
+        }
+      }
+      return r;
+    };
+    expect_same<T>(f.matrix<T>("a"), stored(a, s), "a");
+    expect_same<T>(f.matrix<T>("b"), stored(b.transpose(), Storage::kF16), "b");
+    EXPECT_EQ(f.info("b").shape, (std::vector<std::int64_t>{3}));
+    EXPECT_EQ(f.info("c").shape, (std::vector<std::int64_t>{}));
+    expect_same<T>(f.matrix<T>("c"), stored(c, Storage::kF32), "c");
+    EXPECT_EQ(f.info("d").shape, (std::vector<std::int64_t>{2, 3, 4}));
+    expect_same<T>(f.matrix<T>("d"), stored(d, s), "d");
+    EXPECT_EQ(f.matrix<T>("e").cols(), 4);
+    if (s == Storage::kF32) {  // the writer aligns every tensor
+      EXPECT_TRUE(f.can_view<float>("a") && f.can_view<float>("d"));
+    } else if (s == Storage::kF64) {
+      EXPECT_TRUE(f.can_view<double>("a") && f.can_view<double>("d"));
+    }
+    std::remove(p.c_str());
+  }
+}
+
+TEST(SafetensorsWriter, WriteSafetensorsAndErrors) {
+  const std::string p = temp_path("map.safetensors");
+  const RowMatrix<double> m = kappa::testing::random_matrix<double>(4, 6, 9);
+  kappa::io::write_safetensors<double>(p, {{"w", m}, {"v", m.topRows(1)}});
+  const SafetensorsFile f(p);
+  EXPECT_EQ(f.view<double>("w"), m);
+  EXPECT_EQ(f.matrix<double>("v"), m.topRows(1));
+  std::remove(p.c_str());
+
+  SafetensorsWriter w;
+  w.add("w", m);
+  EXPECT_THROW(w.add("w", m), FormatError);
+  EXPECT_THROW(w.add("__metadata__", m), FormatError);
+  EXPECT_THROW(w.add("x", m, Storage::kF32, std::vector<std::int64_t>{5, 5}), ShapeError);
+  EXPECT_THROW(w.write("/nonexistent_dir/x.safetensors"), FormatError);
+}
+
+// ---- Conversions ----------------------------------------------------------------------
+
+TEST(HalfConversions, EveryF16AndBf16RoundTrips) {
+  for (std::uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    const auto h = static_cast<std::uint16_t>(bits);
+    const float f = kappa::io::f16_to_float(h);
+    const float b = kappa::io::bf16_to_float(h);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(kappa::io::f16_to_float(kappa::io::f16_from_double(f))));
+    } else {
+      ASSERT_EQ(kappa::io::f16_from_double(f), h) << std::hex << bits;
+    }
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(kappa::io::bf16_to_float(kappa::io::bf16_from_double(b))));
+    } else {
+      ASSERT_EQ(kappa::io::bf16_from_double(b), h) << std::hex << bits;
+    }
+  }
+}
+
+TEST(HalfConversions, RoundToNearestEvenAtEveryMidpoint) {
+  // Between consecutive finite positive values a < b (bits h, h + 1), the
+  // midpoint (exact in double) goes to the even one, and anything above or
+  // below it to the nearer one. Covers subnormals and the exponent carries.
+  auto check = [](auto to_float, auto from_double, std::uint16_t last_finite) {
+    for (std::uint16_t h = 0; h < last_finite; ++h) {
+      const double a = to_float(h), b = to_float(static_cast<std::uint16_t>(h + 1));
+      const double mid = 0.5 * (a + b);
+      const std::uint16_t even = (h % 2 == 0) ? h : static_cast<std::uint16_t>(h + 1);
+      ASSERT_EQ(from_double(mid), even) << h;
+      ASSERT_EQ(from_double(std::nextafter(mid, 0.0)), h) << h;
+      ASSERT_EQ(from_double(std::nextafter(mid, 1e300)), h + 1) << h;
+      ASSERT_EQ(from_double(-mid), even | 0x8000) << h;
+    }
+  };
+  check(kappa::io::f16_to_float, kappa::io::f16_from_double, 0x7bff);
+  check(kappa::io::bf16_to_float, kappa::io::bf16_from_double, 0x7f7f);
+  // Overflow: 65504 + half an ulp (65520) is a tie with 2^16 and goes to inf.
+  EXPECT_EQ(kappa::io::f16_from_double(65519.99), 0x7bff);
+  EXPECT_EQ(kappa::io::f16_from_double(65520.0), 0x7c00);
+  EXPECT_EQ(kappa::io::f16_from_double(-1e300), 0xfc00);
+  EXPECT_EQ(kappa::io::bf16_from_double(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(kappa::io::f16_from_double(0x1p-25), 0x0000);    // tie with 0: even
+  EXPECT_EQ(kappa::io::f16_from_double(0x1.8p-25), 0x0001);  // above the tie
+  EXPECT_EQ(kappa::io::f16_from_double(-0.0), 0x8000);
+  EXPECT_EQ(kappa::io::f16_from_double(1e-300), 0x0000);
+  EXPECT_EQ(kappa::io::bf16_from_double(5e-324), 0x0000);
+  EXPECT_EQ(kappa::io::f16_from_double(std::nan("")) & 0x7e00, 0x7e00);  // quiet NaN
+  EXPECT_EQ(kappa::io::bf16_from_double(-std::numeric_limits<double>::infinity()), 0xff80);
+}
+
+// ---- The corpus of malformed files -----------------------------------------------------
+
+TEST(SafetensorsCorpus, EveryMalformedFileThrowsFormatErrorNamingIt) {
+  const fs::path dir = kData + "safetensors_bad";
+  nlohmann::json expected;
+  std::ifstream(dir / "expected.json") >> expected;
+  ASSERT_TRUE(expected.is_object());
+  std::size_t cases = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "expected.json") continue;
+    ++cases;
+    SCOPED_TRACE(name);
+    const std::string msg = format_error_of([&] {
+      if (entry.is_directory()) {
+        const Checkpoint c(entry.path());
+      } else {
+        const SafetensorsFile f(entry.path().string());
+      }
+    });
+    EXPECT_NE(msg.find(name), std::string::npos) << msg;
+    EXPECT_EQ(msg.rfind("kappa: safetensors: ", 0), 0u) << msg;
+    const nlohmann::json want = expected.value(name, nlohmann::json::object());
+    if (want.empty()) {
+      ADD_FAILURE() << name << " has no entry in expected.json (rerun make_safetensors_bad.py)";
+    }
+    if (want.value("byte", true)) {
+      EXPECT_NE(msg.find(": byte "), std::string::npos) << msg;
+    }
+    if (want.contains("substring")) {
+      const auto s = want["substring"].get<std::string>();
+      EXPECT_NE(msg.find(s), std::string::npos) << "wanted '" << s << "' in: " << msg;
+    }
+    if (want.contains("tensor") && want["tensor"].is_string()) {
+      const std::string tensor = "tensor \"" + want["tensor"].get<std::string>() + "\"";
+      EXPECT_NE(msg.find(tensor), std::string::npos) << "wanted " << tensor << " in: " << msg;
+    }
+  }
+  EXPECT_EQ(cases, expected.size()) << "expected.json and the directory disagree";
+}
+
+TEST(SafetensorsCorpus, TruncationsAndByteFlipsOfAGoodFileOpenOrThrowFormatError) {
+  std::string good;
+  {
+    std::ifstream in(kGolden, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string p = temp_path("mutated.safetensors");
+  auto try_open = [&](const std::string& bytes) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      const SafetensorsFile f(p);
+      for (const std::string& n : f.names()) {
+        if (f.info(n).dtype == Dtype::kF32 || f.info(n).dtype == Dtype::kF16)
+          (void)f.matrix<float>(n);
+      }
+    } catch (const FormatError&) {
+    }
+  };
+  for (std::size_t len = 0; len < good.size(); len += (len < 80 ? 1 : 13))
+    try_open(good.substr(0, len));
+  std::mt19937 gen(7);
+  const std::size_t header_end = 8 + 0x200;
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = good;
+    const std::size_t at =
+        std::uniform_int_distribution<std::size_t>(0, std::min(header_end, good.size()) - 1)(gen);
+    bytes[at] = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(gen));
+    try_open(bytes);
+  }
+  std::remove(p.c_str());
+}
+
+}  // namespace
