@@ -7,8 +7,10 @@
 //   tokenize --gpt2 tests/tokenize/peer/vocab/gpt2 --json "hello world"   # [31373, 995]
 //   tokenize --tiktoken cl100k_base.tiktoken --file README.md
 //   echo "the cat sat on the mat" | tokenize --word
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <optional>
@@ -62,8 +64,9 @@ Output:
   --seed S            seed of the embedding matrix (default 42)
   --help              this help
 
-A missing or malformed file prints one line "tokenize: error: ..." and exits
-with status 1; a bad option exits with status 2.
+A missing or malformed file (or a directory given as a file), and output that
+cannot be written, print one line "tokenize: error: ..." and exit with
+status 1; a bad option exits with status 2.
 )";
 
 struct Options {
@@ -76,6 +79,21 @@ struct Options {
   std::string text;
   bool have_text = false;
 };
+
+/// Flushes standard output; false (with errno set) if anything written to it
+/// was lost, e.g. on a full disk or /dev/full.
+bool output_ok() {
+  std::cout.flush();
+  return std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout.good();
+}
+
+/// The exit status after the output was written: 1 with one line on stderr
+/// if it could not be written.
+int finish(int status) {
+  if (output_ok()) return status;
+  std::cerr << "tokenize: error: cannot write the output: " << std::strerror(errno) << "\n";
+  return 1;
+}
 
 [[noreturn]] void usage_error(const std::string& what) {
   std::cerr << "tokenize: " << what << " (see --help)\n";
@@ -100,7 +118,7 @@ Options parse(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::cout << kHelp;
-      std::exit(0);
+      std::exit(finish(0));
     } else if (a == "--char")
       o.mode = "char";
     else if (a == "--word")
@@ -146,6 +164,8 @@ Options parse(int argc, char** argv) {
   }
   if (o.mode == "gpt2" && !o.gpt2_dir && !(o.encoder && o.merges))
     usage_error("--encoder needs --merges and vice versa");
+  if (o.corpus && o.mode != "char" && o.mode != "word")
+    usage_error("--corpus applies to --char and --word only");
   if (o.k < 1) usage_error("--k must be >= 1");
   if (o.dim < 1) usage_error("--dim must be >= 1");
   return o;
@@ -220,64 +240,72 @@ int run_bpe(const Tok& tok, const Options& o, const std::string& text, const cha
       name);
 }
 
+/// Reads the input, tokenizes it and prints the result; throws on bad files.
+int run_main(const Options& o) {
+  std::string text;
+  if (o.file) {
+    text = tk::read_file(*o.file);
+  } else if (o.have_text) {
+    text = o.text;
+  } else {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  if (o.mode == "char") {
+    const std::string corpus = o.corpus ? tk::read_file(*o.corpus) + text : text;
+    const auto tok = tk::CharTokenizer::from_corpus(corpus, o.vocab_size, o.k);
+    return run(tok, o, text, tok.encode(text), "character (greedy longest match)");
+  }
+  if (o.mode == "word") {
+    tk::WordVocabularyOptions w;
+    w.min_frequency = o.min_frequency;
+    const auto tok = tk::WordTokenizer(o.corpus ? tk::read_file(*o.corpus) : text, w);
+    return run(tok, o, text, tok.encode(text), "word");
+  }
+  if (o.mode == "gpt2") {
+    const std::string enc = o.gpt2_dir ? *o.gpt2_dir + "/encoder.json" : *o.encoder;
+    const std::string merges = o.gpt2_dir ? *o.gpt2_dir + "/vocab.bpe" : *o.merges;
+    return run_bpe(tk::Gpt2Tokenizer::from_gpt2_files(enc, merges), o, text,
+                   "GPT-2 byte-level BPE");
+  }
+  const std::string& f = *o.tiktoken;
+  auto named = [&](const char* n) { return f.find(n) != std::string::npos; };
+  std::string pattern = o.pattern.value_or("");
+  if (pattern.empty())
+    pattern = named("o200k")                                      ? "o200k"
+              : (named("r50k") || named("p50k") || named("gpt2")) ? "gpt2"
+                                                                  : "cl100k";
+  // The special tokens of the known encodings, by file name; none otherwise.
+  const bool known =
+      named("o200k") || named("cl100k") || named("r50k") || named("p50k") || named("gpt2");
+  const std::optional<std::vector<tk::SpecialToken>> specials =
+      known ? std::nullopt
+            : std::optional<std::vector<tk::SpecialToken>>(std::vector<tk::SpecialToken>{});
+  if (pattern == "gpt2")
+    return run_bpe(tk::Gpt2Tokenizer::from_tiktoken_file(f, specials), o, text,
+                   "tiktoken BPE, GPT-2 pattern");
+  if (pattern == "cl100k")
+    return run_bpe(tk::Cl100kTokenizer::from_tiktoken_file(f, specials), o, text,
+                   "tiktoken BPE, cl100k pattern");
+  if (pattern == "o200k")
+    return run_bpe(tk::O200kTokenizer::from_tiktoken_file(f, specials), o, text,
+                   "tiktoken BPE, o200k pattern");
+  usage_error("unknown --pattern '" + pattern + "' (gpt2, cl100k or o200k)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  int status = 0;
   try {
-    std::string text;
-    if (o.file) {
-      text = tk::read_file(*o.file);
-    } else if (o.have_text) {
-      text = o.text;
-    } else {
-      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    }
-    if (o.mode == "char") {
-      const std::string corpus = o.corpus ? tk::read_file(*o.corpus) + text : text;
-      const auto tok = tk::CharTokenizer::from_corpus(corpus, o.vocab_size, o.k);
-      return run(tok, o, text, tok.encode(text), "character (greedy longest match)");
-    }
-    if (o.mode == "word") {
-      tk::WordVocabularyOptions w;
-      w.min_frequency = o.min_frequency;
-      const auto tok = tk::WordTokenizer(o.corpus ? tk::read_file(*o.corpus) : text, w);
-      return run(tok, o, text, tok.encode(text), "word");
-    }
-    if (o.mode == "gpt2") {
-      const std::string enc = o.gpt2_dir ? *o.gpt2_dir + "/encoder.json" : *o.encoder;
-      const std::string merges = o.gpt2_dir ? *o.gpt2_dir + "/vocab.bpe" : *o.merges;
-      return run_bpe(tk::Gpt2Tokenizer::from_gpt2_files(enc, merges), o, text,
-                     "GPT-2 byte-level BPE");
-    }
-    const std::string& f = *o.tiktoken;
-    auto named = [&](const char* n) { return f.find(n) != std::string::npos; };
-    std::string pattern = o.pattern.value_or("");
-    if (pattern.empty())
-      pattern = named("o200k")                                      ? "o200k"
-                : (named("r50k") || named("p50k") || named("gpt2")) ? "gpt2"
-                                                                    : "cl100k";
-    // The special tokens of the known encodings, by file name; none otherwise.
-    const bool known =
-        named("o200k") || named("cl100k") || named("r50k") || named("p50k") || named("gpt2");
-    const std::optional<std::vector<tk::SpecialToken>> specials =
-        known ? std::nullopt
-              : std::optional<std::vector<tk::SpecialToken>>(std::vector<tk::SpecialToken>{});
-    if (pattern == "gpt2")
-      return run_bpe(tk::Gpt2Tokenizer::from_tiktoken_file(f, specials), o, text,
-                     "tiktoken BPE, GPT-2 pattern");
-    if (pattern == "cl100k")
-      return run_bpe(tk::Cl100kTokenizer::from_tiktoken_file(f, specials), o, text,
-                     "tiktoken BPE, cl100k pattern");
-    if (pattern == "o200k")
-      return run_bpe(tk::O200kTokenizer::from_tiktoken_file(f, specials), o, text,
-                     "tiktoken BPE, o200k pattern");
-    usage_error("unknown --pattern '" + pattern + "' (gpt2, cl100k or o200k)");
+    status = run_main(o);
   } catch (const std::exception& e) {
+    (void)output_ok();  // what was printed before the error goes out first
     std::string msg = e.what();
     for (char& c : msg)
       if (c == '\n') c = ' ';
     std::cerr << "tokenize: error: " << msg << "\n";
     return 1;
   }
+  return finish(status);
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -298,4 +299,207 @@ TEST(BpeFormats, MutatedFilesLoadOrThrowFormatErrorNeverCrash) {
   }
   EXPECT_GT(rejected, 100);  // most edits break something...
   EXPECT_GT(loaded, 10);     // ...some are harmless (e.g. a changed digit in a rank)
+}
+
+// ---- hardening ---------------------------------------------------------------
+
+namespace {
+
+/// encoder.json with the 256 single bytes (ids = byte values) and `extra`
+/// ("token": id pairs, tokens in GPT-2's alphabet).
+std::string encoder_json(const std::vector<std::pair<std::string, int>>& extra) {
+  const auto& abc = tk::gpt2_alphabet();
+  std::string json = "{";
+  for (int b = 0; b < 256; ++b)
+    json += tk::json_quote(abc.encode(std::string(1, static_cast<char>(b)))) + ": " +
+            std::to_string(b) + ", ";
+  for (const auto& [t, id] : extra) json += tk::json_quote(t) + ": " + std::to_string(id) + ", ";
+  json.resize(json.size() - 2);
+  return json + "}";
+}
+
+auto gpt2_loader(const std::string& j, const std::string& m) {
+  return [j, m] { (void)tk::BpeModel::from_gpt2(j, "encoder.json", m, "vocab.bpe"); };
+}
+
+/// The reference for SpecialTokens::kRecognize: at each position, the longest
+/// special token that starts there, else the next byte belongs to the text.
+Ids naive_recognize(const tk::Gpt2Tokenizer& t, std::string_view text) {
+  Ids out;
+  std::string run;
+  for (std::size_t i = 0; i < text.size();) {
+    const tk::SpecialToken* best = nullptr;
+    for (const auto& s : t.model().special_tokens())
+      if (text.substr(i).starts_with(s.text) && (!best || s.text.size() > best->text.size()))
+        best = &s;
+    if (!best) {
+      run += text[i++];
+      continue;
+    }
+    const Ids part = t.encode(run);
+    out.insert(out.end(), part.begin(), part.end());
+    run.clear();
+    out.push_back(best->id);
+    i += best->text.size();
+  }
+  const Ids part = t.encode(run);
+  out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+}  // namespace
+
+// Defect 1: a merge operand that no merge makes (and that is no single byte)
+// used to become a special token; with an id above every mergeable id the
+// loader read past the end of its token table, with a lower id to_gpt2()
+// wrote files that from_gpt2() rejected. Now it is a FormatError.
+TEST(BpeFormats, Gpt2MergeOperandThatNoMergeMakesIsAFormatError) {
+  const std::string merges = "#version: 0.2\na b\nxy ab\n";
+  EXPECT_EQ(error_of(gpt2_loader(encoder_json({{"ab", 256}, {"xyab", 257}, {"xy", 258}}), merges)),
+            "kappa: vocab.bpe:3: merge 'xy ab': token \"xy\" is neither a single byte nor made "
+            "by a merge in vocab.bpe");
+  EXPECT_EQ(error_of(gpt2_loader(encoder_json({{"xy", 256}, {"ab", 257}, {"xyab", 258}}), merges)),
+            "kappa: vocab.bpe:3: merge 'xy ab': token \"xy\" is neither a single byte nor made "
+            "by a merge in vocab.bpe");
+  // With the merge that makes "xy" (on any line) the file is consistent and
+  // the round trip through to_gpt2() gives the same tokenizer.
+  const std::string full = "#version: 0.2\na b\nxy ab\nx y\n";
+  const auto t = tk::Gpt2Tokenizer(tk::BpeModel::from_gpt2(
+      encoder_json({{"xy", 256}, {"ab", 257}, {"xyab", 258}, {"<|endoftext|>", 259}}),
+      "encoder.json", full, "vocab.bpe"));
+  EXPECT_EQ(t.encode("xyab ab xy"), (Ids{258, ' ', 257, ' ', 256}));
+  const auto [json, bpe] = t.model().to_gpt2();
+  const auto back =
+      tk::Gpt2Tokenizer(tk::BpeModel::from_gpt2(json, "encoder.json", bpe, "vocab.bpe"));
+  EXPECT_EQ(back.vocab_size(), 260u);
+  EXPECT_EQ(back.encode("xyab ab xy<|endoftext|>", tk::SpecialTokens::kRecognize),
+            (Ids{258, ' ', 257, ' ', 256, 259}));
+}
+
+// Defect 5: truncated files and incomplete merges are FormatErrors.
+TEST(BpeFormats, RankGapsTruncationAndIncompleteMergesAreFormatErrors) {
+  auto load = [](const std::string& text, std::vector<tk::SpecialToken> specials = {}) {
+    return [text, specials] { (void)tk::BpeModel::from_tiktoken(text, "r.tiktoken", specials); };
+  };
+  // A gap in the ranks: 256 "ab", 258 "bc" (257 missing).
+  std::string gap = rank_file({"ab"}) + tk::base64_encode("bc") + " 258\n";
+  EXPECT_EQ(error_of(load(gap)),
+            "kappa: r.tiktoken:258: rank 257 is missing (ranks must be 0..n-1 without gaps; "
+            "this line has rank 258)");
+  // A special token may fill the gap (p50k_base has <|endoftext|> at 50256).
+  EXPECT_EQ(error_of(load(gap, {{"<|end|>", 257}})), "<no error>");
+  // A rank file truncated at a line boundary, loaded with the default special
+  // tokens of a known encoding (cl100k_base's start at 100257).
+  const std::string cut = temp_path("cl100k_cut.tiktoken");
+  tk::write_file(cut, rank_file({"ab", "bc"}));
+  EXPECT_EQ(error_of([&] { (void)tk::Cl100kTokenizer::from_tiktoken_file(cut); }),
+            "kappa: " + cut +
+                ": the ranks end at 257 (line 258), but the special tokens start at 100257: the "
+                "file is truncated or is not the encoding's rank file");
+  EXPECT_EQ(error_of([&] {
+              (void)tk::Cl100kTokenizer::from_tiktoken_file(cut, std::vector<tk::SpecialToken>{});
+            }),
+            "<no error>");
+  std::filesystem::remove(cut);
+
+  // vocab.bpe truncated at a line boundary: "abc" is made by no merge.
+  const std::string json = encoder_json({{"ab", 256}, {"bc", 257}, {"abc", 258}});
+  EXPECT_EQ(error_of(gpt2_loader(json, "#version: 0.2\na b\nb c\nab c\n")), "<no error>");
+  EXPECT_EQ(error_of(gpt2_loader(json, "#version: 0.2\na b\nb c\n")),
+            "kappa: vocab.bpe:3: the file ends, but no merge makes token \"abc\" (id 258 of "
+            "encoder.json), which is \"a\" + \"bc\": is vocab.bpe truncated?");
+  // A token made by two merges.
+  EXPECT_EQ(error_of(gpt2_loader(json, "#version: 0.2\na b\nb c\nab c\na bc\n")),
+            "kappa: vocab.bpe:5: merge 'a bc' makes \"abc\", which line 4 already makes");
+  // GPT-2's own layout still loads: <|endoftext|> is made by no merge and
+  // splits into no two tokens, so it is a special token.
+  const std::string with_special =
+      encoder_json({{"ab", 256}, {"bc", 257}, {"abc", 258}, {"<|endoftext|>", 259}});
+  const auto t = tk::Gpt2Tokenizer(tk::BpeModel::from_gpt2(
+      with_special, "encoder.json", "#version: 0.2\na b\nb c\nab c\n", "vocab.bpe"));
+  EXPECT_TRUE(t.model().is_special(259));
+  EXPECT_EQ(t.encode("abc<|endoftext|>", tk::SpecialTokens::kRecognize), (Ids{258, 259}));
+}
+
+// Defect 6: bytes from a file reach messages escaped, never raw.
+TEST(BpeFormats, ErrorMessagesEscapeControlBytes) {
+  const std::string good = rank_file({"ab"});
+  auto msg = [](const std::string& text) {
+    return error_of([text] { (void)tk::BpeModel::from_tiktoken(text, "r.tiktoken", {}); });
+  };
+  const std::string base64 = msg(good + "\x1b[2J= 257\n");
+  EXPECT_EQ(base64, "kappa: r.tiktoken:258: invalid base64 '\\x1b[2J='");
+  const std::string rank = msg(good + "eHk= 2\x1b]0;pwned\x07\n");
+  EXPECT_EQ(rank, "kappa: r.tiktoken:258: invalid rank '2\\x1b]0;pwned\\x07'");
+  for (const std::string& m : {base64, rank})
+    for (char c : m) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << m;
+  EXPECT_EQ(tk::detail::printable("a\x1b\n\\\x7f\xc3\xa9"), "a\\x1b\\x0a\\x5c\\x7f\\xc3\\xa9");
+}
+
+// Defect 4: a directory or an unreadable path is a FormatError naming it,
+// never an empty file.
+TEST(BpeFormats, DirectoriesAndUnreadableFilesAreFormatErrors) {
+  const std::string dir = temp_path("dir");
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(error_of([&] { (void)tk::read_file(dir); }),
+            "kappa: cannot read '" + dir + "': it is a directory");
+  EXPECT_EQ(error_of([&] { (void)tk::Cl100kTokenizer::from_tiktoken_file(dir); }),
+            "kappa: cannot read '" + dir + "': it is a directory");
+  EXPECT_EQ(error_of([&] { (void)tk::Gpt2Tokenizer::from_gpt2_files(dir, dir + "/vocab.bpe"); }),
+            "kappa: cannot read '" + dir + "': it is a directory");
+  EXPECT_EQ(error_of([&] { tk::write_file(dir, "x"); }), "kappa: cannot write '" + dir + "'");
+  EXPECT_EQ(error_of([&] { (void)tk::read_file(dir + "/missing"); }),
+            "kappa: cannot open '" + dir + "/missing'");
+  std::filesystem::remove_all(dir);
+}
+
+// Defect 2: recognizing special tokens is one pass; the result is the
+// leftmost, then longest, special token (as before), checked against a naive
+// scan on random text full of overlapping special tokens.
+TEST(Bpe, RecognizedSpecialTokensAreLeftmostLongest) {
+  const auto t = tiny({{"<|a|>", 300}, {"<|a|>b", 301}, {"|a", 302}, {"a|><", 303}, {"<", 304}});
+  EXPECT_EQ(t.encode("x<|a|>bc", tk::SpecialTokens::kRecognize), (Ids{'x', 301, 'c'}));
+  EXPECT_EQ(t.encode("|a|><|a|", tk::SpecialTokens::kRecognize),
+            (Ids{302, '|', '>', 304, 302, '|'}));
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int> pick(0, 5), len(0, 60);
+  for (int k = 0; k < 2000; ++k) {
+    std::string s;
+    const int n = len(gen);
+    for (int i = 0; i < n; ++i) s += "<|a>b"[pick(gen) % 5];
+    if (k % 7 == 0) s += "<|a|>";
+    ASSERT_EQ(t.encode(s, tk::SpecialTokens::kRecognize), naive_recognize(t, s)) << s;
+  }
+}
+
+// Defect 8 (and 2): one megabyte of adversarial input completes and round
+// trips; the time per byte is shown by bench_tokenize (BM_LongWord,
+// BM_Specials), not timed here.
+TEST(Bpe, MegabyteAdversarialInputsRoundTrip) {
+  // <|start|> never occurs: the scan that looked for each special token again
+  // after every match was quadratic here.
+  const auto t = tiny({{"<|end|>", 300}, {"<|start|>", 301}});
+  constexpr std::size_t kMb = 1 << 20;
+  std::mt19937 gen(3);
+  std::string word;  // random letters, no spaces: one piece
+  for (std::size_t i = 0; i < kMb; ++i) word += static_cast<char>('a' + gen() % 4);
+  const Ids w = t.encode(word);
+  EXPECT_EQ(t.decode(w), word);
+  EXPECT_LT(w.size(), word.size());
+  const std::string same(kMb, 'a');  // one repeated character: kMb / 2 x "aa"
+  const Ids a = t.encode(same);
+  EXPECT_EQ(a, Ids(kMb / 2, 259));
+  EXPECT_EQ(t.decode(a), same);
+  std::string specials;  // back-to-back special tokens
+  while (specials.size() < kMb) specials += "<|end|>";
+  const Ids s = t.encode(specials, tk::SpecialTokens::kRecognize);
+  EXPECT_EQ(s, Ids(specials.size() / 7, 300));
+  EXPECT_EQ(t.decode(s), specials);
+  const Ids as_text = t.encode(specials);
+  EXPECT_EQ(t.decode(as_text), specials);
+  std::string mixed;  // specials between pieces of text
+  while (mixed.size() < kMb) mixed += "ab <|end|>aa<|end";
+  const Ids m = t.encode(mixed, tk::SpecialTokens::kRecognize);
+  EXPECT_EQ(t.decode(m), mixed);
+  EXPECT_EQ(std::count(m.begin(), m.end(), 300), static_cast<long>(mixed.size() / 17));
 }

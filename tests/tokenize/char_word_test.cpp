@@ -1,6 +1,7 @@
 // Character (Figure 1) and word (Figure 2) tokenizers on hand-worked examples.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -93,4 +94,35 @@ TEST(WordTokenizer, MaxSizeAndBadOptions) {
   EXPECT_THROW(tk::WordTokenizer("x", o), std::invalid_argument);
   o.specials = {"<a>", "<b>"};
   EXPECT_THROW(tk::WordTokenizer("x", o), std::invalid_argument);  // max_size 2 < 3 specials
+}
+
+// Defect 3: the cost of encode() depends on the tokens, not on K; from_corpus
+// (whose cost grows with K) has a documented limit.
+TEST(CharTokenizer, CostDoesNotGrowWithTheParameterK) {
+  const tk::CharTokenizer t({"a", "bc"}, std::size_t{1} << 31);
+  EXPECT_EQ(t.max_chars(), std::size_t{1} << 31);
+  for (int k = 0; k < 1000; ++k) ASSERT_EQ(t.encode("abca"), (Ids{1, 2, 1}));
+  std::string corpus;
+  while (corpus.size() < 20000) corpus += "the cat sat on the mat. ";
+  try {
+    (void)tk::CharTokenizer::from_corpus(corpus, 4096, 4096);
+    ADD_FAILURE() << "K = 4096 accepted";
+  } catch (const kappa::RangeError& e) {
+    EXPECT_STREQ(e.what(),
+                 "kappa: CharTokenizer::from_corpus: K (max_chars) 4096 exceeds the limit of 32");
+  }
+  const auto at_limit = tk::CharTokenizer::from_corpus(corpus, 4096, 32);
+  EXPECT_EQ(at_limit.decode(at_limit.encode(corpus)), corpus);
+  EXPECT_EQ(at_limit.encode("the cat sat on the mat. the cat sat on the mat. ").size(), 2u);
+}
+
+// Defect 6: token text in messages is escaped.
+TEST(CharTokenizer, ErrorMessagesEscapeControlBytes) {
+  try {
+    tk::CharTokenizer({"\x1b[2Jxyz"});
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "kappa: CharTokenizer: token \"\\x1b[2Jxyz\" has 7 characters, not 1..2");
+  }
 }

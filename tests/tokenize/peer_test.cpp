@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -213,4 +214,65 @@ TEST(TiktokenExactness, KnownIdsOfTheReadme) {
             (std::vector<TokenId>{50256}));
   EXPECT_EQ(gpt2_json().token(50256), "<|endoftext|>");
   EXPECT_TRUE(gpt2_json().model().is_special(50256));
+}
+
+// Defect 5: the real vocabularies, truncated at a line boundary, are
+// FormatErrors; whole, they load (ranks contiguous, merges complete).
+TEST(TiktokenExactness, TruncatedRealFilesAreFormatErrors) {
+  REQUIRE_PEER();
+  auto first_lines = [](const std::string& text, std::size_t n) {
+    std::size_t pos = 0;
+    for (std::size_t k = 0; k < n; ++k) pos = text.find('\n', pos) + 1;
+    return text.substr(0, pos);
+  };
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const kappa::FormatError& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  const fs::path dir = fs::temp_directory_path() / ("kappa_cut_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string cl = (dir / "cl100k_base.tiktoken").string();
+  tk::write_file(cl, first_lines(tk::read_file(vocab_dir() + "/cl100k_base.tiktoken"), 90000));
+  EXPECT_EQ(error_of([&] { (void)tk::Cl100kTokenizer::from_tiktoken_file(cl); }),
+            "kappa: " + cl +
+                ": the ranks end at 89999 (line 90000), but the special tokens start at 100257: "
+                "the file is truncated or is not the encoding's rank file");
+  const std::string bpe = (dir / "vocab.bpe").string();
+  tk::write_file(bpe, first_lines(tk::read_file(vocab_dir() + "/gpt2/vocab.bpe"), 40001));
+  const std::string err = error_of(
+      [&] { (void)tk::Gpt2Tokenizer::from_gpt2_files(vocab_dir() + "/gpt2/encoder.json", bpe); });
+  EXPECT_EQ(err.rfind("kappa: " + bpe + ":40001: the file ends, but no merge makes token \"", 0),
+            0u)
+      << err;
+  EXPECT_NE(err.find("(id 40256 of "), std::string::npos) << err;
+  EXPECT_NE(err.find("vocab.bpe truncated?"), std::string::npos) << err;
+  fs::remove_all(dir);
+}
+
+// Defect 8 on a real vocabulary: a megabyte without spaces, of one repeated
+// character and of special tokens round trips (speed: bench_tokenize).
+TEST(TiktokenExactness, MegabyteAdversarialInputsRoundTrip) {
+  REQUIRE_PEER();
+  constexpr std::size_t kMb = 1 << 20;
+  std::mt19937 gen(8);
+  std::string word;
+  for (std::size_t i = 0; i < kMb; ++i) word += static_cast<char>('a' + gen() % 26);
+  const std::string same(kMb, 'x');
+  std::string specials;
+  while (specials.size() < kMb) specials += "<|endoftext|>";
+  for (const std::string* s : std::vector<const std::string*>{&word, &same, &specials}) {
+    const auto ids = cl100k().encode(*s, tk::SpecialTokens::kRecognize);
+    EXPECT_EQ(cl100k().decode(ids), *s);
+    EXPECT_EQ(o200k().decode(o200k().encode(*s)), *s);
+  }
+  EXPECT_EQ(cl100k().encode(specials, tk::SpecialTokens::kRecognize),
+            std::vector<TokenId>(specials.size() / 13, 100257));
+  // The long-piece path agrees with tiktoken on a piece of a few kilobytes.
+  const auto files = write_temp_files({word.substr(0, 3000), same.substr(0, 3000)}, "long");
+  expect_same_as_peer(cl100k(), "cl100k_base", files);
+  fs::remove_all(fs::path(files.front()).parent_path());
 }

@@ -1,14 +1,20 @@
 # Runs the tokenize example and checks its exit status and output.
 #   cmake -DEXE=<tokenize> -DARGS=<;-list> [-DINPUT=<file for stdin>]
 #         -DEXPECT_RC=<0|nonzero> -DEXPECT_OUT=<regex on stdout>
-#         [-DEXPECT_ERR=<regex on stderr>] [-DONE_LINE_ERR=1] -P run_example.cmake
+#         [-DEXPECT_ERR=<regex on stderr>] [-DONE_LINE_ERR=1]
+#         [-DOUTPUT_FILE=<stdout goes there, e.g. /dev/full>] -P run_example.cmake
 # ARGS separates the arguments with "@@" (a CMake list would be split by add_test).
 string(REPLACE "@@" ";" ARGS "${ARGS}")
+set(io "")
 if(DEFINED INPUT)
-  execute_process(COMMAND "${EXE}" ${ARGS} INPUT_FILE "${INPUT}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-else()
-  execute_process(COMMAND "${EXE}" ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  list(APPEND io INPUT_FILE "${INPUT}")
 endif()
+if(DEFINED OUTPUT_FILE)
+  list(APPEND io OUTPUT_FILE "${OUTPUT_FILE}")
+else()
+  list(APPEND io OUTPUT_VARIABLE out)
+endif()
+execute_process(COMMAND "${EXE}" ${ARGS} ${io} RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(EXPECT_RC STREQUAL "nonzero")
   if(rc EQUAL 0)
     message(FATAL_ERROR "expected a non-zero exit status, got 0\nstdout: ${out}\nstderr: ${err}")

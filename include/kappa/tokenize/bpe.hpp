@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <queue>
@@ -75,6 +76,14 @@ inline std::vector<SpecialToken> o200k_special_tokens() {
   return {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
 }
 
+/// Where from_tiktoken() expects the special tokens' ids.
+enum class SpecialIds {
+  kAnywhere,    ///< any ids the ranks do not use
+  kAfterRanks,  ///< the first special id is at most 2 above the last rank, as in
+                ///< every tiktoken encoding: a rank file that ends earlier is
+                ///< truncated (what from_tiktoken_file checks with its defaults)
+};
+
 /// The vocabulary and merges of a byte-level BPE, independent of the split
 /// pattern: loading, saving, merging one piece, decoding.
 class BpeModel {
@@ -89,8 +98,14 @@ class BpeModel {
   /// (empty lines ignored); the rank is the id. `name` names the file in
   /// errors. Throws FormatError on a malformed line, bad base64, a duplicate
   /// rank or token, or a missing single byte; specials must not reuse a rank.
+  /// The ranks must be 0..n-1 without gaps, except ids that special tokens
+  /// take (p50k_base's <|endoftext|> is 50256, amid the ranks). A file cut at
+  /// a line boundary is otherwise a valid smaller vocabulary; with
+  /// SpecialIds::kAfterRanks it is a FormatError when the special tokens
+  /// start more than 2 ids after the last rank.
   static BpeModel from_tiktoken(std::string_view contents, std::string_view name,
-                                std::vector<SpecialToken> specials) {
+                                std::vector<SpecialToken> specials,
+                                SpecialIds where = SpecialIds::kAnywhere) {
     BpeModel m;
     struct Entry {
       std::string bytes;
@@ -113,19 +128,33 @@ class BpeModel {
       const std::optional<std::string> bytes = base64_decode(line.substr(0, sp));
       if (!bytes)
         detail::format_error(name, line_no,
-                             "invalid base64 '" + std::string(line.substr(0, sp)) + "'");
+                             "invalid base64 '" + detail::printable(line.substr(0, sp)) + "'");
       const std::string_view r = line.substr(sp + 1);
       long long rank = 0;
       if (r.empty() || r.size() > 10)
-        detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
+        detail::format_error(name, line_no, "invalid rank '" + detail::printable(r) + "'");
       for (char c : r) {
         if (c < '0' || c > '9')
-          detail::format_error(name, line_no, "invalid rank '" + std::string(r) + "'");
+          detail::format_error(name, line_no, "invalid rank '" + detail::printable(r) + "'");
         rank = rank * 10 + (c - '0');
       }
       if (rank > std::numeric_limits<TokenId>::max())
         detail::format_error(name, line_no, "rank " + std::string(r) + " is too large");
       entries.push_back({std::move(*bytes), static_cast<TokenId>(rank), line_no});
+    }
+    const Entry* last = nullptr;  // the largest rank
+    for (const Entry& e : entries)
+      if (last == nullptr || e.rank > last->rank) last = &e;
+    if (where == SpecialIds::kAfterRanks && last != nullptr && !specials.empty()) {
+      const TokenId first_special =
+          std::min_element(specials.begin(), specials.end(), [](const auto& x, const auto& y) {
+            return x.id < y.id;
+          })->id;
+      if (first_special > last->rank + 2)
+        throw FormatError("kappa: " + std::string(name) + ": the ranks end at " +
+                          std::to_string(last->rank) + " (line " + std::to_string(last->line) +
+                          "), but the special tokens start at " + std::to_string(first_special) +
+                          ": the file is truncated or is not the encoding's rank file");
     }
     for (const Entry& e : entries) check_dense(e.rank, entries.size(), name, e.line);
     for (const Entry& e : entries) m.add_token(e.bytes, e.rank, name, e.line);
@@ -142,6 +171,19 @@ class BpeModel {
       }
     }
     m.set_specials(std::move(specials), name);
+    // Ranks 0..last without a gap (ids of special tokens may fill one).
+    for (std::size_t id = 0; last != nullptr && id < static_cast<std::size_t>(last->rank); ++id) {
+      if (m.assigned_[id]) continue;
+      const Entry* after = nullptr;  // the line with the next rank, to point at
+      for (const Entry& e : entries)
+        if (static_cast<std::size_t>(e.rank) > id && (after == nullptr || e.rank < after->rank))
+          after = &e;
+      detail::format_error(name, after->line,
+                           "rank " + std::to_string(id) +
+                               " is missing (ranks must be 0..n-1 without gaps; this line has "
+                               "rank " +
+                               std::to_string(after->rank) + ")");
+    }
     return m;
   }
 
@@ -151,7 +193,15 @@ class BpeModel {
   /// single byte nor made by a merge (GPT-2's "<|endoftext|>") are special
   /// tokens. Throws FormatError naming the file and line for malformed JSON,
   /// token strings outside GPT-2's alphabet, duplicate ids or tokens, and
-  /// merges of unknown tokens.
+  /// merges of unknown tokens; and, since merges must be complete and
+  /// consistent:
+  ///  - a merge operand that is neither a single byte nor made by a merge (on
+  ///    any line): BPE could never produce it, the merge would be dead;
+  ///  - a token made by two merges;
+  ///  - an entry made by no merge that is the concatenation of two mergeable
+  ///    tokens: that is a merge missing from vocab.bpe (a file cut at a line
+  ///    boundary), not a special token. Special tokens such as
+  ///    "<|endoftext|>", "<s>" or "[CLS]" split into no two tokens of GPT-2.
   static BpeModel from_gpt2(std::string_view encoder_json, std::string_view encoder_name,
                             std::string_view vocab_bpe, std::string_view vocab_name) {
     const auto entries = parse_json_int_object(encoder_json, encoder_name);
@@ -214,7 +264,50 @@ class BpeModel {
                                    std::string(encoder_name));
       }
       merges.push_back({index_of[a], index_of[b], index_of[c], line_no});
-      mergeable[index_of[c]] = true;
+    }
+    // made_by[k]: the line of the merge that makes entry k (0: none).
+    std::vector<std::size_t> made_by(keys.size(), 0);
+    std::vector<std::pair<std::size_t, std::size_t>> operands(keys.size());
+    for (const Line& l : merges) {
+      if (made_by[l.c] != 0 && operands[l.c] == std::pair{l.a, l.b})
+        detail::format_error(vocab_name, l.line_no, "duplicate merge");
+      if (made_by[l.c] != 0)
+        detail::format_error(vocab_name, l.line_no,
+                             "merge '" + detail::printable(keys[l.a].first) + " " +
+                                 detail::printable(keys[l.b].first) + "' makes \"" +
+                                 detail::printable(keys[l.c].first) + "\", which line " +
+                                 std::to_string(made_by[l.c]) + " already makes");
+      made_by[l.c] = l.line_no;
+      operands[l.c] = {l.a, l.b};
+      mergeable[l.c] = true;
+    }
+    for (const Line& l : merges) {
+      for (std::size_t k : {l.a, l.b}) {
+        if (mergeable[k]) continue;
+        detail::format_error(vocab_name, l.line_no,
+                             "merge '" + detail::printable(keys[l.a].first) + " " +
+                                 detail::printable(keys[l.b].first) + "': token \"" +
+                                 detail::printable(keys[k].first) +
+                                 "\" is neither a single byte nor made by a merge in " +
+                                 std::string(vocab_name));
+      }
+    }
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (mergeable[k]) continue;
+      const std::string& t = keys[k].first;  // in GPT-2's alphabet
+      for (std::size_t i = 0; i < t.size(); i += decode_utf8(t, i).length) {
+        if (i == 0) continue;
+        const auto x = index_of.find(t.substr(0, i)), y = index_of.find(t.substr(i));
+        if (x == index_of.end() || y == index_of.end() || !mergeable[x->second] ||
+            !mergeable[y->second])
+          continue;
+        detail::format_error(
+            vocab_name, line_no,
+            "the file ends, but no merge makes token \"" + detail::printable(t) + "\" (id " +
+                std::to_string(keys[k].second) + " of " + std::string(encoder_name) +
+                "), which is \"" + detail::printable(x->first) + "\" + \"" +
+                detail::printable(y->first) + "\": is " + std::string(vocab_name) + " truncated?");
+      }
     }
     std::vector<SpecialToken> specials;
     for (std::size_t k = 0; k < keys.size(); ++k) {
@@ -517,59 +610,60 @@ class BpeModel {
     for (std::size_t k = 0; k < n; ++k) out.push_back(static_cast<TokenId>(id[k]));
   }
 
-  // O(n log n) merge: parts in a doubly linked list (indexed by their first
-  // byte), candidate pairs in a min-heap ordered by (priority, position);
-  // entries made stale by a merge are recognized by version stamps. Scratch
+  // O(n log n) merge for long pieces: parts in a doubly linked list
+  // (indexed by their first byte), candidate pairs in a binary min-heap of
+  // 64-bit keys (priority, position of the left part). An entry is not
+  // removed when a merge changes its pair: on reaching the top it is checked
+  // against the pair now at its position (alive, with a right neighbour, and
+  // that pair has the entry's priority); every pair present has an entry, so
+  // a matching top entry is the lowest pair, leftmost on ties. Scratch
   // memory is per thread and reused across pieces.
   void merge_heap(std::string_view piece, std::vector<TokenId>& out) const {
     constexpr std::uint32_t kNone = 0xFFFFFFFFu;
     struct Part {
-      std::uint32_t id, next, prev, version;
-    };
-    struct Entry {
-      std::uint32_t priority, left, right, version_sum, result;
-    };
-    // std::push_heap builds a max-heap: "less" = comes out later.
-    const auto later = [](const Entry& a, const Entry& b) {
-      return a.priority != b.priority ? a.priority > b.priority : a.left > b.left;
+      std::uint32_t id, next, prev;  // id kNone: merged into the part on its left
     };
     thread_local std::vector<Part> parts;
-    thread_local std::vector<Entry> heap;
+    thread_local std::vector<std::uint64_t> heap;
+    const auto key = [](std::uint32_t priority, std::uint32_t left) {
+      return (std::uint64_t{priority} << 32) | left;
+    };
+    const std::greater<std::uint64_t> later;  // std heaps are max-heaps
     const auto n = static_cast<std::uint32_t>(piece.size());
     parts.resize(n);
     heap.clear();
     for (std::uint32_t k = 0; k < n; ++k)
       parts[k] = {byte_id_[static_cast<unsigned char>(piece[k])], k + 1 < n ? k + 1 : kNone,
-                  k > 0 ? k - 1 : kNone, 0};
+                  k > 0 ? k - 1 : kNone};
+    for (std::uint32_t k = 0; k + 1 < n; ++k) {
+      const std::uint32_t p = byte_pair(piece[k], piece[k + 1]).priority;
+      if (p != kNoMerge) heap.push_back(key(p, k));
+    }
+    std::make_heap(heap.begin(), heap.end(), later);
     auto push = [&](std::uint32_t l) {
       const std::uint32_t r = parts[l].next;
       if (r == kNone) return;
-      const detail::Merge m = pairs_.find(parts[l].id, parts[r].id);
-      if (m.priority == kNoMerge) return;
-      heap.push_back({m.priority, l, r, parts[l].version + parts[r].version, m.result});
+      const std::uint32_t p = pairs_.find(parts[l].id, parts[r].id).priority;
+      if (p == kNoMerge) return;
+      heap.push_back(key(p, l));
       std::push_heap(heap.begin(), heap.end(), later);
     };
-    for (std::uint32_t k = 0; k + 1 < n; ++k) {
-      const detail::Merge m = byte_pair(piece[k], piece[k + 1]);
-      if (m.priority != kNoMerge) heap.push_back({m.priority, k, k + 1, 0, m.result});
-    }
-    std::make_heap(heap.begin(), heap.end(), later);
     while (!heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), later);
-      const Entry e = heap.back();
+      const std::uint64_t top = heap.back();
       heap.pop_back();
-      Part& left = parts[e.left];
-      Part& right = parts[e.right];
-      // Valid iff both parts are alive, still adjacent and unchanged.
-      if (left.id == kNone || left.next != e.right || left.version + right.version != e.version_sum)
-        continue;
-      left.id = e.result;
-      ++left.version;
-      right.id = kNone;  // dead
-      left.next = right.next;
-      if (right.next != kNone) parts[right.next].prev = e.left;
+      const auto l = static_cast<std::uint32_t>(top & 0xFFFFFFFFu);
+      Part& left = parts[l];
+      if (left.id == kNone || left.next == kNone) continue;
+      const std::uint32_t r = left.next;
+      const detail::Merge m = pairs_.find(left.id, parts[r].id);
+      if (m.priority != static_cast<std::uint32_t>(top >> 32)) continue;  // stale
+      left.id = m.result;
+      parts[r].id = kNone;
+      left.next = parts[r].next;
+      if (left.next != kNone) parts[left.next].prev = l;
       if (left.prev != kNone) push(left.prev);
-      push(e.left);
+      push(l);
     }
     for (std::uint32_t k = 0; k != kNone; k = parts[k].next)
       out.push_back(static_cast<TokenId>(parts[k].id));
@@ -602,11 +696,15 @@ class BytePairTokenizer {
 
   /// Loads a tiktoken rank file (e.g. cl100k_base.tiktoken). `specials`
   /// defaults to the encoding's special tokens when Split is one of the
-  /// three known patterns; FormatError on a bad file.
+  /// three known patterns; FormatError on a bad file, a directory, and (with
+  /// the default specials) a file that ends before the encoding's last rank.
   static BytePairTokenizer from_tiktoken_file(
       const std::string& path, std::optional<std::vector<SpecialToken>> specials = std::nullopt) {
+    // The default specials are those of a known encoding: its rank file
+    // ends just below them, so a file that ends earlier is truncated.
     return BytePairTokenizer(
-        BpeModel::from_tiktoken(read_file(path), path, specials ? *specials : default_specials()));
+        BpeModel::from_tiktoken(read_file(path), path, specials ? *specials : default_specials(),
+                                specials ? SpecialIds::kAnywhere : SpecialIds::kAfterRanks));
   }
   /// Loads GPT-2's encoder.json and vocab.bpe; FormatError on bad files.
   static BytePairTokenizer from_gpt2_files(const std::string& encoder_json,
@@ -621,22 +719,35 @@ class BytePairTokenizer {
     return encode(text, SpecialTokens::kAsText);
   }
 
-  /// The token ids of text (see the file comment).
+  /// The token ids of text (see the file comment). With kRecognize, the
+  /// special token taken is the leftmost occurrence, the longest on ties.
+  /// Cost: linear in the text size for a fixed set of special tokens. Each
+  /// special token's next occurrence is remembered and searched again only
+  /// once a match has passed it, so every special token scans the text at
+  /// most once (not once per match, which was quadratic).
   std::vector<TokenId> encode(std::string_view text, SpecialTokens specials) const {
     std::vector<TokenId> out;
     out.reserve(text.size() / 3 + 1);
     if (specials == SpecialTokens::kRecognize && !model_.special_tokens().empty()) {
+      const std::vector<SpecialToken>& all = model_.special_tokens();  // longest first
+      // next[k]: the first occurrence of all[k] at or after the position
+      // where it was last searched from (npos: none).
+      std::vector<std::size_t> next(all.size(), 0);
+      bool first = true;
       std::size_t pos = 0;
       while (pos < text.size()) {
         std::size_t best = std::string_view::npos;
         const SpecialToken* which = nullptr;
-        for (const SpecialToken& s : model_.special_tokens()) {  // longest first
-          const std::size_t at = text.find(s.text, pos);
-          if (at < best) {
-            best = at;
-            which = &s;
+        for (std::size_t k = 0; k < all.size(); ++k) {
+          if (first || (next[k] != std::string_view::npos && next[k] < pos)) {
+            next[k] = text.find(all[k].text, pos);
+          }
+          if (next[k] < best) {
+            best = next[k];
+            which = &all[k];
           }
         }
+        first = false;
         encode_ordinary(
             text.substr(pos, best == std::string_view::npos ? std::string_view::npos : best - pos),
             out);

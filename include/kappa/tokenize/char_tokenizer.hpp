@@ -7,6 +7,11 @@
 // characters) that the text starts with; a character that is no token
 // becomes the unknown token (id 0). decode(ids) concatenates the tokens, so
 // decode(encode(s)) == s whenever every character of s is in the vocabulary.
+//
+// Cost: encode is O(n L^2) for n characters and L = the longest token in
+// characters (at most K, and never more than the tokens given): K itself
+// costs nothing. from_corpus is O(n K^2) in time and O(n K) in memory, so it
+// accepts K <= kMaxCorpusChars (RangeError naming K otherwise).
 #pragma once
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/formats.hpp"
 #include "kappa/tokenize/utf8.hpp"
 
 namespace kappa::tokenize {
@@ -32,6 +38,8 @@ class CharTokenizer {
  public:
   /// The unknown token's text; it always has id 0.
   static constexpr std::string_view kUnknown = "<unk>";
+  /// The largest K that from_corpus() accepts (its cost grows as K^2).
+  static constexpr std::size_t kMaxCorpusChars = 32;
 
   /// From a list of tokens (each of 1..max_chars characters; duplicates and
   /// empty strings are errors). Ids: 0 is <unk>, then the list in order.
@@ -44,20 +52,27 @@ class CharTokenizer {
     for (const std::string& t : tokens) {
       const std::size_t n = count_chars(t);
       if (n == 0 || n > max_chars)
-        throw std::invalid_argument("kappa: CharTokenizer: token \"" + t + "\" has " +
-                                    std::to_string(n) + " characters, not 1.." +
+        throw std::invalid_argument("kappa: CharTokenizer: token \"" + detail::printable(t) +
+                                    "\" has " + std::to_string(n) + " characters, not 1.." +
                                     std::to_string(max_chars));
       if (!add(t))
-        throw std::invalid_argument("kappa: CharTokenizer: duplicate token \"" + t + "\"");
+        throw std::invalid_argument("kappa: CharTokenizer: duplicate token \"" +
+                                    detail::printable(t) + "\"");
+      longest_ = std::max(longest_, n);
     }
   }
 
   /// From a corpus: every character of the corpus (sorted by code point),
   /// then the most frequent strings of 2..K consecutive characters (ties by
   /// byte order) until the vocabulary (with <unk>) has `vocab_size` tokens
-  /// or no string occurs twice.
+  /// or no string occurs twice. Throws RangeError if max_chars exceeds
+  /// kMaxCorpusChars.
   static CharTokenizer from_corpus(std::string_view corpus, std::size_t vocab_size,
                                    std::size_t max_chars = 2) {
+    if (max_chars > kMaxCorpusChars)
+      throw RangeError("kappa: CharTokenizer::from_corpus: K (max_chars) " +
+                       std::to_string(max_chars) + " exceeds the limit of " +
+                       std::to_string(kMaxCorpusChars));
     std::vector<std::size_t> starts;  // byte offsets of the characters, plus the end
     for (std::size_t i = 0; i < corpus.size(); i += decode_utf8(corpus, i).length)
       starts.push_back(i);
@@ -91,10 +106,11 @@ class CharTokenizer {
   /// Greedy longest match (see the file comment).
   std::vector<TokenId> encode(std::string_view text) const {
     std::vector<TokenId> out;
-    std::vector<std::size_t> ends(max_chars_);
+    const std::size_t k_max = std::min(max_chars_, longest_);  // no token is longer
+    std::vector<std::size_t> ends(k_max);
     for (std::size_t i = 0; i < text.size();) {
       std::size_t n = 0;
-      for (std::size_t j = i; n < max_chars_ && j < text.size(); ++n) {
+      for (std::size_t j = i; n < k_max && j < text.size(); ++n) {
         j += decode_utf8(text, j).length;
         ends[n] = j;
       }
@@ -141,6 +157,7 @@ class CharTokenizer {
     return true;
   }
   std::size_t max_chars_;
+  std::size_t longest_ = kUnknown.size();  // the longest token, in characters
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, TokenId> ids_;
 };

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -24,14 +25,27 @@
 namespace kappa::tokenize {
 
 /// Reads a whole file as bytes; throws FormatError naming the file if it
-/// cannot be opened or read.
+/// cannot be opened or read: a missing file ("cannot open"), a directory
+/// ("it is a directory"; the stream would read it as empty), a read error,
+/// or a file too large to hold in memory (never std::bad_alloc).
 inline std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw FormatError("kappa: cannot read '" + path + "': it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError("kappa: cannot open '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string out;
+  try {
+    char buf[1 << 16];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0)
+      out.append(buf, static_cast<std::size_t>(in.gcount()));
+  } catch (const std::bad_alloc&) {
+    throw FormatError("kappa: cannot read '" + path + "': too large to hold in memory");
+  } catch (const std::length_error&) {
+    throw FormatError("kappa: cannot read '" + path + "': too large to hold in memory");
+  }
   if (in.bad()) throw FormatError("kappa: cannot read '" + path + "'");
-  return std::move(ss).str();
+  return out;
 }
 
 /// Writes bytes to a file; throws FormatError naming the file on failure.
@@ -51,7 +65,9 @@ namespace detail {
 }
 
 /// A byte string shown in a message: printable ASCII as is, other bytes \xNN,
-/// truncated to 40 bytes.
+/// truncated to 40 bytes. Every text from a file or from the user that goes
+/// into an error message passes through here, so that control bytes (an
+/// escape sequence in a rank file) never reach a terminal.
 inline std::string printable(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
