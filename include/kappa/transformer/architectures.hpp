@@ -1,0 +1,70 @@
+// kappa/transformer/architectures.hpp - the published architectures as
+// compositions of kappa's policies (type aliases; sizes come from a config).
+//
+//   Gpt2         pre-norm LayerNorm, MHA, learned positions, GELU (tanh) MLP, tied head
+//   Llama        pre-norm RMSNorm, GQA with RoPE (rotate-half), SwiGLU; also
+//                Mistral without a window and Qwen2 (q/k/v biases)
+//   MistralSliding  Llama with sliding-window attention (and a window cache)
+//   DeepSeekV2   pre-norm RMSNorm, latent attention (MLA, interleaved RoPE
+//                pairs), SwiGLU dense feed-forward
+//   Bert         post-norm LayerNorm, MHA, learned positions + token types,
+//                exact GELU MLP, masked-LM head
+//   PaperTransformer  the original encoder-decoder: post-norm LayerNorm, MHA,
+//                sinusoidal positions, ReLU MLP
+#pragma once
+
+#include "kappa/attention/kernels.hpp"
+#include "kappa/attention/masks.hpp"
+#include "kappa/embed/positional.hpp"
+#include "kappa/embed/rope.hpp"
+#include "kappa/heads/latent.hpp"
+#include "kappa/heads/multi_head_attention.hpp"
+#include "kappa/nn/activations.hpp"
+#include "kappa/nn/feed_forward.hpp"
+#include "kappa/nn/layer_norm.hpp"
+#include "kappa/nn/norms.hpp"
+#include "kappa/transformer/layers.hpp"
+#include "kappa/transformer/models.hpp"
+
+namespace kappa {
+
+template <Scalar T>
+using Gpt2Layer =
+    DecoderOnlyLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, GeluTanh>, PreNorm>;
+template <Scalar T>
+using Gpt2 = DecoderLM<T, Gpt2Layer<T>, LearnedPositions<T>>;
+
+template <Scalar T>
+using LlamaAttention = GroupedQueryAttention<T, kernels::Softmax, Rope<T, RotateHalf>>;
+template <Scalar T>
+using LlamaLayer = DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T>, PreNorm>;
+template <Scalar T>
+using Llama = DecoderLM<T, LlamaLayer<T>>;
+
+template <Scalar T>
+using MistralSlidingLayer =
+    DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T>, PreNorm, SlidingWindowMask>;
+template <Scalar T>
+using MistralSliding = DecoderLM<T, MistralSlidingLayer<T>>;
+
+template <Scalar T, LatentPath Path = AbsorbedLatent>
+using DeepSeekV2Layer =
+    DecoderOnlyLayer<T, LatentAttention<T, Path, Interleaved>, RMSNorm<T>, SwiGlu<T>, PreNorm>;
+template <Scalar T, LatentPath Path = AbsorbedLatent>
+using DeepSeekV2 = DecoderLM<T, DeepSeekV2Layer<T, Path>>;
+
+template <Scalar T>
+using BertLayer = EncoderLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, Gelu>, PostNorm>;
+template <Scalar T>
+using Bert = EncoderOnlyModel<T, BertLayer<T>, Gelu>;
+
+template <Scalar T>
+using PaperEncoderLayer =
+    EncoderLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, Relu>, PostNorm>;
+template <Scalar T>
+using PaperDecoderLayer = DecoderLayer<T, MultiHeadAttention<T>, MultiHeadAttention<T>,
+                                       LayerNorm<T>, Mlp<T, Relu>, PostNorm>;
+template <Scalar T>
+using PaperTransformer = EncoderDecoderModel<T, PaperEncoderLayer<T>, PaperDecoderLayer<T>>;
+
+}  // namespace kappa

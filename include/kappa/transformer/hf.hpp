@@ -1,0 +1,669 @@
+// kappa/transformer/hf.hpp - Hugging Face model directories: config.json and
+// safetensors weights to kappa models, with one call.
+//
+//   auto lm = kappa::hf::load_causal_lm<float>("path/to/gpt2");   // or llama, ...
+//   kappa::RowMatrix<float> logits = lm.forward(ids);             // (N, N_T)
+//
+// Supported config.json model_type values and what they become:
+//   gpt2                    Gpt2<T>       (Conv1D weights are already X W)
+//   llama, mistral, qwen2   Llama<T>, or MistralSliding<T> when a sliding
+//                           window is set; Qwen2's q/k/v biases
+//   deepseek_v2             DeepSeekV2<T> (dense feed-forward only: a config
+//                           with routed experts is rejected naming
+//                           n_routed_experts)
+//   bert                    Bert<T> (load_encoder)
+//   kappa_transformer       PaperTransformer<T> (load_encoder_decoder; the
+//                           original encoder-decoder with torch.nn.Transformer's
+//                           weight names, see tests/data/models/README.md)
+// rope_scaling: linear, dynamic, llama3, yarn (RopeScaling); others are
+// rejected by name. Tensors the model does not use (GPT-2's attn.bias mask
+// buffers, rotary inv_freq buffers) are ignored. Every weight's shape is
+// checked against the config: a ShapeError names the file, the tensor, its
+// shape and the expected one; a missing tensor is a FormatError naming it.
+#pragma once
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/core/checked.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/embed/rope_scaling.hpp"
+#include "kappa/io/safetensors.hpp"
+#include "kappa/transformer/architectures.hpp"
+
+namespace kappa::hf {
+
+/// config.json parsed, with the file name for errors.
+class Config {
+ public:
+  Config() = default;
+  Config(nlohmann::json j, std::string file) : j_(std::move(j)), file_(std::move(file)) {}
+
+  /// Reads and parses `path`. \throws FormatError naming the file (and the
+  /// byte of a JSON syntax error), or when the top level is not an object.
+  static Config read(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      throw FormatError("kappa: " + path.string() + ": is a directory, expected a JSON file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw FormatError("kappa: " + path.string() + ": cannot open the file");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(ss.str());
+    } catch (const nlohmann::json::parse_error& e) {
+      throw FormatError("kappa: " + path.string() + ": byte " + std::to_string(e.byte) +
+                        ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object()) throw FormatError("kappa: " + path.string() + ": the top level is not an object");
+    return Config(std::move(j), path.string());
+  }
+
+  [[nodiscard]] const nlohmann::json& json() const { return j_; }
+  [[nodiscard]] const std::string& file() const { return file_; }
+  [[nodiscard]] bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  /// An integer key; `fallback` when absent or null, else a FormatError
+  /// naming the file and key. Values must lie in [lo, hi].
+  [[nodiscard]] Index integer(const char* key, std::optional<Index> fallback = std::nullopt,
+                              Index lo = 0, Index hi = kMaxElements) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      fail(key, "is missing");
+    }
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number_integer()) fail(key, "must be an integer, got " + v.dump());
+    const auto x = v.get<std::int64_t>();
+    if (x < lo || x > hi)
+      fail(key, "is " + std::to_string(x) + ", outside [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "]");
+    return x;
+  }
+  [[nodiscard]] double number(const char* key, std::optional<double> fallback = std::nullopt) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      fail(key, "is missing");
+    }
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number()) fail(key, "must be a number, got " + v.dump());
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) fail(key, "must be finite");
+    return x;
+  }
+  [[nodiscard]] bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+  [[nodiscard]] std::string string(const char* key, std::optional<std::string> fallback = std::nullopt) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      fail(key, "is missing");
+    }
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_string()) fail(key, "must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  /// Throws FormatError "kappa: <file>: key '<key>' <what>".
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw FormatError("kappa: " + file_ + ": key '" + key + "' " + what);
+  }
+
+ private:
+  nlohmann::json j_ = nlohmann::json::object();
+  std::string file_ = "config.json";
+};
+
+/// config.json's rope_scaling (null or absent: none). `max_positions` is the
+/// config's max_position_embeddings, the original context where the rule
+/// does not name one.
+inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
+  RopeScaling r;
+  if (!c.has("rope_scaling")) return r;
+  const nlohmann::json& s = c.json().at("rope_scaling");
+  if (!s.is_object()) c.fail("rope_scaling", "must be an object or null");
+  const Config sc(s, c.file() + " (rope_scaling)");
+  const std::string type = sc.has("rope_type") ? sc.string("rope_type") : sc.string("type", "default");
+  if (type == "default") return r;
+  r.factor = sc.number("factor");
+  r.original_context = sc.integer("original_max_position_embeddings", max_positions, 1);
+  if (type == "linear") {
+    r.kind = RopeScaling::Kind::kLinear;
+  } else if (type == "dynamic") {
+    r.kind = RopeScaling::Kind::kDynamicNtk;
+    r.original_context = max_positions;  // HF: the config's max_position_embeddings
+  } else if (type == "llama3") {
+    r.kind = RopeScaling::Kind::kLlama3;
+    r.low_freq_factor = sc.number("low_freq_factor", 1.0);
+    r.high_freq_factor = sc.number("high_freq_factor", 4.0);
+  } else if (type == "yarn") {
+    r.kind = RopeScaling::Kind::kYarn;
+    r.beta_fast = sc.number("beta_fast", 32.0);
+    r.beta_slow = sc.number("beta_slow", 1.0);
+    r.mscale = sc.number("mscale", 0.0);
+    r.mscale_all_dim = sc.number("mscale_all_dim", 0.0);
+    if (sc.has("attention_factor")) r.attention_factor = sc.number("attention_factor");
+  } else {
+    c.fail("rope_scaling", "has type '" + type +
+                               "', which kappa does not support (linear, dynamic, llama3, yarn)");
+  }
+  try {
+    r.validate();
+  } catch (const std::invalid_argument& e) {
+    c.fail("rope_scaling", e.what());
+  }
+  return r;
+}
+
+namespace detail {
+
+/// Reads weights by name with the expected shape (HF nn.Linear: out x in).
+template <Scalar T>
+class Weights {
+ public:
+  Weights(const io::Checkpoint& ckpt, std::string prefix) : ckpt_(ckpt), prefix_(std::move(prefix)) {}
+  [[nodiscard]] RowMatrix<T> mat(const std::string& name, Index rows, Index cols) const {
+    return ckpt_.template matrix<T>(prefix_ + name, {rows, cols});
+  }
+  [[nodiscard]] RowVector<T> vec(const std::string& name, Index n) const {
+    ckpt_.require_shape(prefix_ + name, {n});
+    return ckpt_.template row_vector<T>(prefix_ + name);
+  }
+  [[nodiscard]] bool has(const std::string& name) const { return ckpt_.has(prefix_ + name); }
+  [[nodiscard]] const io::Checkpoint& checkpoint() const { return ckpt_; }
+
+ private:
+  const io::Checkpoint& ckpt_;
+  std::string prefix_;
+};
+
+inline void require_activation(const Config& c, const char* key, const std::string& fallback,
+                               std::initializer_list<const char*> accepted) {
+  const std::string act = c.string(key, fallback);
+  for (const char* a : accepted)
+    if (act == a) return;
+  std::string list;
+  for (const char* a : accepted) list += (list.empty() ? "" : ", ") + std::string(a);
+  c.fail(key, "is '" + act + "'; kappa supports " + list + " for this model type");
+}
+
+inline void require_false(const Config& c, const char* key, const std::string& why) {
+  if (c.boolean(key, false)) c.fail(key, "is true; " + why);
+}
+
+}  // namespace detail
+
+// ---- GPT-2 -------------------------------------------------------------------
+
+/// GPT-2 from its config.json and checkpoint (tensor names with or without
+/// the "transformer." prefix; lm_head.weight is tied to wte).
+template <Scalar T>
+Gpt2<T> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
+  const Index d = c.integer("n_embd", std::nullopt, 1), n_layer = c.integer("n_layer", std::nullopt, 0),
+              n_head = c.integer("n_head", std::nullopt, 1),
+              n_pos = c.integer("n_positions", std::nullopt, 1),
+              vocab = c.integer("vocab_size", std::nullopt, 1);
+  const Index d_ff = c.integer("n_inner", checked_mul("GPT-2 n_inner", 4, d), 1);
+  const double eps = c.number("layer_norm_epsilon", 1e-5);
+  if (d % n_head != 0) c.fail("n_head", "must divide n_embd = " + std::to_string(d));
+  detail::require_activation(c, "activation_function", "gelu_new", {"gelu_new", "gelu_pytorch_tanh"});
+  if (!c.boolean("scale_attn_weights", true)) c.fail("scale_attn_weights", "is false; kappa scales by 1/sqrt(d_head)");
+  detail::require_false(c, "scale_attn_by_inverse_layer_idx", "kappa does not support it");
+  const std::string prefix = ckpt.has("transformer.wte.weight") ? "transformer." : "";
+  const detail::Weights<T> w(ckpt, prefix);
+  std::vector<Gpt2Layer<T>> layers;
+  layers.reserve(static_cast<std::size_t>(n_layer));
+  for (Index i = 0; i < n_layer; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    MultiHeadAttention<T> attn({.d_in = d, .n_heads = n_head});
+    const RowMatrix<T> c_attn = w.mat(p + "attn.c_attn.weight", d, 3 * d);  // Conv1D: X W
+    const RowVector<T> c_attn_b = w.vec(p + "attn.c_attn.bias", 3 * d);
+    attn.set_weights(c_attn.leftCols(d), c_attn.middleCols(d, d), c_attn.rightCols(d),
+                     w.mat(p + "attn.c_proj.weight", d, d));
+    attn.set_biases(c_attn_b.leftCols(d), c_attn_b.middleCols(d, d), c_attn_b.rightCols(d),
+                    w.vec(p + "attn.c_proj.bias", d));
+    Mlp<T, GeluTanh> mlp(d, d_ff);
+    mlp.set_weights(w.mat(p + "mlp.c_fc.weight", d, d_ff), w.vec(p + "mlp.c_fc.bias", d_ff),
+                    w.mat(p + "mlp.c_proj.weight", d_ff, d), w.vec(p + "mlp.c_proj.bias", d));
+    layers.emplace_back(std::move(attn),
+                        LayerNorm<T>(w.vec(p + "ln_1.weight", d), w.vec(p + "ln_1.bias", d), eps),
+                        LayerNorm<T>(w.vec(p + "ln_2.weight", d), w.vec(p + "ln_2.bias", d), eps),
+                        std::move(mlp));
+  }
+  std::optional<RowMatrix<T>> head;
+  if (!c.boolean("tie_word_embeddings", true)) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
+  return Gpt2<T>(Embedding<T>(w.mat("wte.weight", vocab, d)),
+                 LearnedPositions<T>(w.mat("wpe.weight", n_pos, d)), std::move(layers),
+                 LayerNorm<T>(w.vec("ln_f.weight", d), w.vec("ln_f.bias", d), eps), std::move(head),
+                 n_pos);
+}
+
+// ---- LLaMA, Mistral, Qwen2 -----------------------------------------------------
+
+/// Sizes of a LLaMA-layout config (llama, mistral, qwen2).
+struct LlamaSizes {
+  Index d = 0, n_layer = 0, n_head = 0, n_kv = 0, d_head = 0, d_ff = 0, vocab = 0, max_pos = 0;
+  double eps = 1e-6, theta = 10000.0;
+  RopeScaling scaling{};
+  bool qkv_bias = false, o_bias = false, tied = false;
+  Index sliding_window = 0;  ///< 0: none
+};
+
+inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
+  LlamaSizes s;
+  s.d = c.integer("hidden_size", std::nullopt, 1);
+  s.n_layer = c.integer("num_hidden_layers", std::nullopt, 0);
+  s.n_head = c.integer("num_attention_heads", std::nullopt, 1);
+  s.n_kv = c.integer("num_key_value_heads", s.n_head, 1);
+  if (s.d % s.n_head != 0 && !c.has("head_dim"))
+    c.fail("num_attention_heads", "must divide hidden_size = " + std::to_string(s.d));
+  s.d_head = c.integer("head_dim", s.d / s.n_head, 2);
+  if (s.d_head % 2 != 0) c.fail("head_dim", "must be even for RoPE, got " + std::to_string(s.d_head));
+  if (s.n_head % s.n_kv != 0)
+    c.fail("num_key_value_heads", "= " + std::to_string(s.n_kv) + " must divide num_attention_heads = " +
+                                      std::to_string(s.n_head));
+  s.d_ff = c.integer("intermediate_size", std::nullopt, 1);
+  s.vocab = c.integer("vocab_size", std::nullopt, 1);
+  s.max_pos = c.integer("max_position_embeddings", 2048, 1);
+  s.eps = c.number("rms_norm_eps", 1e-6);
+  s.theta = c.number("rope_theta", 10000.0);
+  if (!(s.theta > 0)) c.fail("rope_theta", "must be > 0");
+  s.scaling = parse_rope_scaling(c, s.max_pos);
+  detail::require_activation(c, "hidden_act", "silu", {"silu", "swish"});
+  if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0)
+    c.fail("partial_rotary_factor", "is not 1; kappa's LLaMA layout rotates whole heads");
+  detail::require_false(c, "mlp_bias", "kappa's SwiGLU has no biases");
+  s.tied = c.boolean("tie_word_embeddings", false);
+  if (model_type == "qwen2") {
+    s.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+    if (c.boolean("use_sliding_window", false))
+      c.fail("use_sliding_window", "is true; kappa does not support Qwen2's per-layer windows");
+  } else {
+    s.qkv_bias = s.o_bias = c.boolean("attention_bias", false);
+  }
+  if (model_type == "mistral" && c.has("sliding_window"))
+    s.sliding_window = c.integer("sliding_window", std::nullopt, 1);
+  return s;
+}
+
+namespace detail {
+template <Scalar T, class Layer, class Mask>
+DecoderLM<T, Layer> build_llama(const LlamaSizes& s, const io::Checkpoint& ckpt, Mask mask) {
+  const detail::Weights<T> w(ckpt, "model.");
+  std::vector<Layer> layers;
+  layers.reserve(static_cast<std::size_t>(s.n_layer));
+  const Index dq = checked_mul("q_proj rows", s.n_head, s.d_head),
+              dkv = checked_mul("k_proj rows", s.n_kv, s.d_head);
+  for (Index i = 0; i < s.n_layer; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    LlamaAttention<T> attn({.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv},
+                           {}, Rope<T, RotateHalf>(s.d_head, s.theta, s.scaling));
+    attn.set_weights_from_hf(w.mat(p + "self_attn.q_proj.weight", dq, s.d),
+                             w.mat(p + "self_attn.k_proj.weight", dkv, s.d),
+                             w.mat(p + "self_attn.v_proj.weight", dkv, s.d),
+                             w.mat(p + "self_attn.o_proj.weight", s.d, dq));
+    if (s.qkv_bias || s.o_bias) {
+      attn.set_biases(s.qkv_bias ? w.vec(p + "self_attn.q_proj.bias", dq) : RowVector<T>(),
+                      s.qkv_bias ? w.vec(p + "self_attn.k_proj.bias", dkv) : RowVector<T>(),
+                      s.qkv_bias ? w.vec(p + "self_attn.v_proj.bias", dkv) : RowVector<T>(),
+                      s.o_bias ? w.vec(p + "self_attn.o_proj.bias", s.d) : RowVector<T>());
+    }
+    SwiGlu<T> mlp(s.d, s.d_ff);
+    mlp.set_weights(w.mat(p + "mlp.gate_proj.weight", s.d_ff, s.d).transpose(),
+                    w.mat(p + "mlp.up_proj.weight", s.d_ff, s.d).transpose(),
+                    w.mat(p + "mlp.down_proj.weight", s.d, s.d_ff).transpose());
+    layers.emplace_back(std::move(attn), RMSNorm<T>(w.vec(p + "input_layernorm.weight", s.d), s.eps),
+                        RMSNorm<T>(w.vec(p + "post_attention_layernorm.weight", s.d), s.eps),
+                        std::move(mlp), mask);
+  }
+  std::optional<RowMatrix<T>> head;
+  if (!s.tied) head = ckpt.template matrix<T>("lm_head.weight", {s.vocab, s.d});
+  return DecoderLM<T, Layer>(Embedding<T>(w.mat("embed_tokens.weight", s.vocab, s.d)), {},
+                             std::move(layers), RMSNorm<T>(w.vec("norm.weight", s.d), s.eps),
+                             std::move(head), s.max_pos);
+}
+}  // namespace detail
+
+/// LLaMA / Qwen2 / Mistral (without a sliding window) from config and checkpoint.
+template <Scalar T>
+Llama<T> load_llama(const Config& c, const io::Checkpoint& ckpt) {
+  const LlamaSizes s = llama_sizes(c, c.string("model_type", "llama"));
+  return detail::build_llama<T, LlamaLayer<T>>(s, ckpt, CausalMask{});
+}
+
+/// Mistral with its sliding window: token i sees positions i - W + 1 .. i.
+template <Scalar T>
+MistralSliding<T> load_mistral_sliding(const Config& c, const io::Checkpoint& ckpt) {
+  const LlamaSizes s = llama_sizes(c, "mistral");
+  if (s.sliding_window < 1) c.fail("sliding_window", "is not set");
+  return detail::build_llama<T, MistralSlidingLayer<T>>(s, ckpt, SlidingWindowMask{s.sliding_window});
+}
+
+// ---- DeepSeek-V2 ----------------------------------------------------------------
+
+/// DeepSeek-V2 attention with dense feed-forward layers (DeepSeek-V2 configs
+/// with mixture-of-experts layers are rejected, naming n_routed_experts).
+template <Scalar T, LatentPath Path = AbsorbedLatent>
+DeepSeekV2<T, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt) {
+  const Index d = c.integer("hidden_size", std::nullopt, 1),
+              n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+              n_head = c.integer("num_attention_heads", std::nullopt, 1),
+              d_ff = c.integer("intermediate_size", std::nullopt, 1),
+              vocab = c.integer("vocab_size", std::nullopt, 1),
+              max_pos = c.integer("max_position_embeddings", 2048, 1);
+  if (c.has("n_routed_experts")) {
+    const Index first_dense = c.integer("first_k_dense_replace", 0, 0);
+    if (first_dense < n_layer)
+      c.fail("n_routed_experts",
+             "is set and first_k_dense_replace = " + std::to_string(first_dense) + " < num_hidden_layers = " +
+                 std::to_string(n_layer) + ": mixture-of-experts layers are not supported by kappa");
+  }
+  detail::require_activation(c, "hidden_act", "silu", {"silu"});
+  detail::require_false(c, "attention_bias", "kappa's latent attention has no biases");
+  LatentConfig lc;
+  lc.d_model = d;
+  lc.n_heads = n_head;
+  lc.d_head = c.integer("qk_nope_head_dim", std::nullopt, 1);
+  lc.d_rope = c.integer("qk_rope_head_dim", std::nullopt, 2);
+  lc.d_v = c.integer("v_head_dim", std::nullopt, 1);
+  lc.d_latent = c.integer("kv_lora_rank", std::nullopt, 1);
+  lc.d_q_latent = c.has("q_lora_rank") ? c.integer("q_lora_rank", std::nullopt, 1) : 0;
+  // DeepSeek's q_a_layernorm / kv_a_layernorm are built with the default
+  // epsilon (1e-6), not rms_norm_eps.
+  lc.norm_eps = 1e-6;
+  lc.rope_base = c.number("rope_theta", 10000.0);
+  lc.rope_scaling = parse_rope_scaling(c, max_pos);
+  lc.scale = yarn_softmax_factor(lc.rope_scaling) /
+             std::sqrt(static_cast<double>(lc.d_head + lc.d_rope));
+  const double eps = c.number("rms_norm_eps", 1e-6);
+  const Index dh = lc.d_head, dr = lc.d_rope, dv = lc.d_v, dc = lc.d_latent;
+  const detail::Weights<T> w(ckpt, "model.");
+  std::vector<DeepSeekV2Layer<T, Path>> layers;
+  layers.reserve(static_cast<std::size_t>(n_layer));
+  for (Index i = 0; i < n_layer; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".self_attn.";
+    HfDeepSeekV2AttentionWeights<T> hw;
+    if (lc.d_q_latent > 0) {
+      hw.q_a_proj = w.mat(p + "q_a_proj.weight", lc.d_q_latent, d);
+      hw.q_a_layernorm = w.vec(p + "q_a_layernorm.weight", lc.d_q_latent);
+      hw.q_b_proj = w.mat(p + "q_b_proj.weight", n_head * (dh + dr), lc.d_q_latent);
+    } else {
+      hw.q_proj = w.mat(p + "q_proj.weight", n_head * (dh + dr), d);
+    }
+    hw.kv_a_proj_with_mqa = w.mat(p + "kv_a_proj_with_mqa.weight", dc + dr, d);
+    hw.kv_a_layernorm = w.vec(p + "kv_a_layernorm.weight", dc);
+    hw.kv_b_proj = w.mat(p + "kv_b_proj.weight", n_head * (dh + dv), dc);
+    hw.o_proj = w.mat(p + "o_proj.weight", d, n_head * dv);
+    LatentAttention<T, Path, Interleaved> attn(lc);
+    attn.set_weights_from_hf(hw);
+    const std::string q = "layers." + std::to_string(i) + ".";
+    SwiGlu<T> mlp(d, d_ff);
+    mlp.set_weights(w.mat(q + "mlp.gate_proj.weight", d_ff, d).transpose(),
+                    w.mat(q + "mlp.up_proj.weight", d_ff, d).transpose(),
+                    w.mat(q + "mlp.down_proj.weight", d, d_ff).transpose());
+    layers.emplace_back(std::move(attn), RMSNorm<T>(w.vec(q + "input_layernorm.weight", d), eps),
+                        RMSNorm<T>(w.vec(q + "post_attention_layernorm.weight", d), eps),
+                        std::move(mlp));
+  }
+  std::optional<RowMatrix<T>> head;
+  if (!c.boolean("tie_word_embeddings", false)) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
+  return DeepSeekV2<T, Path>(Embedding<T>(w.mat("embed_tokens.weight", vocab, d)), {},
+                             std::move(layers), RMSNorm<T>(w.vec("norm.weight", d), eps),
+                             std::move(head), max_pos);
+}
+
+// ---- BERT -------------------------------------------------------------------------
+
+/// BERT (BertModel or BertForMaskedLM names; LayerNorm weight/bias or the
+/// legacy gamma/beta). The masked-LM head is loaded when the checkpoint has it.
+template <Scalar T>
+Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
+  const Index d = c.integer("hidden_size", std::nullopt, 1),
+              n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+              n_head = c.integer("num_attention_heads", std::nullopt, 1),
+              d_ff = c.integer("intermediate_size", std::nullopt, 1),
+              vocab = c.integer("vocab_size", std::nullopt, 1),
+              max_pos = c.integer("max_position_embeddings", 512, 1),
+              n_types = c.integer("type_vocab_size", 2, 0);
+  const double eps = c.number("layer_norm_eps", 1e-12);
+  if (d % n_head != 0) c.fail("num_attention_heads", "must divide hidden_size = " + std::to_string(d));
+  detail::require_activation(c, "hidden_act", "gelu", {"gelu"});
+  if (c.string("position_embedding_type", "absolute") != "absolute")
+    c.fail("position_embedding_type", "is not 'absolute'; kappa supports absolute positions only");
+  const std::string prefix = ckpt.has("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  const detail::Weights<T> w(ckpt, prefix);
+  const auto norm = [&](const detail::Weights<T>& ws, const std::string& p) {
+    const bool legacy = !ws.has(p + ".weight") && ws.has(p + ".gamma");
+    return LayerNorm<T>(ws.vec(p + (legacy ? ".gamma" : ".weight"), d),
+                        ws.vec(p + (legacy ? ".beta" : ".bias"), d), eps);
+  };
+  std::vector<BertLayer<T>> layers;
+  for (Index i = 0; i < n_layer; ++i) {
+    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    MultiHeadAttention<T> attn({.d_in = d, .n_heads = n_head});
+    attn.set_weights_from_hf(w.mat(p + "attention.self.query.weight", d, d),
+                             w.mat(p + "attention.self.key.weight", d, d),
+                             w.mat(p + "attention.self.value.weight", d, d),
+                             w.mat(p + "attention.output.dense.weight", d, d));
+    attn.set_biases(w.vec(p + "attention.self.query.bias", d), w.vec(p + "attention.self.key.bias", d),
+                    w.vec(p + "attention.self.value.bias", d), w.vec(p + "attention.output.dense.bias", d));
+    Mlp<T, Gelu> mlp(d, d_ff);
+    mlp.set_weights(w.mat(p + "intermediate.dense.weight", d_ff, d).transpose(),
+                    w.vec(p + "intermediate.dense.bias", d_ff),
+                    w.mat(p + "output.dense.weight", d, d_ff).transpose(), w.vec(p + "output.dense.bias", d));
+    layers.emplace_back(std::move(attn), norm(w, p + "attention.output.LayerNorm"),
+                        norm(w, p + "output.LayerNorm"), std::move(mlp));
+  }
+  std::optional<MaskedLMHead<T, Gelu>> head;
+  const detail::Weights<T> root(ckpt, "");
+  if (root.has("cls.predictions.transform.dense.weight")) {
+    MaskedLMHead<T, Gelu> h;
+    h.w_transform = root.mat("cls.predictions.transform.dense.weight", d, d).transpose();
+    h.b_transform = root.vec("cls.predictions.transform.dense.bias", d);
+    h.norm = norm(root, "cls.predictions.transform.LayerNorm");
+    h.bias = root.vec("cls.predictions.bias", vocab);
+    head = std::move(h);
+  }
+  return Bert<T>(Embedding<T>(w.mat("embeddings.word_embeddings.weight", vocab, d)),
+                 LearnedPositions<T>(w.mat("embeddings.position_embeddings.weight", max_pos, d)),
+                 n_types > 0 ? w.mat("embeddings.token_type_embeddings.weight", n_types, d)
+                             : RowMatrix<T>(0, d),
+                 norm(w, "embeddings.LayerNorm"), std::move(layers), std::move(head));
+}
+
+// ---- The paper's encoder-decoder ----------------------------------------------------
+
+/// The original Transformer in torch.nn.Transformer's weight names (see the
+/// file comment and tests/data/models/README.md).
+template <Scalar T>
+PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint& ckpt) {
+  const Index d = c.integer("d_model", std::nullopt, 1), n_head = c.integer("nhead", std::nullopt, 1),
+              n_enc = c.integer("num_encoder_layers", std::nullopt, 0),
+              n_dec = c.integer("num_decoder_layers", std::nullopt, 0),
+              d_ff = c.integer("dim_feedforward", std::nullopt, 1),
+              v_src = c.integer("src_vocab_size", std::nullopt, 1),
+              v_tgt = c.integer("tgt_vocab_size", std::nullopt, 1);
+  const double eps = c.number("layer_norm_eps", 1e-5);
+  if (d % n_head != 0) c.fail("nhead", "must divide d_model = " + std::to_string(d));
+  const detail::Weights<T> w(ckpt, "transformer.");
+  const auto ln = [&](const std::string& p) {
+    return LayerNorm<T>(w.vec(p + ".weight", d), w.vec(p + ".bias", d), eps);
+  };
+  const auto mha = [&](const std::string& p) {
+    MultiHeadAttention<T> a({.d_in = d, .n_heads = n_head});
+    a.set_weights_from_torch_mha(w.mat(p + ".in_proj_weight", 3 * d, d), w.mat(p + ".out_proj.weight", d, d));
+    a.set_biases_from_torch_mha(w.vec(p + ".in_proj_bias", 3 * d), w.vec(p + ".out_proj.bias", d));
+    return a;
+  };
+  const auto mlp = [&](const std::string& p) {
+    Mlp<T, Relu> m(d, d_ff);
+    m.set_weights(w.mat(p + "linear1.weight", d_ff, d).transpose(), w.vec(p + "linear1.bias", d_ff),
+                  w.mat(p + "linear2.weight", d, d_ff).transpose(), w.vec(p + "linear2.bias", d));
+    return m;
+  };
+  typename PaperTransformer<T>::Parts parts{
+      .src_embed = Embedding<T>(ckpt.template matrix<T>("src_embed.weight", {v_src, d})),
+      .tgt_embed = Embedding<T>(ckpt.template matrix<T>("tgt_embed.weight", {v_tgt, d})),
+      .scale_embedding = c.boolean("scale_embedding", true),
+      .encoder = {},
+      .encoder_norm = std::nullopt,
+      .decoder = {},
+      .decoder_norm = std::nullopt,
+      .generator = ckpt.template matrix<T>("generator.weight", {v_tgt, d}),
+      .generator_bias = ckpt.has("generator.bias") ? ckpt.template row_vector<T>("generator.bias")
+                                                   : RowVector<T>()};
+  for (Index i = 0; i < n_enc; ++i) {
+    const std::string p = "encoder.layers." + std::to_string(i) + ".";
+    parts.encoder.emplace_back(mha(p + "self_attn"), ln(p + "norm1"), ln(p + "norm2"), mlp(p));
+  }
+  for (Index i = 0; i < n_dec; ++i) {
+    const std::string p = "decoder.layers." + std::to_string(i) + ".";
+    parts.decoder.emplace_back(mha(p + "self_attn"), mha(p + "multihead_attn"), ln(p + "norm1"),
+                               ln(p + "norm2"), ln(p + "norm3"), mlp(p));
+  }
+  if (w.has("encoder.norm.weight")) parts.encoder_norm = ln("encoder.norm");
+  if (w.has("decoder.norm.weight")) parts.decoder_norm = ln("decoder.norm");
+  return PaperTransformer<T>(std::move(parts));
+}
+
+// ---- One call -------------------------------------------------------------------
+
+/// A decoder-only language model loaded from a directory, whichever layout
+/// its config names; forward / cached decoding dispatch to it.
+template <Scalar T>
+class CausalLM {
+ public:
+  using Model = std::variant<Gpt2<T>, Llama<T>, MistralSliding<T>, DeepSeekV2<T>>;
+  /// The cache of one sequence (of the loaded model's kind).
+  struct Cache {
+    std::variant<typename Gpt2<T>::Cache, typename Llama<T>::Cache,
+                 typename MistralSliding<T>::Cache, typename DeepSeekV2<T>::Cache>
+        c;
+    [[nodiscard]] Index length() const {
+      return std::visit([](const auto& x) { return x.length(); }, c);
+    }
+    [[nodiscard]] std::size_t bytes() const {
+      return std::visit([](const auto& x) { return x.bytes(); }, c);
+    }
+    void reset() {
+      std::visit([](auto& x) { x.reset(); }, c);
+    }
+  };
+
+  CausalLM(Model m, std::string model_type) : m_(std::move(m)), type_(std::move(model_type)) {}
+
+  [[nodiscard]] const std::string& model_type() const { return type_; }
+  [[nodiscard]] const Model& model() const { return m_; }
+  [[nodiscard]] Index vocab_size() const { return visit([](const auto& m) { return m.vocab_size(); }); }
+  [[nodiscard]] Index d_model() const { return visit([](const auto& m) { return m.d_model(); }); }
+  [[nodiscard]] Index n_layers() const { return visit([](const auto& m) { return m.n_layers(); }); }
+  /// max_position_embeddings / n_positions of the config.
+  [[nodiscard]] Index context_length() const {
+    return visit([](const auto& m) { return m.context_length(); });
+  }
+  [[nodiscard]] std::size_t weight_bytes() const {
+    return visit([](const auto& m) { return m.weight_bytes(); });
+  }
+  /// Logits (N, N_T) of one sequence.
+  [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
+    return visit([&](const auto& m) { return m.forward(ids); });
+  }
+  [[nodiscard]] Cache make_cache() const {
+    return visit([](const auto& m) { return Cache{m.make_cache()}; });
+  }
+  /// See DecoderLM::forward_cached.
+  [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, Cache& cache,
+                                            LogitsFor which = LogitsFor::kAll) const {
+    return std::visit(
+        [&](const auto& m) -> RowMatrix<T> {
+          using C = typename std::decay_t<decltype(m)>::Cache;
+          C* c = std::get_if<C>(&cache.c);
+          if (c == nullptr) throw ShapeError("kappa: CausalLM: the cache was made by another model");
+          return m.forward_cached(ids, *c, which);
+        },
+        m_);
+  }
+  /// See DecoderLM::forward_cached (batch).
+  [[nodiscard]] RowMatrix<T> forward_cached(const std::vector<std::vector<TokenId>>& batch,
+                                            const std::vector<Cache*>& caches,
+                                            LogitsFor which = LogitsFor::kAll) const {
+    return std::visit(
+        [&](const auto& m) -> RowMatrix<T> {
+          using C = typename std::decay_t<decltype(m)>::Cache;
+          std::vector<C*> cs;
+          for (Cache* c : caches) {
+            C* x = c == nullptr ? nullptr : std::get_if<C>(&c->c);
+            if (x == nullptr) throw ShapeError("kappa: CausalLM: a cache is null or made by another model");
+            cs.push_back(x);
+          }
+          return m.forward_cached(batch, cs, which);
+        },
+        m_);
+  }
+
+ private:
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), m_);
+  }
+  Model m_;
+  std::string type_;
+};
+
+/// Loads the decoder-only model of a Hugging Face directory (config.json +
+/// model.safetensors or its sharded index). \throws FormatError naming the
+/// file and key (an unsupported model_type is named), ShapeError naming a
+/// tensor whose shape disagrees with the config.
+template <Scalar T>
+CausalLM<T> load_causal_lm(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw FormatError("kappa: " + dir.string() + ": not a model directory");
+  const Config c = Config::read(dir / "config.json");
+  const std::string type = c.string("model_type");
+  if (type != "gpt2" && type != "llama" && type != "mistral" && type != "qwen2" && type != "deepseek_v2") {
+    if (type == "bert") c.fail("model_type", "is 'bert', an encoder-only model: use load_bert");
+    c.fail("model_type", "is '" + type +
+                             "', which kappa does not load as a causal LM (gpt2, llama, mistral, "
+                             "qwen2, deepseek_v2)");
+  }
+  const io::Checkpoint ckpt(dir);
+  if (type == "gpt2") return CausalLM<T>(load_gpt2<T>(c, ckpt), type);
+  if (type == "deepseek_v2") return CausalLM<T>(load_deepseek_v2<T>(c, ckpt), type);
+  if (type == "mistral" && c.has("sliding_window"))
+    return CausalLM<T>(load_mistral_sliding<T>(c, ckpt), type);
+  return CausalLM<T>(load_llama<T>(c, ckpt), type);
+}
+
+/// Loads a BERT directory (model_type bert).
+template <Scalar T>
+Bert<T> load_bert(const std::filesystem::path& dir) {
+  const Config c = Config::read(dir / "config.json");
+  const std::string type = c.string("model_type");
+  if (type != "bert") c.fail("model_type", "is '" + type + "', expected 'bert'");
+  return load_bert<T>(c, io::Checkpoint(dir));
+}
+
+/// Loads the paper's encoder-decoder (model_type kappa_transformer).
+template <Scalar T>
+PaperTransformer<T> load_paper_transformer(const std::filesystem::path& dir) {
+  const Config c = Config::read(dir / "config.json");
+  const std::string type = c.string("model_type");
+  if (type != "kappa_transformer") c.fail("model_type", "is '" + type + "', expected 'kappa_transformer'");
+  return load_paper_transformer<T>(c, io::Checkpoint(dir));
+}
+
+}  // namespace kappa::hf

@@ -1,0 +1,146 @@
+// Tests for kappa/nn (LayerNorm, activations, feed-forward) and
+// kappa/transformer/layers.hpp against their definitions, computed by plain
+// loops in long double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kappa/nn/activations.hpp"
+#include "kappa/nn/feed_forward.hpp"
+#include "kappa/nn/layer_norm.hpp"
+#include "kappa/transformer/layers.hpp"
+
+namespace kappa {
+namespace {
+
+RowMatrix<double> random_matrix(Index r, Index c, unsigned seed, double scale = 1.0) {
+  std::mt19937 g(seed);
+  std::normal_distribution<double> n(0.0, scale);
+  RowMatrix<double> m(r, c);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(g);
+  return m;
+}
+
+TEST(LayerNorm, MatchesTheDefinition) {
+  const RowMatrix<double> x = random_matrix(5, 7, 1, 3.0);
+  const RowVector<double> g = random_matrix(1, 7, 2), b = random_matrix(1, 7, 3);
+  const LayerNorm<double> ln(g, b, 1e-5);
+  const RowMatrix<double> y = ln(x);
+  for (Index i = 0; i < 5; ++i) {
+    long double mean = 0, var = 0;
+    for (Index j = 0; j < 7; ++j) mean += x(i, j);
+    mean /= 7;
+    for (Index j = 0; j < 7; ++j) var += (x(i, j) - mean) * (x(i, j) - mean);
+    var /= 7;
+    for (Index j = 0; j < 7; ++j)
+      EXPECT_NEAR(y(i, j), static_cast<double>((x(i, j) - mean) / std::sqrt(var + 1e-5L) * g(j) + b(j)),
+                  1e-13);
+  }
+  // Without a bias: b = 0.
+  const RowMatrix<double> y0 = LayerNorm<double>(g, RowVector<double>(), 1e-5)(x);
+  EXPECT_LT((y0 - LayerNorm<double>(g, RowVector<double>::Zero(7), 1e-5)(x)).norm(), 1e-15);
+  // A large common offset does not cancel the variance.
+  RowMatrix<float> big(1, 4);
+  big << 1e4f + 1, 1e4f - 1, 1e4f + 1, 1e4f - 1;
+  const RowMatrix<float> yb = LayerNorm<float>(4, 0.0)(big);
+  EXPECT_NEAR(yb(0, 0), 1.0f, 1e-5f);
+  EXPECT_NEAR(yb(0, 1), -1.0f, 1e-5f);
+  // NaN stays NaN.
+  RowMatrix<float> nan = RowMatrix<float>::Ones(1, 4);
+  nan(0, 2) = NAN;
+  EXPECT_TRUE(LayerNorm<float>(4)(nan).array().isNaN().all());
+  EXPECT_THROW(LayerNorm<float>(RowVector<float>::Ones(4), RowVector<float>::Ones(3)), ShapeError);
+  EXPECT_THROW(LayerNorm<float>(4, -1.0), std::invalid_argument);
+}
+
+TEST(Activations, MatchTheirDefinitions) {
+  RowMatrix<double> x(1, 7);
+  x << -20, -3, -0.5, 0, 0.5, 3, 20;
+  RowMatrix<double> r = x, g = x, t = x, s = x;
+  Relu::apply<double>(r);
+  Gelu::apply<double>(g);
+  GeluTanh::apply<double>(t);
+  Silu::apply<double>(s);
+  for (Index j = 0; j < 7; ++j) {
+    const long double v = x(0, j);
+    EXPECT_EQ(r(0, j), v > 0 ? v : 0.0);
+    EXPECT_NEAR(g(0, j), static_cast<double>(0.5L * v * (1 + std::erf(v / std::sqrt(2.0L)))), 1e-15);
+    const long double c = std::sqrt(2.0L / 3.14159265358979323846L);
+    EXPECT_NEAR(t(0, j), static_cast<double>(0.5L * v * (1 + std::tanh(c * (v + 0.044715L * v * v * v)))),
+                1e-14);
+    EXPECT_NEAR(s(0, j), static_cast<double>(v / (1 + std::exp(-v))), 1e-14);
+  }
+  // The two GELUs differ (by up to about 1e-3), so the choice matters.
+  EXPECT_GT((g - t).cwiseAbs().maxCoeff(), 1e-5);
+}
+
+TEST(FeedForward, MlpAndSwiGluMatchPlainLoops) {
+  const Index d = 6, f = 10, n = 4;
+  const RowMatrix<double> x = random_matrix(n, d, 4);
+  const RowMatrix<double> w1 = random_matrix(d, f, 5), w2 = random_matrix(f, d, 6), w3 = random_matrix(d, f, 7);
+  const RowVector<double> b1 = random_matrix(1, f, 8), b2 = random_matrix(1, d, 9);
+  Mlp<double, Relu> mlp(d, f);
+  mlp.set_weights(w1, b1, w2, b2);
+  SwiGlu<double> glu(d, f);
+  glu.set_weights(w1, w3, w2);
+  const RowMatrix<double> y = mlp.forward(x), z = glu.forward(x);
+  for (Index i = 0; i < n; ++i)
+    for (Index o = 0; o < d; ++o) {
+      long double acc = b2(o), acc2 = 0;
+      for (Index k = 0; k < f; ++k) {
+        long double h = b1(k), gate = 0, up = 0;
+        for (Index j = 0; j < d; ++j) {
+          h += x(i, j) * w1(j, k);
+          gate += x(i, j) * w1(j, k);
+          up += x(i, j) * w3(j, k);
+        }
+        acc += (h > 0 ? h : 0) * w2(k, o);
+        acc2 += gate / (1 + std::exp(-gate)) * up * w2(k, o);
+      }
+      EXPECT_NEAR(y(i, o), static_cast<double>(acc), 1e-12);
+      EXPECT_NEAR(z(i, o), static_cast<double>(acc2), 1e-12);
+    }
+  EXPECT_THROW(mlp.set_weights(w2, b1, w2, b2), ShapeError);
+  EXPECT_THROW((void)mlp.forward(RowMatrix<double>::Zero(2, d + 1)), ShapeError);
+}
+
+// Pre-norm and post-norm residual placements, against their equations with
+// the sub-layers evaluated separately.
+TEST(DecoderOnlyLayer, PlacementsFollowTheirEquations) {
+  const Index d = 8, n = 5;
+  const RowMatrix<double> x = random_matrix(n, d, 10);
+  MultiHeadAttention<double> attn({.d_in = d, .n_heads = 2});
+  attn.set_weights(random_matrix(d, d, 11, 0.3), random_matrix(d, d, 12, 0.3),
+                   random_matrix(d, d, 13, 0.3), random_matrix(d, d, 14, 0.3));
+  Mlp<double, Gelu> ffn(d, 16);
+  ffn.set_weights(random_matrix(d, 16, 15, 0.3), random_matrix(1, 16, 16), random_matrix(16, d, 17, 0.3),
+                  random_matrix(1, d, 18));
+  const LayerNorm<double> n1(random_matrix(1, d, 19), random_matrix(1, d, 20)),
+      n2(random_matrix(1, d, 21), random_matrix(1, d, 22));
+  const DecoderOnlyLayer<double, MultiHeadAttention<double>, LayerNorm<double>, Mlp<double, Gelu>, PreNorm> pre(
+      attn, n1, n2, ffn);
+  const DecoderOnlyLayer<double, MultiHeadAttention<double>, LayerNorm<double>, Mlp<double, Gelu>, PostNorm>
+      post(attn, n1, n2, ffn);
+  const RowMatrix<double> h_pre = x + attn.forward(n1(x), CausalMask{});
+  const RowMatrix<double> y_pre = h_pre + ffn.forward(n2(h_pre));
+  EXPECT_LT((pre.forward(x) - y_pre).cwiseAbs().maxCoeff(), 1e-13);
+  const RowMatrix<double> h_post = n1(x + attn.forward(x, CausalMask{}));
+  const RowMatrix<double> y_post = n2(h_post + ffn.forward(h_post));
+  EXPECT_LT((post.forward(x) - y_post).cwiseAbs().maxCoeff(), 1e-13);
+  // Cached decoding equals the full pass for both placements.
+  auto c1 = pre.make_cache();
+  auto c2 = post.make_cache();
+  RowMatrix<double> a(n, d), b(n, d);
+  a.topRows(2) = pre.forward_cached(x.topRows(2), c1);
+  b.topRows(2) = post.forward_cached(x.topRows(2), c2);
+  a.bottomRows(3) = pre.forward_cached(x.bottomRows(3), c1);
+  b.bottomRows(3) = post.forward_cached(x.bottomRows(3), c2);
+  EXPECT_LT((a - pre.forward(x)).cwiseAbs().maxCoeff(), 1e-13);
+  EXPECT_LT((b - post.forward(x)).cwiseAbs().maxCoeff(), 1e-13);
+  // A width the layer does not have is a ShapeError naming both shapes.
+  EXPECT_THROW((void)pre.forward(RowMatrix<double>::Zero(2, d + 1)), ShapeError);
+}
+
+}  // namespace
+}  // namespace kappa
