@@ -206,6 +206,23 @@ TEST(Safetensors, ViewsAreZeroCopyIntoTheMapping) {
   EXPECT_FALSE(moved.can_view<float>("f16"));
 }
 
+TEST(Safetensors, MatrixIntoFillsMatricesAndBlocksInPlace) {
+  const SafetensorsFile f(kGolden);
+  RowMatrix<double> m(2, 5);
+  f.matrix_into<double>("bf16", m);
+  expect_same<double>(m, f.matrix<double>("bf16"), "into");
+  RowMatrix<float> big = RowMatrix<float>::Constant(5, 20, 7.0f);  // a strided block
+  f.matrix_into<float>("rank3", big.block(1, 3, 2, 12));
+  EXPECT_EQ(RowMatrix<float>(big.block(1, 3, 2, 12)), f.matrix<float>("rank3"));
+  EXPECT_EQ(big(0, 0), 7.0f);
+  EXPECT_EQ(big(1, 2), 7.0f);
+  EXPECT_EQ(big(3, 3), 7.0f);
+  RowMatrix<float> wrong(3, 5);
+  EXPECT_THROW(f.matrix_into<float>("bf16", wrong), ShapeError);
+  RowMatrix<float> ids(1, 4);
+  EXPECT_THROW(f.matrix_into<float>("ids", ids), FormatError);
+}
+
 TEST(Safetensors, UnalignedDataIsCopiedNotViewed) {
   const SafetensorsFile f(kData + "safetensors/unaligned.safetensors");
   EXPECT_EQ(f.info("w").file_offset, 65);

@@ -552,6 +552,26 @@ class SafetensorsFile {
     return out;
   }
 
+  /// As matrix(name), into a caller-provided rows() x cols() matrix or block
+  /// (no allocation: for reloading weights into place).
+  /// \throws ShapeError naming the tensor and both shapes when `out` is not
+  ///         rows() x cols(); FormatError as matrix().
+  template <class T>
+  void matrix_into(std::string_view name, MatrixRef<T> out) const {
+    const TensorInfo& t = info(name);
+    if (out.rows() != t.rows() || out.cols() != t.cols()) {
+      throw ShapeError("kappa: safetensors: " + path_ + ": tensor " + detail::quoted(name) +
+                       " reads as " + shape_string(t.rows(), t.cols()) + " but the output is " +
+                       shape_of(out));
+    }
+    if (out.outerStride() == out.cols()) {
+      convert_into(name, t, out.data());
+      return;
+    }
+    for (Index r = 0; r < out.rows(); ++r)
+      convert_range(name, t, out.row(r).data(), r * t.cols(), t.cols());
+  }
+
   /// Throws ShapeError naming the file, the tensor, `expected` and the
   /// actual shape unless the tensor's shape equals `expected`.
   void require_shape(std::string_view name, const std::vector<std::int64_t>& expected) const {
@@ -577,10 +597,16 @@ class SafetensorsFile {
 
   template <class T>
   void convert_into(std::string_view name, const TensorInfo& t, T* out) const {
+    convert_range(name, t, out, 0, t.numel());
+  }
+
+  /// Elements [first, first + n) of tensor t, converted into out[0..n).
+  template <class T>
+  void convert_range(std::string_view name, const TensorInfo& t, T* out, std::int64_t first,
+                     std::int64_t n) const {
     static_assert(std::endian::native == std::endian::little,
                   "kappa: safetensors reading assumes a little-endian host");
-    const unsigned char* src = map_.data() + t.file_offset;
-    const std::int64_t n = t.numel();
+    const unsigned char* src = map_.data() + t.file_offset + first * dtype_bits(t.dtype) / 8;
     auto unsupported = [&](std::string_view wanted) {
       detail::st_fail(path_, t.file_offset, name,
                       "dtype " + std::string(dtype_name(t.dtype)) + " cannot be read as " +
@@ -618,8 +644,9 @@ class SafetensorsFile {
         for (std::int64_t i = 0; i < n; ++i) {
           const S v = load<S>(src + static_cast<std::int64_t>(sizeof(S)) * i);
           if (!std::in_range<T>(v)) {
-            detail::st_fail(path_, t.file_offset + static_cast<std::int64_t>(sizeof(S)) * i, name,
-                            "element " + std::to_string(i) + " = " + std::to_string(v) +
+            detail::st_fail(path_, src - map_.data() + static_cast<std::int64_t>(sizeof(S)) * i,
+                            name,
+                            "element " + std::to_string(first + i) + " = " + std::to_string(v) +
                                 " does not fit the integer type asked for");
           }
           out[i] = static_cast<T>(v);
@@ -965,7 +992,8 @@ class Checkpoint {
     return file_of(name).info(name);
   }
 
-  /// SafetensorsFile::can_view / view / matrix / row_vector / require_shape
+  /// SafetensorsFile::can_view / view / matrix / row_vector / matrix_into /
+  /// require_shape
   /// on the file holding `name`.
   template <class T>
   [[nodiscard]] bool can_view(std::string_view name) const {
@@ -987,6 +1015,10 @@ class Checkpoint {
   template <class T>
   [[nodiscard]] RowVector<T> row_vector(std::string_view name) const {
     return file_of(name).template row_vector<T>(name);
+  }
+  template <class T>
+  void matrix_into(std::string_view name, MatrixRef<T> out) const {
+    file_of(name).template matrix_into<T>(name, out);
   }
   void require_shape(std::string_view name, const std::vector<std::int64_t>& expected) const {
     file_of(name).require_shape(name, expected);
