@@ -13,10 +13,24 @@
 // Also: BM_Split_* (pre-tokenization alone, the share of the time spent
 // splitting) and BM_LongWord (one word of N bytes without spaces: the
 // per-byte time must not grow with N - the merge is O(N log N)).
+//
+// Adversarial sizes (cl100k_base; MB/s must stay flat as N grows):
+//   BM_Specials/N      N bytes of "<|endoftext|>" repeated, special tokens
+//                      recognized: one scan of the text (was quadratic: every
+//                      match searched the rest of the text for each special)
+//   BM_RandomLetters/N one word of N random letters a-z (one piece: the heap)
+//   BM_RepeatedChar/N  N times 'x' (one piece)
+//   BM_DistinctWords/N N bytes of distinct 1000-letter words: the baseline
+//                      for RandomLetters, same bytes cut into short pieces
+// The merge of one long piece is O(N log N) but memory-bound: the rate falls
+// from 1 KB to 1 MB because its heap and parts outgrow the caches, and random
+// text touches more of the 8 MB pair table (DistinctWords shows that part:
+// it falls just as much without any long piece).
 #include <benchmark/benchmark.h>
 
 #include <functional>
 #include <map>
+#include <random>
 #include <string>
 
 #include "kappa/tokenize/bpe.hpp"
@@ -151,6 +165,52 @@ void BM_LongWord(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_LongWord)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+/// Encodes `text` with cl100k_base and reports MB/s (10^6 bytes per second).
+void encode_rate(benchmark::State& state, const std::string& text, tk::SpecialTokens specials) {
+  const tk::Cl100kTokenizer* tok = cl100k(state);
+  if (tok == nullptr) return;
+  std::size_t n_tokens = 0;
+  for (auto _ : state) {
+    auto ids = tok->encode(text, specials);
+    n_tokens = ids.size();
+    benchmark::DoNotOptimize(ids.data());
+  }
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(text.size()) * 1e-6,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens"] = static_cast<double>(n_tokens);
+}
+
+std::string random_letters(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::string s(n, ' ');
+  for (char& c : s) c = static_cast<char>('a' + gen() % 26);
+  return s;
+}
+
+void BM_Specials(benchmark::State& state) {
+  std::string text;
+  while (text.size() < static_cast<std::size_t>(state.range(0))) text += "<|endoftext|>";
+  encode_rate(state, text, tk::SpecialTokens::kRecognize);
+}
+void BM_RandomLetters(benchmark::State& state) {
+  encode_rate(state, random_letters(static_cast<std::size_t>(state.range(0)), 1),
+              tk::SpecialTokens::kAsText);
+}
+void BM_RepeatedChar(benchmark::State& state) {
+  encode_rate(state, std::string(static_cast<std::size_t>(state.range(0)), 'x'),
+              tk::SpecialTokens::kAsText);
+}
+void BM_DistinctWords(benchmark::State& state) {
+  const std::string letters = random_letters(static_cast<std::size_t>(state.range(0)), 1);
+  std::string text;
+  for (std::size_t i = 0; i < letters.size(); i += 1000) text += letters.substr(i, 1000) + ".";
+  encode_rate(state, text, tk::SpecialTokens::kAsText);
+}
+BENCHMARK(BM_Specials)->Arg(64 << 10)->Arg(256 << 10)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RandomLetters)->Arg(1000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RepeatedChar)->Arg(1000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DistinctWords)->Arg(1000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

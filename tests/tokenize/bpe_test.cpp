@@ -503,3 +503,18 @@ TEST(Bpe, MegabyteAdversarialInputsRoundTrip) {
   EXPECT_EQ(t.decode(m), mixed);
   EXPECT_EQ(std::count(m.begin(), m.end(), 300), static_cast<long>(mixed.size() / 17));
 }
+
+// add_merge is public (the trainer and HfTokenizer build models with it): ids
+// that are not mergeable tokens are a RangeError, not a read past the table.
+TEST(Bpe, AddMergeRejectsIdsThatAreNotMergeableTokens) {
+  tk::BpeModel m;
+  for (int b = 0; b < 256; ++b) m.add_token(std::string(1, static_cast<char>(b)), b, "t", 0);
+  m.add_token("ab", 256, "t", 0);
+  m.finish_tokens("t");
+  EXPECT_EQ(error_of([&] { m.add_merge(300, 'b', 256, 0); }),
+            "RangeError: kappa: merge token id 300 is out of range for a vocabulary of size 257");
+  EXPECT_EQ(error_of([&] { m.add_merge('a', 'b', 256, 0); }), "<no error>");
+  m.set_specials({{"<s>", 257}}, "t");
+  EXPECT_EQ(error_of([&] { m.add_merge_quiet(257, 'b', 256, 1); }),
+            "RangeError: kappa: merge token id 257 is not a mergeable token");
+}

@@ -126,3 +126,14 @@ TEST(CharTokenizer, ErrorMessagesEscapeControlBytes) {
                  "kappa: CharTokenizer: token \"\\x1b[2Jxyz\" has 7 characters, not 1..2");
   }
 }
+
+TEST(WordTokenizer, ErrorMessagesEscapeControlBytes) {
+  tk::WordVocabularyOptions o;
+  o.specials = {"<\x1b[31m>", "<\x1b[31m>"};
+  try {
+    tk::WordTokenizer("x", o);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kappa: WordTokenizer: bad or duplicate special token \"<\\x1b[31m>\"");
+  }
+}

@@ -17,8 +17,13 @@
 // agree on GPT-2's files.
 //
 // Cost: pre-tokenization is linear; a piece of n bytes that is not a token
-// costs O(n^2) with small n and O(n log n) above 64 bytes (a binary heap over
-// a linked list of parts), so a 100 KB word without spaces is not quadratic.
+// costs O(n^2) with small n and O(n log n) above 64 bytes (a heap over a
+// linked list of parts), so a 1 MB word without spaces is not quadratic.
+// Recognizing special tokens is linear too. The long-piece merge is
+// memory-bound: its heap and parts (20 bytes per byte of the piece) and the
+// merge table (8 MB for cl100k) are read in priority order, i.e. at random,
+// so MB/s falls as they outgrow the caches (bench_tokenize: BM_RandomLetters
+// against BM_DistinctWords), not from extra work.
 //
 // decode(encode(s)) == s for every byte string s, including invalid UTF-8:
 // pieces cover the input and tokens are bytes. Special tokens are text unless
@@ -469,8 +474,10 @@ class BpeModel {
     byte_pairs_.assign(256 * 256, detail::Merge{});
     vocab_size_ = tokens_.size();
   }
-  /// Adds merge (a, b) -> c with the given priority.
+  /// Adds merge (a, b) -> c with the given priority. RangeError if a, b or c
+  /// is not a mergeable token added before.
   void add_merge(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
+    require_mergeable(a, b, c);
     insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
                 {priority, static_cast<std::uint32_t>(c)});
     merges_.emplace_back(a, b);
@@ -501,6 +508,7 @@ class BpeModel {
   /// Adds merge (a, b) -> c without listing it among merges() (an extra
   /// split of an existing token); ignored if (a, b) already merges.
   void add_merge_quiet(TokenId a, TokenId b, TokenId c, std::uint32_t priority) {
+    require_mergeable(a, b, c);
     insert_pair(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b),
                 {priority, static_cast<std::uint32_t>(c)});
   }
@@ -538,6 +546,17 @@ class BpeModel {
                              " tokens (ids must be dense: below 2 N + 1024)";
     if (line == 0) throw FormatError("kappa: " + std::string(file) + ": " + what);
     detail::format_error(file, line, what);
+  }
+
+  // insert_pair reads tokens_[a] and tokens_[b]: ids from a caller must be
+  // mergeable tokens, never specials or unassigned ids.
+  void require_mergeable(TokenId a, TokenId b, TokenId c) const {
+    for (TokenId id : {a, b, c}) {
+      require_index("merge token id", id, static_cast<long long>(tokens_.size()), "a vocabulary");
+      if (!assigned_[static_cast<std::size_t>(id)] || is_special(id))
+        throw RangeError("kappa: merge token id " + std::to_string(id) +
+                         " is not a mergeable token");
+    }
   }
 
   static std::string hex_byte(int b) {
@@ -624,34 +643,30 @@ class BpeModel {
       std::uint32_t id, next, prev;  // id kNone: merged into the part on its left
     };
     thread_local std::vector<Part> parts;
-    thread_local std::vector<std::uint64_t> heap;
+    thread_local detail::MinHeap heap;
     const auto key = [](std::uint32_t priority, std::uint32_t left) {
       return (std::uint64_t{priority} << 32) | left;
     };
-    const std::greater<std::uint64_t> later;  // std heaps are max-heaps
     const auto n = static_cast<std::uint32_t>(piece.size());
     parts.resize(n);
-    heap.clear();
+    heap.keys.clear();
     for (std::uint32_t k = 0; k < n; ++k)
       parts[k] = {byte_id_[static_cast<unsigned char>(piece[k])], k + 1 < n ? k + 1 : kNone,
                   k > 0 ? k - 1 : kNone};
     for (std::uint32_t k = 0; k + 1 < n; ++k) {
       const std::uint32_t p = byte_pair(piece[k], piece[k + 1]).priority;
-      if (p != kNoMerge) heap.push_back(key(p, k));
+      if (p != kNoMerge) heap.keys.push_back(key(p, k));
     }
-    std::make_heap(heap.begin(), heap.end(), later);
+    heap.make();
     auto push = [&](std::uint32_t l) {
       const std::uint32_t r = parts[l].next;
       if (r == kNone) return;
       const std::uint32_t p = pairs_.find(parts[l].id, parts[r].id).priority;
       if (p == kNoMerge) return;
-      heap.push_back(key(p, l));
-      std::push_heap(heap.begin(), heap.end(), later);
+      heap.push(key(p, l));
     };
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), later);
-      const std::uint64_t top = heap.back();
-      heap.pop_back();
+    while (!heap.keys.empty()) {
+      const std::uint64_t top = heap.pop();
       const auto l = static_cast<std::uint32_t>(top & 0xFFFFFFFFu);
       Part& left = parts[l];
       if (left.id == kNone || left.next == kNone) continue;

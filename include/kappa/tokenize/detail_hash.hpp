@@ -158,4 +158,55 @@ class PairMap {
   int shift_ = 63;
 };
 
+/// A min-heap of 64-bit keys with 8 children per node: the 8 children of a
+/// node are 64 contiguous bytes (one cache line), so a heap of a million keys
+/// is 7 levels deep instead of 20, and sifting down misses the cache about
+/// once per level (the merge of one long piece is memory-bound).
+struct MinHeap {
+  static constexpr std::size_t kArity = 8;
+  std::vector<std::uint64_t> keys;
+
+  /// Orders `keys` into a heap (linear time).
+  void make() noexcept {
+    if (keys.size() < 2) return;
+    for (std::size_t i = (keys.size() - 2) / kArity + 1; i-- > 0;) sift_down(i, keys[i]);
+  }
+  void push(std::uint64_t v) {
+    std::size_t i = keys.size();
+    keys.push_back(v);
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / kArity;
+      if (keys[parent] <= v) break;
+      keys[i] = keys[parent];
+      i = parent;
+    }
+    keys[i] = v;
+  }
+  /// Removes and returns the smallest key; keys is not empty.
+  std::uint64_t pop() noexcept {
+    const std::uint64_t top = keys.front();
+    const std::uint64_t last = keys.back();
+    keys.pop_back();
+    if (!keys.empty()) sift_down(0, last);
+    return top;
+  }
+
+ private:
+  void sift_down(std::size_t i, std::uint64_t v) noexcept {
+    const std::size_t n = keys.size();
+    for (;;) {
+      const std::size_t first = kArity * i + 1;
+      if (first >= n) break;
+      const std::size_t end = first + kArity < n ? first + kArity : n;
+      std::size_t m = first;
+      for (std::size_t c = first + 1; c < end; ++c)
+        if (keys[c] < keys[m]) m = c;
+      if (keys[m] >= v) break;
+      keys[i] = keys[m];
+      i = m;
+    }
+    keys[i] = v;
+  }
+};
+
 }  // namespace kappa::tokenize::detail

@@ -23,6 +23,7 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/formats.hpp"
 #include "kappa/tokenize/unicode.hpp"
 #include "kappa/tokenize/utf8.hpp"
 
@@ -47,8 +48,8 @@ class WordTokenizer {
     add(options_.unknown);
     for (const std::string& s : options_.specials) {
       if (s.empty() || !add(s))
-        throw std::invalid_argument("kappa: WordTokenizer: bad or duplicate special token \"" + s +
-                                    "\"");
+        throw std::invalid_argument("kappa: WordTokenizer: bad or duplicate special token \"" +
+                                    detail::printable(s) + "\"");
     }
     if (options_.max_size != 0 && options_.max_size < tokens_.size())
       throw std::invalid_argument("kappa: WordTokenizer: max_size " +
