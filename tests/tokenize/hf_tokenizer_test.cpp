@@ -195,6 +195,9 @@ TEST(HfTokenizerGpt2, TokenizerJsonGivesTheIdsOfGpt2TokenizerOnTheCorpus) {
       EXPECT_EQ(tok.vocab_size(), reference.vocab_size());
       EXPECT_EQ(tok.pattern_name(), "gpt2");
       EXPECT_EQ(tok.ignores_merges(), ignore);
+      // Every GPT-2 token is made by the merges from its bytes, so
+      // ignore_merges cannot change an id (the corpus below agrees).
+      EXPECT_EQ(tok.unreachable_token_count(), 0u);
       EXPECT_TRUE(tok.prefix_ids().empty());
       std::size_t total = 0;
       for (const fs::path& f : corpus_files()) {
@@ -323,6 +326,7 @@ TEST(HfTokenizerSmall, IgnoreMergesEmitsAWholeTokenThatTheMergesCannotReach) {
   // and "a bc" is no merge.
   json t = small_tokenizer({"bc", "ab", "abc"}, {"b c", "a b", "ab c"}, byte_level());
   const HfTokenizer by_merges = load(t, "ignore_false");
+  EXPECT_EQ(by_merges.unreachable_token_count(), 1u);
   EXPECT_EQ(by_merges.encode("abc"), ids_of({'a', 256}));
   EXPECT_EQ(by_merges.encode("ab"), ids_of({257}));
   t["model"]["ignore_merges"] = true;

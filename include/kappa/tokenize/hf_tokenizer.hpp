@@ -47,7 +47,9 @@
 // with ignore_merges and [a, bc] without. For a rank-consistent vocabulary
 // (tiktoken's, where every split of a token into two tokens merges at the
 // token's rank) they never differ; for a merge list they can, so both are
-// implemented.
+// implemented. unreachable_token_count() says how many tokens are affected
+// (none of GPT-2's 50256); loading finds them once, so encoding costs the same
+// either way.
 //
 // tokenizer_config.json's added_tokens_decoder is read only for GPT-2's
 // layout; with tokenizer.json, its added_tokens are the list.
@@ -74,6 +76,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -398,6 +401,10 @@ class HfTokenizer {
   /// "NFC" when loaded with Normalization::kAssumeNormalized over an NFC
   /// normalizer, else empty.
   const std::string& assumed_normalizer() const noexcept { return normalizer_; }
+  /// The number of model tokens that the merges do not make from their own
+  /// bytes (bpe(bytes(t)) != [t]). When zero, ignore_merges cannot change
+  /// any id; GPT-2's vocabulary has none.
+  std::size_t unreachable_token_count() const noexcept { return unreachable_count_; }
   /// True if a piece that is a token is emitted whole (model.ignore_merges).
   bool ignores_merges() const noexcept { return ignore_merges_; }
   const BpeModel& model() const noexcept { return model_; }
@@ -953,6 +960,29 @@ class HfTokenizer {
     special_.assign(model_.vocab_size(), false);
     for (const AddedToken& a : added_)
       if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
+    // Tokens whose own bytes the merges do not turn into them: only for these
+    // does ignore_merges change ids.
+    unreachable_.assign(model_.vocab_size(), false);
+    unreachable_count_ = 0;
+    std::vector<TokenId> parts;
+    for (std::size_t id = 0; id < mergeable.size(); ++id) {
+      if (!mergeable[id]) continue;
+      const std::string bytes = model_.token(static_cast<TokenId>(id));
+      if (bytes.size() < 2) continue;
+      parts.clear();
+      merge_whole_token(bytes, parts);
+      if (parts.size() != 1 || parts[0] != static_cast<TokenId>(id)) {
+        unreachable_[id] = true;
+        ++unreachable_count_;
+      }
+    }
+    for (auto& group : by_first_byte_) group.clear();
+    for (std::uint32_t k = 0; k < added_.size(); ++k)
+      by_first_byte_[static_cast<unsigned char>(added_[k].content[0])].push_back(k);
+    for (auto& group : by_first_byte_)
+      std::stable_sort(group.begin(), group.end(), [&](std::uint32_t x, std::uint32_t y) {
+        return added_[x].content.size() > added_[y].content.size();
+      });
   }
 
   // The BOS/EOS settings of tokenizer_config.json and special_tokens_map.json.
@@ -1032,33 +1062,27 @@ class HfTokenizer {
   // ---- encoding --------------------------------------------------------------
 
   // Cuts text at added tokens (leftmost match, longest on ties) and encodes
-  // the segments between them.
+  // the segments between them. Candidates at a position are the added tokens
+  // that start with its byte, longest first: one pass over the text.
   void encode_with_added(std::string_view text, std::vector<TokenId>& out) const {
-    constexpr std::size_t npos = std::string_view::npos;
-    std::vector<std::size_t> next(added_.size(), 0);
-    std::vector<bool> known(added_.size(), false);
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-      std::size_t best = npos;
+    std::size_t segment = 0;  // start of the text not yet encoded
+    for (std::size_t p = 0; p < text.size();) {
       const AddedToken* which = nullptr;
-      for (std::size_t k = 0; k < added_.size(); ++k) {
-        if (!known[k] || (next[k] != npos && next[k] < pos)) {
-          next[k] = text.find(added_[k].content, pos);
-          known[k] = true;
-        }
-        if (next[k] == npos) continue;
-        if (next[k] < best ||
-            (next[k] == best && added_[k].content.size() > which->content.size())) {
-          best = next[k];
+      for (std::uint32_t k : by_first_byte_[static_cast<unsigned char>(text[p])]) {
+        if (text.compare(p, added_[k].content.size(), added_[k].content) == 0) {
           which = &added_[k];
+          break;
         }
       }
-      if (which == nullptr) break;
-      std::size_t start = best, end = best + which->content.size();
+      if (which == nullptr) {
+        ++p;
+        continue;
+      }
+      std::size_t start = p, end = p + which->content.size();
       if (which->lstrip)
-        while (start > pos) {
+        while (start > segment) {
           std::size_t c = start - 1;
-          while (c > pos && (static_cast<unsigned char>(text[c]) & 0xC0) == 0x80) --c;
+          while (c > segment && (static_cast<unsigned char>(text[c]) & 0xC0) == 0x80) --c;
           const Utf8Char ch = decode_utf8(text, c);
           if (!ch.valid || c + ch.length != start || !detail::is_white_space(ch.code_point)) break;
           start = c;
@@ -1069,11 +1093,11 @@ class HfTokenizer {
           if (!ch.valid || !detail::is_white_space(ch.code_point)) break;
           end += ch.length;
         }
-      encode_segment(text.substr(pos, start - pos), out);
+      encode_segment(text.substr(segment, start - segment), out);
       out.push_back(which->id);
-      pos = end;
+      segment = p = end;
     }
-    if (pos < text.size()) encode_segment(text.substr(pos), out);
+    encode_segment(text.substr(segment), out);
   }
 
   void encode_segment(std::string_view segment, std::vector<TokenId>& out) const {
@@ -1094,10 +1118,12 @@ class HfTokenizer {
   }
 
   void encode_piece(std::string_view piece, std::vector<TokenId>& out) const {
-    if (!ignore_merges_) {
+    if (!ignore_merges_ && unreachable_count_ != 0) {
       // BpeModel emits a piece that is a token whole; without ignore_merges
-      // the merges decide, so such a piece is merged here.
-      if (const auto id = model_.find(piece); id && !model_.is_special(*id)) {
+      // the merges decide, which differs for the unreachable tokens only.
+      if (const auto id = model_.find(piece); id &&
+                                              static_cast<std::size_t>(*id) < unreachable_.size() &&
+                                              unreachable_[static_cast<std::size_t>(*id)]) {
         merge_whole_token(piece, out);
         return;
       }
@@ -1134,7 +1160,10 @@ class HfTokenizer {
   std::string normalizer_;
   bool ignore_merges_ = false;
   std::vector<AddedToken> added_;
-  std::vector<bool> special_;  // id -> added token marked special
+  std::vector<bool> special_;      // id -> added token marked special
+  std::vector<bool> unreachable_;  // id -> a model token the merges do not make from its bytes
+  std::size_t unreachable_count_ = 0;
+  std::array<std::vector<std::uint32_t>, 256> by_first_byte_;  // added tokens, longest first
   std::vector<TokenId> prefix_, suffix_;
   std::optional<TokenId> bos_, eos_;
 };
