@@ -5,6 +5,7 @@
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
 #include "kappa/core/threading.hpp"
 
 #include "kappa/attention/attention.hpp"
@@ -24,6 +25,7 @@
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
 #include "kappa/embed/rope.hpp"
+#include "kappa/embed/rope_scaling.hpp"
 
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/cache/token_store.hpp"
@@ -34,4 +36,12 @@
 #include "kappa/heads/positional.hpp"
 #include "kappa/io/npy.hpp"
 #include "kappa/io/safetensors.hpp"
+#include "kappa/nn/activations.hpp"
+#include "kappa/nn/feed_forward.hpp"
+#include "kappa/nn/layer_norm.hpp"
 #include "kappa/nn/norms.hpp"
+
+#include "kappa/transformer/architectures.hpp"
+#include "kappa/transformer/hf.hpp"
+#include "kappa/transformer/layers.hpp"
+#include "kappa/transformer/models.hpp"

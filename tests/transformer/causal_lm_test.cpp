@@ -20,7 +20,7 @@ using testing::read_ref;
 using testing::scaled_error;
 
 const std::vector<std::string> kCausalModels = {
-    "gpt2",          "gpt2-f16",     "llama",       "llama-bf16", "llama-sharded",
+    "gpt2",          "gpt2-f16",     "gpt2-prefixed", "llama",       "llama-bf16", "llama-sharded",
     "llama-linear",  "llama-dynamic", "llama3-scaled", "mistral",  "qwen2",
     "deepseek_v2",   "deepseek_v2-noqlora"};
 

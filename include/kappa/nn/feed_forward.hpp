@@ -19,6 +19,7 @@
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
 #include "kappa/nn/activations.hpp"
 
 namespace kappa {
@@ -75,11 +76,11 @@ class Mlp {
     require_shapes(x.cols() == d_model(), "Mlp::forward", "X", x.rows(), x.cols(), "W_1", w_1_.rows(),
                    w_1_.cols(), "X must have d_model columns");
     RowMatrix<T> h(x.rows(), d_ff());
-    h.noalias() = x * w_1_;  // (N, d_ff)
+    product_into<T>(x, w_1_, h);  // (N, d_ff)
     detail::add_bias(h, b_1_);
     Act::template apply<T>(h);
     RowMatrix<T> y(x.rows(), d_model());
-    y.noalias() = h * w_2_;  // (N, d)
+    product_into<T>(h, w_2_, y);  // (N, d)
     detail::add_bias(y, b_2_);
     return y;
   }
@@ -135,11 +136,11 @@ class GatedMlp {
                    d_model(), d_ff(), "X must have d_model columns");
     const Index f = d_ff();
     RowMatrix<T> gu(x.rows(), 2 * f);
-    gu.noalias() = x * w_gate_up_;  // (N, 2 d_ff): [X W_gate | X W_up]
+    product_into<T>(x, w_gate_up_, gu);  // (N, 2 d_ff): [X W_gate | X W_up]
     Act::template apply<T>(gu.leftCols(f));
     RowMatrix<T> h = gu.leftCols(f).cwiseProduct(gu.rightCols(f));  // (N, d_ff)
     RowMatrix<T> y(x.rows(), d_model());
-    y.noalias() = h * w_down_;  // (N, d)
+    product_into<T>(h, w_down_, y);  // (N, d)
     return y;
   }
 

@@ -561,6 +561,9 @@ class CausalLM {
     void reset() {
       std::visit([](auto& x) { x.reset(); }, c);
     }
+    void truncate(Index len) {
+      std::visit([len](auto& x) { x.truncate(len); }, c);
+    }
   };
 
   CausalLM(Model m, std::string model_type) : m_(std::move(m)), type_(std::move(model_type)) {}

@@ -29,6 +29,7 @@
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
 #include "kappa/nn/activations.hpp"
@@ -83,6 +84,12 @@ class DecoderLM {
       std::size_t b = 0;
       for (const LayerCache& c : layers) b += c.bytes();
       return b;
+    }
+    /// Rolls back to the first `len` tokens (e.g. to retry a continuation).
+    /// \throws as the layer caches' truncate() for len outside [0, length()].
+    void truncate(Index len) {
+      for (LayerCache& c : layers) c.truncate(len);
+      if (layers.empty()) length_ = len;
     }
     /// Drops every cached token (the caches keep their memory).
     void reset() {
@@ -268,7 +275,7 @@ class DecoderLM {
     require_shapes(h.cols() == e_out.cols(), "DecoderLM::project", "H", h.rows(), h.cols(),
                    "E_out", e_out.rows(), e_out.cols(), "H must have d_model columns");
     RowMatrix<T> logits(h.rows(), e_out.rows());
-    logits.noalias() = h * e_out.transpose();  // (N, N_T)
+    product_transposed_into<T>(h, e_out, logits);  // (N, N_T)
     return logits;
   }
 
