@@ -2,6 +2,8 @@
 // capacity, truncate, reset, the sliding-window ring and memory accounting.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -225,6 +227,96 @@ TEST(TokenStore, LatentStyleStreamsOfDifferentWidths) {
   const std::vector<kappa::ConstMatrixRef<double>> bad{c_kv, c_kv};
   EXPECT_THROW(s.append(bad), kappa::ShapeError);
   EXPECT_THROW((cache::TokenStore<double, cache::SlidingWindow>({2}, {0})), std::invalid_argument);
+}
+
+// ---- Hardening: bad arguments throw kappa errors, never UB ------------------------
+
+TYPED_TEST(CacheTest, CopyChronologicalChecksHeadCountAndOutputShape) {
+  using T = TypeParam;
+  KVCache<T, cache::SlidingWindow> c({.n_kv_heads = 2, .d_head = 2}, {4});
+  RowMatrix<T> k, v;
+  tokens<T>(0, 6, 2, 2, k, v);
+  c.append(k, v);  // positions 2..5 stored
+  RowMatrix<T> out(4, 2);
+  // A head past the cache's kv heads: a RangeError naming it, no read past the streams.
+  EXPECT_THROW(c.copy_keys(2, 2, 4, out), kappa::RangeError);
+  EXPECT_THROW(c.copy_keys(4, 2, 4, out), kappa::RangeError);
+  EXPECT_THROW(c.copy_values(-1, 2, 4, out), kappa::RangeError);
+  EXPECT_THROW(c.copy_values(2, 2, 4, out), kappa::RangeError);
+  // More rows than out holds: a ShapeError, no write past out.
+  RowMatrix<T> small = RowMatrix<T>::Constant(2, 2, T(7));
+  EXPECT_THROW(c.copy_keys(0, 2, 4, small), kappa::ShapeError);
+  EXPECT_EQ(small, RowMatrix<T>::Constant(2, 2, T(7)));
+  // A wrong width is a ShapeError too.
+  RowMatrix<T> wide(4, 3);
+  EXPECT_THROW(c.copy_keys(0, 2, 4, wide), kappa::ShapeError);
+  // A negative count must not leave out silently unwritten.
+  EXPECT_THROW(c.copy_keys(0, 2, -1, out), kappa::RangeError);
+  // first + count overflowing is a RangeError, not UB.
+  EXPECT_THROW(c.copy_keys(0, std::numeric_limits<Index>::max(), 2, out.topRows(2)),
+               kappa::RangeError);
+  std::string msg;
+  try {
+    c.copy_keys(5, 2, 4, out);
+  } catch (const kappa::RangeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("kv head 5"), std::string::npos) << msg;
+  // The valid call still works.
+  c.copy_values(1, 2, 4, out);
+  for (Index i = 0; i < 4; ++i) EXPECT_EQ(out(i, 0), -T((2 + i) * 100 + 2));
+}
+
+TEST(CacheHardening, ExtremeSizesAreRangeErrorsNotOverflowOrBadAlloc) {
+  constexpr Index kBig = Index{1} << 62;
+  // H_kv d_head overflows int64: rejected at construction, before append can overflow.
+  EXPECT_THROW((KVCache<float>({.n_kv_heads = 4, .d_head = kBig})), kappa::RangeError);
+  EXPECT_THROW((KVCache<float>({.n_kv_heads = kBig, .d_head = 4})), kappa::RangeError);
+  EXPECT_THROW((KVCache<float>({.n_kv_heads = 2, .d_head = 4, .d_v = kBig})), kappa::RangeError);
+  // Capacities whose storage cannot exist: RangeError, not std::bad_alloc.
+  EXPECT_THROW((KVCache<float, cache::FixedCapacity>({.n_kv_heads = 1, .d_head = 64}, {kBig})),
+               kappa::RangeError);
+  EXPECT_THROW((KVCache<float>({.n_kv_heads = 1, .d_head = 64}, cache::Growable{kBig})),
+               kappa::RangeError);
+  EXPECT_THROW((KVCache<float, cache::SlidingWindow>({.n_kv_heads = 1, .d_head = 64}, {kBig})),
+               kappa::RangeError);
+  KVCache<float> c({.n_kv_heads = 1, .d_head = 64});
+  EXPECT_THROW(c.reserve(kBig), kappa::RangeError);
+  // Bytes per token that do not fit: RangeError, not a wrapped size_t.
+  EXPECT_THROW((void)kappa::kv_cache_bytes_per_token({.n_kv_heads = kBig, .d_head = 4}, 80, 2),
+               kappa::RangeError);
+  EXPECT_THROW((void)kappa::kv_cache_bytes_per_token({.n_kv_heads = 8, .d_head = 4}, -1, 2),
+               kappa::RangeError);
+}
+
+TEST(CacheHardening, HugeHeadCountsFailFastInsteadOfLoopingForSeconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW((KVCache<float>({.n_kv_heads = Index{1} << 40, .d_head = 1}, cache::Growable{0})),
+               kappa::RangeError);
+  EXPECT_THROW((KVCache<float>({.n_kv_heads = Index{1} << 30, .d_head = 1}, cache::Growable{0})),
+               kappa::RangeError);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 1.0);
+  std::string msg;
+  try {
+    KVCache<float> big({.n_kv_heads = Index{1} << 40, .d_head = 1});
+  } catch (const kappa::RangeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("1099511627776"), std::string::npos) << msg;
+}
+
+TEST(TokenStore, StreamIndexAndCopyAreChecked) {
+  cache::TokenStore<double, cache::Growable> s({3, 2}, {});
+  const RowMatrix<double> a = RowMatrix<double>::Ones(2, 3), b = RowMatrix<double>::Ones(2, 2);
+  const std::vector<kappa::ConstMatrixRef<double>> rows{a, b};
+  s.append(rows);
+  RowMatrix<double> out(2, 3);
+  EXPECT_THROW(s.copy_chronological(2, 0, 2, out), kappa::RangeError);
+  EXPECT_THROW(s.copy_chronological(1, 0, 2, out), kappa::ShapeError);  // stream 1 is 2 wide
+  EXPECT_THROW((void)s.stream(2), kappa::RangeError);
+  EXPECT_THROW((cache::TokenStore<double, cache::Growable>({Index{1} << 40, 2}, {16})),
+               kappa::RangeError);
 }
 
 }  // namespace

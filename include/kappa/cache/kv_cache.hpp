@@ -15,9 +15,13 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kappa/cache/token_store.hpp"
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -34,11 +38,22 @@ struct KVCacheConfig {
 
 /// Bytes of KV cache per token: H_kv (d_head + d_v) x layers x bytes_per_scalar,
 /// which is 2 x H_kv x d_head x layers x sizeof(storage) when d_v = d_head.
+/// \throws RangeError naming the values if a size is negative or the product
+///         does not fit in int64.
 inline std::size_t kv_cache_bytes_per_token(const KVCacheConfig& c, Index layers,
                                             std::size_t bytes_per_scalar) {
-  return static_cast<std::size_t>(c.n_kv_heads) *
-         static_cast<std::size_t>(c.d_head + c.value_width()) * static_cast<std::size_t>(layers) *
-         bytes_per_scalar;
+  constexpr Index kAny = std::numeric_limits<Index>::max();
+  const Index width =
+      checked_add("KV cache bytes per token: d_head + d_v", c.d_head, c.value_width(), kAny);
+  const Index per_layer =
+      checked_mul("KV cache bytes per token: H_kv x (d_head + d_v)", c.n_kv_heads, width, kAny);
+  const Index scalars =
+      checked_mul("KV cache bytes per token: scalars per layer x layers", per_layer, layers, kAny);
+  if (bytes_per_scalar > static_cast<std::size_t>(kAny))
+    throw RangeError("kappa: KV cache bytes per token: bytes per scalar " +
+                     std::to_string(bytes_per_scalar) + " is too large");
+  return static_cast<std::size_t>(checked_mul("KV cache bytes per token: scalars x bytes", scalars,
+                                              static_cast<Index>(bytes_per_scalar), kAny));
 }
 
 /// One layer's KV cache: K_g and V_g for each key/value head g, stored in T.
@@ -52,7 +67,9 @@ class KVCache {
   using ConstView = typename Store::ConstView;
 
   /// An empty cache for the given shape. \throws std::invalid_argument for
-  /// non-positive sizes (and as TokenStore for a bad retention policy).
+  /// non-positive sizes (and as TokenStore for a bad retention policy);
+  /// RangeError naming the value for more than kMaxHeads kv heads, or when
+  /// H_kv (d_head + d_v) or the storage exceeds kMaxElements (checked.hpp).
   explicit KVCache(const KVCacheConfig& config, R retention = {})
       : config_(checked(config)), store_(widths(config_), retention) {}
 
@@ -115,10 +132,15 @@ class KVCache {
 
   /// Copies K_g (or V_g) at positions first .. first + count - 1, in position
   /// order, into out (count x width): what a sliding-window chunk needs.
+  /// \throws RangeError naming g unless 0 <= g < H_kv, naming count if it is
+  ///         negative, or if a position is not stored; ShapeError unless out
+  ///         is count x d_head (count x d_v). Nothing is written on an error.
   void copy_keys(Index g, Index first, Index count, MatrixRef<T> out) const {
+    require_index("kv head", g, config_.n_kv_heads, "the cache's kv heads");
     store_.copy_chronological(g, first, count, out);
   }
   void copy_values(Index g, Index first, Index count, MatrixRef<T> out) const {
+    require_index("kv head", g, config_.n_kv_heads, "the cache's kv heads");
     store_.copy_chronological(config_.n_kv_heads + g, first, count, out);
   }
 
@@ -129,8 +151,15 @@ class KVCache {
   static KVCacheConfig checked(KVCacheConfig c) {
     if (c.n_kv_heads < 1 || c.d_head < 1 || c.d_v < 0) {
       throw std::invalid_argument(
-          "kappa: KVCache: n_kv_heads and d_head must be >= 1 and d_v >= 0");
+          "kappa: KVCache: n_kv_heads and d_head must be >= 1 and d_v >= 0, got " +
+          std::to_string(c.n_kv_heads) + ", " + std::to_string(c.d_head) + " and " +
+          std::to_string(c.d_v));
     }
+    // Checked here once, so that append's H_kv d_head and H_kv d_v cannot overflow.
+    require_head_count("KVCache: n_kv_heads", c.n_kv_heads);
+    const Index width =
+        checked_add("KVCache: d_head + d_v", c.d_head, c.value_width(), kMaxElements);
+    (void)checked_mul("KVCache: scalars per token, H_kv x (d_head + d_v)", c.n_kv_heads, width);
     return c;
   }
   static std::vector<Index> widths(const KVCacheConfig& c) {

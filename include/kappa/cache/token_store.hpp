@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -75,13 +76,17 @@ class TokenStore {
 
   /// Streams of the given widths (each >= 1).
   /// \throws std::invalid_argument for a width < 1, a FixedCapacity < 0, a
-  ///         window < 1 or a Growable initial capacity < 0.
+  ///         window < 1 or a Growable initial capacity < 0; RangeError when
+  ///         the storage, capacity x sum_s width_s scalars, would exceed
+  ///         kMaxElements (checked.hpp), before anything is allocated.
   TokenStore(std::vector<Index> widths, R retention)
       : retention_(retention), widths_(std::move(widths)) {
     for (Index w : widths_) {
       if (w < 1)
         throw std::invalid_argument("kappa: cache: stream width must be >= 1, got " +
                                     std::to_string(w));
+      row_scalars_ = checked_add("cache: scalars per token (sum of the stream widths)",
+                                 row_scalars_, w, kMaxElements);
     }
     Index cap = 0;
     if constexpr (std::same_as<R, Growable>) {
@@ -99,6 +104,7 @@ class TokenStore {
       }
       cap = retention_.window;
     }
+    (void)checked_mul("cache: storage (capacity x scalars per token)", cap, row_scalars_);
     data_.resize(widths_.size());
     for (std::size_t s = 0; s < widths_.size(); ++s) data_[s].resize(cap, widths_[s]);
   }
@@ -136,6 +142,7 @@ class TokenStore {
   /// Row j is position j (Growable, FixedCapacity) or the ring slot j
   /// (SlidingWindow; see slot()).
   [[nodiscard]] ConstView stream(Index s) const {
+    require_index("cache stream", s, streams(), "the cache's streams");
     const RowMatrix<T>& m = data_[static_cast<std::size_t>(s)];
     return ConstView(m, 0, 0, stored(), m.cols());
   }
@@ -148,6 +155,7 @@ class TokenStore {
 
   /// Makes room for `tokens` in total without reallocating later (Growable);
   /// for FixedCapacity throws RangeError if tokens > capacity; no-op for a window.
+  /// \throws RangeError if the storage would exceed kMaxElements.
   void reserve(Index tokens) {
     if constexpr (std::same_as<R, Growable>) {
       if (tokens > capacity()) reallocate(tokens);
@@ -222,12 +230,21 @@ class TokenStore {
 
   /// Copies `count` tokens of stream s, positions first .. first + count - 1,
   /// in position order into out (count x width_s), handling the ring's wrap.
-  /// \throws RangeError if a position is not stored.
+  /// \throws RangeError if s is not a stream, count < 0 or a position is not
+  ///         stored; ShapeError unless out is count x width_s. Nothing is
+  ///         written on an error.
   void copy_chronological(Index s, Index first, Index count, MatrixRef<T> out) const {
+    require_index("cache stream", s, streams(), "the cache's streams");
+    require_nonnegative("cache copy: count", count);
+    const Index width = widths_[static_cast<std::size_t>(s)];
+    require_shapes(out.rows() == count && out.cols() == width, "cache copy", "out", out.rows(),
+                   out.cols(), "the expected shape", count, width,
+                   "out is count x the stream's width");
     if (count == 0) return;
-    if (first < first_position() || first + count > length_) {
-      throw RangeError("kappa: cache: positions " + std::to_string(first) + ".." +
-                       std::to_string(first + count - 1) + " are not all stored (stored: " +
+    // first + count > length_, written so that it cannot overflow.
+    if (first < first_position() || first > length_ - count) {
+      throw RangeError("kappa: cache: the " + std::to_string(count) + " positions from " +
+                       std::to_string(first) + " are not all stored (stored: " +
                        std::to_string(first_position()) + ".." + std::to_string(length_ - 1) + ")");
     }
     const RowMatrix<T>& m = data_[static_cast<std::size_t>(s)];
@@ -247,6 +264,7 @@ class TokenStore {
                      std::to_string(capacity()) + " tokens");
   }
   void reallocate(Index cap) {
+    (void)checked_mul("cache: storage (capacity x scalars per token)", cap, row_scalars_);
     for (std::size_t s = 0; s < data_.size(); ++s) {
       RowMatrix<T> bigger(cap, widths_[s]);
       bigger.topRows(length_) = data_[s].topRows(length_);
@@ -257,6 +275,7 @@ class TokenStore {
   R retention_{};
   std::vector<Index> widths_;
   std::vector<RowMatrix<T>> data_;
+  Index row_scalars_ = 0;  // sum_s width_s
   Index length_ = 0;
 };
 

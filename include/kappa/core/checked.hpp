@@ -4,8 +4,10 @@
 // allocator for an impossible size.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -19,6 +21,12 @@ namespace kappa {
 /// std::bad_alloc / std::length_error would not say which size was wrong.
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
 
+/// The most heads (query or key/value) one layer or cache may have: 2^16.
+/// Real models use at most a few hundred; the limit keeps a mistyped count
+/// (e.g. 2^40 kv heads, each a separate stream of the KV cache) from looping
+/// for seconds before the allocator fails.
+inline constexpr std::int64_t kMaxHeads = std::int64_t{1} << 16;
+
 namespace detail {
 [[noreturn]] inline void throw_size_error(std::string_view what, std::string_view detail_msg) {
   std::string msg = "kappa: ";
@@ -31,8 +39,7 @@ namespace detail {
 
 /// Throws RangeError unless 0 <= value: "kappa: <what> must be >= 0, got -1".
 inline std::int64_t require_nonnegative(std::string_view what, std::int64_t value) {
-  if (value < 0)
-    detail::throw_size_error(what, "must be >= 0, got " + std::to_string(value));
+  if (value < 0) detail::throw_size_error(what, "must be >= 0, got " + std::to_string(value));
   return value;
 }
 
@@ -48,8 +55,8 @@ inline std::int64_t require_positive(std::string_view what, std::int64_t value) 
 inline std::int64_t checked_mul(std::string_view what, std::int64_t a, std::int64_t b,
                                 std::int64_t limit = kMaxElements) {
   if (a < 0 || b < 0)
-    detail::throw_size_error(what, "negative factor in " + std::to_string(a) + " x " +
-                                       std::to_string(b));
+    detail::throw_size_error(what,
+                             "negative factor in " + std::to_string(a) + " x " + std::to_string(b));
   std::int64_t r = 0;
   if (__builtin_mul_overflow(a, b, &r) || r > limit)
     detail::throw_size_error(what, std::to_string(a) + " x " + std::to_string(b) +
@@ -62,8 +69,8 @@ inline std::int64_t checked_mul(std::string_view what, std::int64_t a, std::int6
 inline std::int64_t checked_add(std::string_view what, std::int64_t a, std::int64_t b,
                                 std::int64_t limit = std::numeric_limits<std::int64_t>::max()) {
   if (a < 0 || b < 0)
-    detail::throw_size_error(what, "negative term in " + std::to_string(a) + " + " +
-                                       std::to_string(b));
+    detail::throw_size_error(what,
+                             "negative term in " + std::to_string(a) + " + " + std::to_string(b));
   std::int64_t r = 0;
   if (__builtin_add_overflow(a, b, &r) || r > limit)
     detail::throw_size_error(what, std::to_string(a) + " + " + std::to_string(b) +
@@ -78,6 +85,27 @@ inline std::int64_t require_allocatable(std::string_view what, std::int64_t coun
     detail::throw_size_error(what, std::to_string(count) + " elements is outside [0, " +
                                        std::to_string(kMaxElements) + "]");
   return count;
+}
+
+/// Throws RangeError unless 1 <= value <= kMaxHeads.
+inline std::int64_t require_head_count(std::string_view what, std::int64_t value) {
+  if (value < 1 || value > kMaxHeads)
+    detail::throw_size_error(
+        what, std::to_string(value) + " is outside [1, " + std::to_string(kMaxHeads) + "]");
+  return value;
+}
+
+/// Throws std::invalid_argument unless `value` is finite (not NaN, not
+/// infinite): "kappa: <what> must be finite, got nan".
+inline double require_finite(std::string_view what, double value) {
+  if (!std::isfinite(value)) {
+    std::string msg = "kappa: ";
+    msg += what;
+    msg += " must be finite, got ";
+    msg += std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+    throw std::invalid_argument(msg);
+  }
+  return value;
 }
 
 }  // namespace kappa
