@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -367,6 +368,65 @@ TYPED_TEST(HeadsTest, GroupedAttentionOnProjectedInputsMatchesPerHeadAttention) 
   EXPECT_LE(max_scaled_error(y_last, RowMatrix<T>(y_full.bottomRows(1)), Tolerance<T>::kRel,
                              Tolerance<T>::kAbs),
             1.0);
+}
+
+}  // namespace
+
+// ---- Hardening: extreme sizes are kappa errors, never UB or a crash ---------------
+
+namespace {
+
+using kappa::Index;
+using kappa::RowMatrix;
+
+constexpr Index kMax = std::numeric_limits<Index>::max();
+
+TEST(HeadsHardening, BatchLengthsThatOverflowAreAShapeError) {
+  kappa::MultiHeadAttention<float> attn({.d_in = 4, .n_heads = 2});
+  const RowMatrix<float> empty(0, 4);
+  // {INT64_MAX, INT64_MAX, 2} wraps to 0 rows, which an empty matrix "matches".
+  const kappa::SequenceBatch<float> wrap{empty, {kMax, kMax, 2}};
+  EXPECT_THROW((void)wrap.offsets(), kappa::ShapeError);
+  EXPECT_THROW((void)attn.forward(wrap), kappa::ShapeError);
+  EXPECT_THROW((void)attn.forward_cross(wrap, wrap), kappa::ShapeError);
+  const RowMatrix<float> x = RowMatrix<float>::Ones(3, 4);
+  const kappa::SequenceBatch<float> big{x, {kMax, 1}};
+  std::string msg;
+  try {
+    (void)big.offsets();
+  } catch (const kappa::ShapeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(std::to_string(kMax)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(3 x 4)"), std::string::npos) << msg;
+}
+
+TEST(HeadsHardening, SizesWhoseProductsOverflowAreRejectedNamingTheValue) {
+  constexpr Index kBig = Index{1} << 62;
+  using Mha = kappa::MultiHeadAttention<float>;
+  using Gqa = kappa::GroupedQueryAttention<float>;
+  // d_head = 2^62: H d_head wraps to 0 without a check (an 8 x 0 W^Q).
+  EXPECT_THROW(Mha({.d_in = 8, .n_heads = 8, .d_head = kBig}), kappa::RangeError);
+  EXPECT_THROW(Mha({.d_in = 8, .n_heads = 2, .d_head = 4, .d_v = kBig}), kappa::RangeError);
+  EXPECT_THROW(Mha({.d_in = kBig, .n_heads = 2, .d_head = 4}), kappa::RangeError);
+  EXPECT_THROW(Mha({.d_in = 8, .n_heads = 2, .d_head = 4, .d_kv_in = kBig}), kappa::RangeError);
+  EXPECT_THROW(Mha({.d_in = 8, .n_heads = 2, .d_head = 4, .d_out = kBig}), kappa::RangeError);
+  EXPECT_THROW(Gqa({.d_in = 8, .n_heads = kBig, .d_head = 4, .n_kv_heads = 1}), kappa::RangeError);
+  // Impossible but non-overflowing sizes: RangeError, not std::bad_alloc.
+  EXPECT_THROW(Mha({.d_in = Index{1} << 30, .n_heads = 1, .d_head = Index{1} << 30}),
+               kappa::RangeError);
+  std::string msg;
+  try {
+    Mha({.d_in = 8, .n_heads = 8, .d_head = kBig});
+  } catch (const kappa::RangeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(std::to_string(kBig)), std::string::npos) << msg;
+  // The free function on a cache: n_heads d_head overflowing.
+  kappa::KVCache<float> cache({.n_kv_heads = 1, .d_head = 4});
+  const RowMatrix<float> q(1, 4);
+  RowMatrix<float> y(1, 4);
+  EXPECT_THROW(kappa::grouped_attention_into<float>(q, cache, y, kBig), kappa::RangeError);
 }
 
 }  // namespace

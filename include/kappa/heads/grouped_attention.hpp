@@ -27,6 +27,7 @@
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
 #include "kappa/cache/kv_cache.hpp"
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -164,11 +165,12 @@ void grouped_attention_into(ConstMatrixRef<T> q, const KVCache<T, R>& cache, Mat
   constexpr const char* what = "grouped_attention_into (cache)";
   const KVCacheConfig& c = cache.config();
   (void)GroupedQuery::kv_heads(n_heads, c.n_kv_heads);
-  require_shapes(q.cols() == n_heads * c.d_head, what, "Q", q.rows(), q.cols(),
-                 "the expected shape", q.rows(), n_heads * c.d_head, "Q is n x (n_heads d_head)");
-  require_shapes(y.rows() == q.rows() && y.cols() == n_heads * c.value_width(), what, "Y", y.rows(),
-                 y.cols(), "the expected shape", q.rows(), n_heads * c.value_width(),
-                 "Y is n x (n_heads d_v)");
+  const Index qk = checked_mul("grouped_attention_into: n_heads x d_head", n_heads, c.d_head);
+  const Index hv = checked_mul("grouped_attention_into: n_heads x d_v", n_heads, c.value_width());
+  require_shapes(q.cols() == qk, what, "Q", q.rows(), q.cols(), "the expected shape", q.rows(), qk,
+                 "Q is n x (n_heads d_head)");
+  require_shapes(y.rows() == q.rows() && y.cols() == hv, what, "Y", y.rows(), y.cols(),
+                 "the expected shape", q.rows(), hv, "Y is n x (n_heads d_v)");
   const std::vector<Index> q_off{0, q.rows()};
   const auto kv = [&cache](Index /*b*/, Index g) {
     return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));

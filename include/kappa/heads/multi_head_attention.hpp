@@ -41,6 +41,7 @@
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
 #include "kappa/cache/kv_cache.hpp"
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -71,13 +72,20 @@ struct SequenceBatch {
   std::vector<Index> lengths;  ///< N_b, each >= 0
 
   /// Prefix sums of the lengths: B + 1 entries, offsets()[0] = 0.
-  /// \throws ShapeError if a length is negative or they do not sum to rows.rows().
+  /// \throws ShapeError if a length is negative or they do not sum to rows.rows()
+  ///         (also when their sum would overflow: each prefix sum is checked
+  ///         against rows.rows() before it is formed).
   [[nodiscard]] std::vector<Index> offsets() const {
     std::vector<Index> off(lengths.size() + 1, 0);
     for (std::size_t b = 0; b < lengths.size(); ++b) {
       if (lengths[b] < 0) {
         throw ShapeError("kappa: SequenceBatch: length " + std::to_string(lengths[b]) +
                          " of sequence " + std::to_string(b) + " is negative");
+      }
+      if (lengths[b] > rows.rows() - off[b]) {
+        throw ShapeError("kappa: SequenceBatch: length " + std::to_string(lengths[b]) +
+                         " of sequence " + std::to_string(b) + " after " + std::to_string(off[b]) +
+                         " rows takes the lengths past the packed matrix " + shape_of(rows));
       }
       off[b + 1] = off[b] + lengths[b];
     }
@@ -120,7 +128,10 @@ class MultiHeadAttention {
 
   /// A layer of the given sizes with zero weights and no biases.
   /// \throws std::invalid_argument for non-positive sizes, d_head = 0 with
-  ///         n_heads not dividing d_in, or an H_kv the grouping does not allow.
+  ///         n_heads not dividing d_in, or an H_kv the grouping does not allow;
+  ///         RangeError naming the values for more than kMaxHeads heads or a
+  ///         product of sizes (a width such as H d_head, or a weight matrix)
+  ///         above kMaxElements (core/checked.hpp).
   explicit MultiHeadAttention(HeadsConfig config, Kernel kernel = {}, Position position = {})
       : config_(resolve(config)), kernel_(std::move(kernel)), position_(std::move(position)) {
     w_q_ = RowMatrix<T>::Zero(config_.d_in, config_.n_heads * config_.d_head);
@@ -506,10 +517,24 @@ class MultiHeadAttention {
     if (c.d_head < 0 || c.d_v < 0 || c.d_kv_in < 0 || c.d_out < 0 || c.n_kv_heads < 0) {
       throw std::invalid_argument("kappa: MultiHeadAttention: sizes must not be negative");
     }
+    require_head_count("MultiHeadAttention: n_heads", c.n_heads);
     c.n_kv_heads = Grouping::kv_heads(c.n_heads, c.n_kv_heads);
     if (c.d_v == 0) c.d_v = c.d_head;
     if (c.d_kv_in == 0) c.d_kv_in = c.d_in;
     if (c.d_out == 0) c.d_out = c.d_in;
+    // Every width and weight matrix the layer forms, checked once here so that
+    // no later product of sizes can overflow.
+    const Index qk =
+        checked_mul("MultiHeadAttention: W^Q columns, n_heads x d_head", c.n_heads, c.d_head);
+    const Index kk =
+        checked_mul("MultiHeadAttention: W^K columns, n_kv_heads x d_head", c.n_kv_heads, c.d_head);
+    const Index kv =
+        checked_mul("MultiHeadAttention: W^V columns, n_kv_heads x d_v", c.n_kv_heads, c.d_v);
+    const Index hv = checked_mul("MultiHeadAttention: W^O rows, n_heads x d_v", c.n_heads, c.d_v);
+    (void)checked_mul("MultiHeadAttention: W^Q, d_in x (n_heads d_head)", c.d_in, qk);
+    (void)checked_mul("MultiHeadAttention: W^K, d_kv_in x (n_kv_heads d_head)", c.d_kv_in, kk);
+    (void)checked_mul("MultiHeadAttention: W^V, d_kv_in x (n_kv_heads d_v)", c.d_kv_in, kv);
+    (void)checked_mul("MultiHeadAttention: W^O, (n_heads d_v) x d_out", hv, c.d_out);
     return c;
   }
 
