@@ -13,6 +13,12 @@ option(KAPPA_BUILD_BENCHMARKS "Build kappa's benchmarks" ${kappa_dev_default})
 option(KAPPA_BUILD_EXAMPLES "Build kappa's examples" ${kappa_dev_default})
 option(KAPPA_USE_BLAS "Let Eigen hand large products to a BLAS (EIGEN_USE_BLAS)" OFF)
 option(KAPPA_USE_OPENMP "Let Eigen and kappa use OpenMP threads" OFF)
+# libFuzzer targets in tests/fuzz (needs clang and KAPPA_BUILD_TESTS); never
+# part of the default build.
+option(KAPPA_BUILD_FUZZERS "Build kappa's libFuzzer targets (clang only)" OFF)
+# One translation unit per public header, each compiled on its own (the
+# sanitizer build skips it: the release build already proves it).
+option(KAPPA_HEADER_CHECK "Compile every public header on its own" ON)
 
 # Warnings are errors when asked (CI sets KAPPA_WERROR=1 in the environment, so
 # the README's own commands are what CI runs).

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpora of kappa's fuzzers (tests/fuzz/corpus).
+
+Deterministic; run from anywhere: python3 tests/fuzz/make_seeds.py
+[--vocab DIR]. With --vocab (the tokenize peers' export directory, default
+tests/tokenize/peer/vocab when present) the loaders also get the first 400
+tokens of the real r50k_base.tiktoken and GPT-2 files as seeds.
+"""
+import argparse
+import base64
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+TEXT_DIR = os.path.join(ROOT, "tests", "data", "tokenize", "corpus")
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- text: UTF-8 edge cases and the tokenize test corpus --------------------
+EDGES = {
+    "ascii": b"Hello, world! It's 2024; they'll we've I'm you'd 12345.",
+    "contractions": b"IT'S It\xe2\x80\x99s 's 'S 'LL 'Ve don't\n",
+    "whitespace": b"a  b\t\tc \r\n\r\n  \n\x0b\x0c\xc2\xa0\xe3\x80\x80\xe2\x80\xa8 end  ",
+    "overlong": b"\xc0\xaf \xe0\x80\xaf \xf0\x80\x80\xaf \xc1\xbf",
+    "surrogates": b"\xed\xa0\x80 \xed\xbf\xbf \xed\x9f\xbf",
+    "limits": b"\xf4\x8f\xbf\xbf \xf4\x90\x80\x80 \xf5\x80\x80\x80 \xff\xfe",
+    "truncated": b"\xe4\xb8 \xf0\x9f\x98 \xc3",
+    "mixed": "café naïve Ωmega 中文字 العربية 🙂👍🏽 e\u0301 ǅungla".encode(),
+    "numbers": b"1 22 333 4444 55555 \xd9\xa1\xd9\xa2\xd9\xa3 \xe2\x85\xa0 3.14e-10",
+    "code": b"for (int i = 0; i < n; ++i) { x[i] = y[i] /* c */; }\n// done\r\n",
+    "special": b"<|endoftext|>hello<|endoftext|> <|endoftext|",
+}
+
+
+def text_seeds():
+    seeds = dict(EDGES)
+    for f in sorted(os.listdir(TEXT_DIR)):
+        with open(os.path.join(TEXT_DIR, f), "rb") as fh:
+            seeds["corpus_" + f.split(".")[0]] = fh.read()[:2048]
+    return seeds
+
+
+# ---- a small byte-level BPE vocabulary ---------------------------------------
+def gpt2_alphabet():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+MERGES = [(b"h", b"e"), (b"l", b"l"), (b"he", b"ll"), (b"hell", b"o"), (b" ", b"w"),
+          (b"o", b"r"), (b" w", b"or"), (b"l", b"d"), (b" wor", b"ld"), (b" ", b"t"),
+          (b" t", b"he"), (b"i", b"n"), (b"in", b"g"), (b"\xc3", b"\xa9"), (b"\n", b"\n")]
+
+
+def small_vocab():
+    tokens = [bytes([b]) for b in range(256)]
+    for a, b in MERGES:
+        tokens.append(a + b)
+    return tokens
+
+
+def tiktoken_file(tokens, eol="\n"):
+    return "".join(f"{base64.b64encode(t).decode()} {i}{eol}" for i, t in enumerate(tokens))
+
+
+def gpt2_files(tokens, merges, specials=()):
+    alpha = gpt2_alphabet()
+    enc = lambda t: "".join(alpha[b] for b in t)
+    encoder = {enc(t): i for i, t in enumerate(tokens)}
+    for k, s in enumerate(specials):
+        encoder[s] = len(tokens) + k
+    vocab = "#version: 0.2\n" + "".join(f"{enc(a)} {enc(b)}\n" for a, b in merges)
+    return json.dumps(encoder, ensure_ascii=False), vocab
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vocab", default=os.path.join(ROOT, "tests", "tokenize", "peer", "vocab"))
+    args = ap.parse_args()
+
+    for name, data in text_seeds().items():
+        write("utf8_pretokenize", name, data)
+        write("bpe", name, data)
+
+    tokens = small_vocab()
+    write("tiktoken_load", "small", tiktoken_file(tokens))
+    write("tiktoken_load", "small_crlf", tiktoken_file(tokens, "\r\n"))
+    write("tiktoken_load", "bytes_only", tiktoken_file(tokens[:256]))
+    write("tiktoken_load", "shuffled", "".join(
+        f"{base64.b64encode(t).decode()} {i}\n" for i, t in reversed(list(enumerate(tokens)))))
+    write("tiktoken_load", "bad_rank", tiktoken_file(tokens[:3]) + "aGk= x\n")
+
+    enc, voc = gpt2_files(tokens, MERGES, ["<|endoftext|>"])
+    write("gpt2_load", "small", enc + "\0" + voc)
+    enc, voc = gpt2_files(tokens[:256], [])
+    write("gpt2_load", "bytes_only", enc + "\0" + voc)
+    write("gpt2_load", "escapes", '{"\\u0120t": 0, "\\ud83d\\ude00": 1, "a\\"b": 2}\0#version: 0.2\n\\u0120 t\n')
+
+    if os.path.exists(os.path.join(args.vocab, "r50k_base.tiktoken")):
+        with open(os.path.join(args.vocab, "r50k_base.tiktoken"), "rb") as f:
+            write("tiktoken_load", "r50k_head", b"".join(f.readlines()[:400]))
+        with open(os.path.join(args.vocab, "gpt2", "encoder.json"), encoding="utf-8") as f:
+            encoder = {k: v for k, v in json.load(f).items() if v < 400}
+        with open(os.path.join(args.vocab, "gpt2", "vocab.bpe"), encoding="utf-8") as f:
+            merges = f.readlines()[:1 + 400 - 256]
+        write("gpt2_load", "gpt2_head", json.dumps(encoder, ensure_ascii=False) + "\0" + "".join(merges))
+
+    # char_word: byte K, byte vocab size, corpus \0 text \0 specials
+    for k, (K, n, corpus, text, specials) in enumerate([
+            (2, 40, b"the cat sat on the mat", b"the bat", b""),
+            (3, 200, EDGES["mixed"], b"caf\xc3\xa9 x", b"<s>\n</s>"),
+            (1, 5, b"<s> hello_world, <s> again!", b"hello <s>", b"<s>"),
+            (4, 255, EDGES["overlong"] + EDGES["contractions"], EDGES["truncated"], b"\xc3\n\n"),
+    ]):
+        write("char_word", f"seed{k}", bytes([K - 1, n]) + corpus + b"\0" + text + b"\0" + specials)
+
+    # bpe_train: byte vocab_size - 256, byte min_pair_count - 1, corpus
+    seeds = text_seeds()
+    for k, (extra, mpc, name) in enumerate([(40, 1, "ascii"), (100, 0, "mixed"), (255, 1, "corpus_english"),
+                                          (10, 2, "corpus_longword"), (60, 0, "corpus_code")]):
+        write("bpe_train", f"seed{k}", bytes([extra, mpc]) + seeds[name][:1024])
+
+    # npy
+    def npy(descr, shape, data, fortran=False, version=1):
+        shape_s = "(" + "".join(f"{s}, " for s in shape).rstrip(" ") + ")" if len(shape) != 1 else f"({shape[0]},)"
+        if len(shape) > 1:
+            shape_s = "(" + ", ".join(str(s) for s in shape) + ")"
+        header = f"{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape_s}, }}"
+        pre = 10 if version == 1 else 12
+        header += " " * ((64 - (pre + len(header) + 1) % 64) % 64) + "\n"
+        length = struct.pack("<H", len(header)) if version == 1 else struct.pack("<I", len(header))
+        return b"\x93NUMPY" + bytes([version, 0]) + length + header.encode() + data
+
+    write("npy", "f4_2x3", npy("<f4", (2, 3), struct.pack("<6f", 1, 2, 3, 4, 5, 6)))
+    write("npy", "f8_3", npy("<f8", (3,), struct.pack("<3d", 0.5, -1.0, float("nan"))))
+    write("npy", "f8_be", npy(">f8", (2, 1), struct.pack(">2d", 1e15, -0.0)))
+    write("npy", "i8_fortran", npy("<i8", (2, 2), struct.pack("<4q", 1, 2, 3, 4), fortran=True))
+    write("npy", "i4_3d_fortran", npy("<i4", (2, 2, 2), struct.pack("<8i", *range(8)), fortran=True))
+    write("npy", "scalar", npy("<f8", (), struct.pack("<d", 3.0)))
+    write("npy", "empty", npy("<f4", (0, 3), b""))
+    write("npy", "v2", npy("<f4", (1, 2), struct.pack("<2f", 7, 8), version=2))
+    write("npy", "v3", npy("<f4", (2,), struct.pack("<2f", 7, 8), version=3))
+    write("npy", "truncated", npy("<f8", (4, 4), struct.pack("<2d", 1, 2)))
+
+
+if __name__ == "__main__":
+    main()
