@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -278,6 +280,11 @@ TEST(HfTokenizerModels, ReferenceIdsOfEveryModelDirectory) {
       ASSERT_GE(with.size(), tok.prefix_ids().size());
       EXPECT_TRUE(std::equal(tok.prefix_ids().begin(), tok.prefix_ids().end(), with.begin()));
     }
+    // Every byte string comes back, added tokens' spellings included.
+    for (const fs::path& f : corpus_files()) {
+      const std::string text = slurp(f);
+      EXPECT_EQ(tok.decode(tok.encode(text, AddSpecial::kNo)), text) << f;
+    }
     if (tok.bos_id() && !tok.prefix_ids().empty()) {
       EXPECT_EQ(tok.prefix_ids()[0], *tok.bos_id());
     }
@@ -497,6 +504,70 @@ TEST(HfTokenizerBad, EveryCaseIsAFormatErrorNamingTheFile) {
       ADD_FAILURE() << "not a FormatError: " << e.what();
     }
   }
+}
+
+/// Visits every node of j (depth first) with its parent pointer.
+void collect_nodes(json& j, std::vector<json*>& out) {
+  out.push_back(&j);
+  if (j.is_object() || j.is_array())
+    for (auto& child : j) collect_nodes(child, out);
+}
+
+// Edited tokenizer.json and tokenizer_config.json files load or throw
+// FormatError, never anything else and never crash: random nodes replaced by
+// values of other types, random bytes changed, files truncated.
+TEST(HfTokenizerBad, MutatedFilesLoadOrThrowFormatError) {
+  const fs::path source = fs::path(KAPPA_TEST_DATA_DIR) / "models" / "llama";
+  const std::string tokenizer_text = slurp(source / "tokenizer.json");
+  const std::string config_text = slurp(source / "tokenizer_config.json");
+  const std::vector<json> replacements = {nullptr,
+                                          -1,
+                                          0,
+                                          7,
+                                          1.5,
+                                          1e30,
+                                          "x",
+                                          "",
+                                          json::array(),
+                                          json::object(),
+                                          true,
+                                          std::numeric_limits<std::int64_t>::max()};
+  std::mt19937 rng(20261201);
+  const fs::path dir = scratch("mutated");
+  int loaded = 0, rejected = 0;
+  for (int iteration = 0; iteration < 400; ++iteration) {
+    std::string tokenizer = tokenizer_text, config = config_text;
+    std::string& target = iteration % 4 == 3 ? config : tokenizer;
+    const int kind = static_cast<int>(rng() % 3);
+    if (kind == 0) {  // a node of another type
+      json j = json::parse(target);
+      std::vector<json*> nodes;
+      collect_nodes(j, nodes);
+      // Prefer the small structural nodes over the thousands of vocab entries.
+      json* node =
+          nodes[rng() % std::min<std::size_t>(nodes.size(), rng() % 2 ? 60 : nodes.size())];
+      *node = replacements[rng() % replacements.size()];
+      target = j.dump();
+    } else if (kind == 1) {  // changed bytes
+      for (int k = 0; k < 3; ++k) target[rng() % target.size()] = static_cast<char>(rng() % 256);
+    } else {  // truncated
+      target.resize(rng() % target.size());
+    }
+    write(dir / "tokenizer.json", tokenizer);
+    write(dir / "tokenizer_config.json", config);
+    try {
+      const HfTokenizer tok = HfTokenizer::from_directory(dir.string());
+      (void)tok.encode("Hello world<|end_of_text|> 123");
+      ++loaded;
+    } catch (const kappa::FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos) << e.what();
+      ++rejected;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "iteration " << iteration << ": not a FormatError: " << e.what();
+    }
+  }
+  EXPECT_GT(rejected, 100);
+  EXPECT_GT(loaded, 10);
 }
 
 TEST(HfTokenizerBad, MissingDirectoryAndFiles) {

@@ -64,10 +64,11 @@
 // is the template's single prefix id and eos_id() its single suffix id.
 //
 // decode(ids) is the concatenated bytes of the tokens (added tokens as their
-// text), so decode(encode(x)) == x for every text without added tokens'
-// spellings when nothing is prepended, lstripped or prefixed with a space;
-// no clean-up of tokenization spaces is applied, and the bytes may be
-// invalid UTF-8 for a partial sequence of ids.
+// text), so decode(encode(x, AddSpecial::kNo)) == x for every byte string x,
+// unless an added token with lstrip / rstrip absorbed white space or
+// add_prefix_space put a space in front. No clean-up of tokenization spaces
+// is applied (transformers' clean_up_tokenization_spaces is not read), and
+// the bytes of a partial sequence of ids may be invalid UTF-8.
 //
 // Example:
 //   auto tok = kappa::tokenize::HfTokenizer::from_directory("Meta-Llama-3-8B");
@@ -95,6 +96,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/tokenize/bpe.hpp"
+#include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/formats.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
 #include "kappa/tokenize/unicode.hpp"
@@ -1167,5 +1169,7 @@ class HfTokenizer {
   std::vector<TokenId> prefix_, suffix_;
   std::optional<TokenId> bos_, eos_;
 };
+
+static_assert(Tokenizer<HfTokenizer>, "HfTokenizer must model kappa::tokenize::Tokenizer");
 
 }  // namespace kappa::tokenize
