@@ -588,6 +588,18 @@ class SafetensorsFile {
     return std::is_same_v<T, double> ? Dtype::kF64 : Dtype::kF32;
   }
 
+  /// Whether convert_range converts dtype d to T.
+  template <class T>
+  static constexpr bool readable_as(Dtype d) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return d == Dtype::kF32 || d == Dtype::kF64 || d == Dtype::kF16 || d == Dtype::kBF16;
+    } else {
+      return d == Dtype::kBool || d == Dtype::kU8 || d == Dtype::kI8 || d == Dtype::kU16 ||
+             d == Dtype::kI16 || d == Dtype::kU32 || d == Dtype::kI32 || d == Dtype::kU64 ||
+             d == Dtype::kI64;
+    }
+  }
+
   template <class U>
   static U load(const unsigned char* p) {
     U u;
@@ -606,12 +618,16 @@ class SafetensorsFile {
                      std::int64_t n) const {
     static_assert(std::endian::native == std::endian::little,
                   "kappa: safetensors reading assumes a little-endian host");
-    const unsigned char* src = map_.data() + t.file_offset + first * dtype_bits(t.dtype) / 8;
     auto unsupported = [&](std::string_view wanted) {
       detail::st_fail(path_, t.file_offset, name,
                       "dtype " + std::string(dtype_name(t.dtype)) + " cannot be read as " +
                           std::string(wanted));
     };
+    constexpr std::string_view kFloats = "floating point (kappa converts F32, F64, F16, BF16)";
+    constexpr std::string_view kInts = "an integer (kappa converts BOOL, U8..U64, I8..I64)";
+    if (!readable_as<T>(t.dtype)) unsupported(std::is_floating_point_v<T> ? kFloats : kInts);
+    if (n == 0) return;  // an empty tensor (out may be null)
+    const unsigned char* src = map_.data() + t.file_offset + first * dtype_bits(t.dtype) / 8;
     if constexpr (std::is_floating_point_v<T>) {
       switch (t.dtype) {
         case Dtype::kF32:
@@ -637,7 +653,7 @@ class SafetensorsFile {
             out[i] = static_cast<T>(bf16_to_float(load<std::uint16_t>(src + 2 * i)));
           return;
         default:
-          unsupported("floating point (kappa converts F32, F64, F16, BF16)");
+          unsupported(kFloats);
       }
     } else if constexpr (std::is_integral_v<T>) {
       auto copy_ints = [&]<class S>(S) {
@@ -671,7 +687,7 @@ class SafetensorsFile {
         case Dtype::kI64:
           return copy_ints(std::int64_t{});
         default:
-          unsupported("an integer (kappa converts BOOL, U8..U64, I8..I64)");
+          unsupported(kInts);
       }
     } else {
       static_assert(std::is_arithmetic_v<T>, "kappa: safetensors reads float, double or integers");
