@@ -518,3 +518,45 @@ TEST(Bpe, AddMergeRejectsIdsThatAreNotMergeableTokens) {
   EXPECT_EQ(error_of([&] { m.add_merge_quiet(257, 'b', 256, 1); }),
             "RangeError: kappa: merge token id 257 is not a mergeable token");
 }
+
+// The long-piece merge (heap, above 64 bytes) against the definition: merge
+// the adjacent pair of lowest priority, the leftmost on ties, until none.
+TEST(Bpe, LongPieceMergeEqualsTheDefinition) {
+  tk::BpeTrainOptions options;
+  options.vocab_size = 300;
+  std::string corpus;
+  std::mt19937 gen(17);
+  for (int k = 0; k < 4000; ++k) corpus += "abcab"[gen() % 5];
+  const auto t = tk::train_bpe<tk::Gpt2Split>(corpus, options);
+  ASSERT_GT(t.model().mergeable_count(), 280u);
+  auto definition = [&](const std::string& piece) {
+    Ids ids;
+    for (char c : piece) ids.push_back(*t.find(std::string(1, c)));
+    for (;;) {
+      std::size_t best = ids.size();
+      std::uint32_t best_priority = tk::BpeModel::kNoMerge;
+      for (std::size_t k = 0; k + 1 < ids.size(); ++k) {
+        const auto m = t.model().merge_of(static_cast<std::uint32_t>(ids[k]),
+                                          static_cast<std::uint32_t>(ids[k + 1]));
+        if (m.priority < best_priority) {
+          best_priority = m.priority;
+          best = k;
+        }
+      }
+      if (best == ids.size()) return ids;
+      ids[best] = static_cast<TokenId>(t.model()
+                                           .merge_of(static_cast<std::uint32_t>(ids[best]),
+                                                     static_cast<std::uint32_t>(ids[best + 1]))
+                                           .result);
+      ids.erase(ids.begin() + static_cast<long>(best) + 1);
+    }
+  };
+  std::uniform_int_distribution<int> len(65, 700);
+  for (int k = 0; k < 200; ++k) {
+    std::string piece;
+    const int n = len(gen);
+    for (int i = 0; i < n; ++i) piece += "abc"[gen() % (k % 2 ? 3 : 2)];
+    if (t.find(piece)) continue;  // a whole token: no merging
+    ASSERT_EQ(t.encode(piece), definition(piece)) << piece;
+  }
+}
