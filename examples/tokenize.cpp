@@ -13,12 +13,14 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "kappa/core/checked.hpp"
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
 #include "kappa/tokenize/bpe.hpp"
@@ -194,9 +196,16 @@ std::string show(std::string_view s) {
   return out;
 }
 
+/// The largest embedding matrix E the example allocates: 2^28 floats (1 GiB).
+constexpr std::int64_t kMaxEmbeddingElements = std::int64_t{1} << 28;
+
 template <class Tok>
 int run(const Tok& tok, const Options& o, const std::string& text, std::vector<kappa::TokenId> ids,
         const char* name) {
+  if (!o.json)  // before any output: E (N_T x d) must fit, or one error line
+    (void)kappa::checked_mul("embedding matrix E (N_T x d)",
+                             static_cast<std::int64_t>(tok.vocab_size()), o.dim,
+                             kMaxEmbeddingElements);
   if (o.json) {
     std::cout << "[";
     for (std::size_t k = 0; k < ids.size(); ++k) std::cout << (k ? ", " : "") << ids[k];
@@ -299,6 +308,10 @@ int main(int argc, char** argv) {
   int status = 0;
   try {
     status = run_main(o);
+  } catch (const std::bad_alloc&) {
+    (void)output_ok();
+    std::cerr << "tokenize: error: out of memory\n";
+    return 1;
   } catch (const std::exception& e) {
     (void)output_ok();  // what was printed before the error goes out first
     std::string msg = e.what();
