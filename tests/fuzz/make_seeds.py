@@ -158,6 +158,35 @@ def main():
     write("npy", "v3", npy("<f4", (2,), struct.pack("<2f", 7, 8), version=3))
     write("npy", "truncated", npy("<f8", (4, 4), struct.pack("<2d", 1, 2)))
 
+    # safetensors: u64 header length, JSON header (space padded), data
+    def safetensors(tensors, metadata=None, pad_to=8):
+        header, data = {}, b""
+        if metadata is not None:
+            header["__metadata__"] = metadata
+        for name, (dtype, shape, raw) in tensors.items():
+            header[name] = {"dtype": dtype, "shape": list(shape),
+                            "data_offsets": [len(data), len(data) + len(raw)]}
+            data += raw
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * ((pad_to - (8 + len(text)) % pad_to) % pad_to)
+        return struct.pack("<Q", len(text)) + text + data
+
+    write("safetensors", "f32_matrix", safetensors(
+        {"w": ("F32", (2, 3), struct.pack("<6f", 1, 2, 3, 4, 5, 6))}, {"format": "pt"}))
+    write("safetensors", "mixed", safetensors({
+        "a.bias": ("F64", (3,), struct.pack("<3d", 0.5, -2, float("inf"))),
+        "b.half": ("F16", (2, 2), struct.pack("<4H", 0x3C00, 0xC000, 0x7C00, 0x0001)),
+        "c.bf16": ("BF16", (1, 2), struct.pack("<2H", 0x3F80, 0x7FC0)),
+        "d.ids": ("I64", (2,), struct.pack("<2q", -1, 2**40)),
+        "e.mask": ("BOOL", (), b"\x01"),
+        "f.u8": ("U8", (2, 2, 1), b"\x00\x01\xfe\xff"),
+        "g.i32": ("I32", (0, 4), b""),
+    }))
+    write("safetensors", "unaligned", safetensors(
+        {"x": ("F32", (1,), struct.pack("<f", 3.5))}, pad_to=3))
+    write("safetensors", "empty", safetensors({}))
+    write("safetensors", "f8", safetensors({"q": ("F8_E4M3", (4,), b"\x00\x38\x7f\xff")}))
+
 
 if __name__ == "__main__":
     main()
