@@ -5,6 +5,9 @@
 // 8 kv heads, ffn 8192, vocab 32000, tied), both with random weights, on 1
 // and 2 threads.
 //
+// Bf16 variants keep the feed-forward and output-head weights in bfloat16
+// (Bf16Weights): half of those bytes per decoded token.
+//
 // Ceilings in the same binary:
 //   prefill (GEMM-bound): GFLOP/s of the model (2 x parameters x tokens) beside
 //     Eigen's GEMM of the model's most common shape (128 x d) x (d x 4d);
@@ -43,42 +46,46 @@ RowMatrix<float> fill(Index r, Index c, std::uint64_t seed, float a = 0.02f) {
   }
   return m;
 }
-RowVector<float> ones(Index n) { return RowVector<float>::Ones(n); }
+RowVector<float> ones(Index n) {
+  return RowVector<float>::Ones(n);
+}
 
-std::unique_ptr<kappa::Gpt2<float>> make_gpt2() {
+template <class S = kappa::DenseWeights>
+std::unique_ptr<kappa::Gpt2<float, S>> make_gpt2() {
   const Index d = 768, L = 12, H = 12, V = 50257, P = 1024, F = 3072;
-  std::vector<kappa::Gpt2Layer<float>> layers;
+  std::vector<kappa::Gpt2Layer<float, S>> layers;
   for (Index l = 0; l < L; ++l) {
     kappa::MultiHeadAttention<float> attn({.d_in = d, .n_heads = H});
     attn.set_weights(fill(d, d, 10 * l + 1), fill(d, d, 10 * l + 2), fill(d, d, 10 * l + 3),
                      fill(d, d, 10 * l + 4));
     attn.set_biases(fill(1, d, 5), fill(1, d, 6), fill(1, d, 7), fill(1, d, 8));
-    kappa::Mlp<float, kappa::GeluTanh> mlp(d, F);
+    kappa::Mlp<float, kappa::GeluTanh, S> mlp(d, F);
     mlp.set_weights(fill(d, F, 10 * l + 5), fill(1, F, 9), fill(F, d, 10 * l + 6), fill(1, d, 11));
     layers.emplace_back(std::move(attn), kappa::LayerNorm<float>(ones(d), fill(1, d, 12), 1e-5),
                         kappa::LayerNorm<float>(ones(d), fill(1, d, 13), 1e-5), std::move(mlp));
   }
-  return std::make_unique<kappa::Gpt2<float>>(
+  return std::make_unique<kappa::Gpt2<float, S>>(
       kappa::Embedding<float>(fill(V, d, 1000)), kappa::LearnedPositions<float>(fill(P, d, 1001)),
       std::move(layers), kappa::LayerNorm<float>(ones(d), fill(1, d, 14), 1e-5), std::nullopt, P);
 }
 
-std::unique_ptr<kappa::Llama<float>> make_llama_1b() {
+template <class S = kappa::DenseWeights>
+std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
   const Index d = 2048, L = 16, H = 32, Hkv = 8, dh = 64, V = 32000, F = 8192;
-  std::vector<kappa::LlamaLayer<float>> layers;
+  std::vector<kappa::LlamaLayer<float, S>> layers;
   for (Index l = 0; l < L; ++l) {
-    kappa::LlamaAttention<float> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv}, {},
-                                      kappa::Rope<float>(dh, 500000.0));
+    kappa::LlamaAttention<float> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
+                                      {}, kappa::Rope<float>(dh, 500000.0));
     attn.set_weights(fill(d, H * dh, 10 * l + 1), fill(d, Hkv * dh, 10 * l + 2),
                      fill(d, Hkv * dh, 10 * l + 3), fill(H * dh, d, 10 * l + 4));
-    kappa::SwiGlu<float> mlp(d, F);
+    kappa::SwiGlu<float, S> mlp(d, F);
     mlp.set_weights(fill(d, F, 10 * l + 5), fill(d, F, 10 * l + 6), fill(F, d, 10 * l + 7));
     layers.emplace_back(std::move(attn), kappa::RMSNorm<float>(ones(d), 1e-5),
                         kappa::RMSNorm<float>(ones(d), 1e-5), std::move(mlp));
   }
-  return std::make_unique<kappa::Llama<float>>(kappa::Embedding<float>(fill(V, d, 1000)),
-                                               kappa::NoAbsolutePositions{}, std::move(layers),
-                                               kappa::RMSNorm<float>(ones(d), 1e-5), std::nullopt, 131072);
+  return std::make_unique<kappa::Llama<float, S>>(
+      kappa::Embedding<float>(fill(V, d, 1000)), kappa::NoAbsolutePositions{}, std::move(layers),
+      kappa::RMSNorm<float>(ones(d), 1e-5), std::nullopt, 131072);
 }
 
 kappa::Gpt2<float>& gpt2() {
@@ -87,6 +94,16 @@ kappa::Gpt2<float>& gpt2() {
 }
 kappa::Llama<float>& llama() {
   static const std::unique_ptr<kappa::Llama<float>> m = make_llama_1b();
+  return *m;
+}
+kappa::Gpt2<float, kappa::Bf16Weights>& gpt2_bf16() {
+  static const std::unique_ptr<kappa::Gpt2<float, kappa::Bf16Weights>> m =
+      make_gpt2<kappa::Bf16Weights>();
+  return *m;
+}
+kappa::Llama<float, kappa::Bf16Weights>& llama_bf16() {
+  static const std::unique_ptr<kappa::Llama<float, kappa::Bf16Weights>> m =
+      make_llama_1b<kappa::Bf16Weights>();
   return *m;
 }
 
@@ -119,7 +136,8 @@ void prefill(benchmark::State& st, M& m) {
     cache.reset();
     benchmark::DoNotOptimize(m.forward_cached(ids, cache, kappa::LogitsFor::kLast).data());
   }
-  st.counters["tokens/s"] = benchmark::Counter(kPrompt, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["tokens/s"] =
+      benchmark::Counter(kPrompt, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * active_params(m) * kPrompt * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   st.counters["peak_MB"] = peak_mb();
@@ -137,26 +155,41 @@ void decode(benchmark::State& st, M& m) {
   const kappa::TokenId next = 42;
   for (auto _ : st) {
     benchmark::DoNotOptimize(
-        m.forward_cached(std::span<const kappa::TokenId>(&next, 1), cache, kappa::LogitsFor::kLast).data());
+        m.forward_cached(std::span<const kappa::TokenId>(&next, 1), cache, kappa::LogitsFor::kLast)
+            .data());
     cache.truncate(kPrompt);
   }
   st.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.weight_bytes()) * 1e-9,
+  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.decode_bytes()) * 1e-9,
                                            benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["weights_MB"] = static_cast<double>(m.weight_bytes()) / 1e6;
+  st.counters["read_MB"] = static_cast<double>(m.decode_bytes()) / 1e6;
   st.counters["cache_MB"] = static_cast<double>(cache.bytes()) / 1e6;
   st.counters["peak_MB"] = peak_mb();
   kappa::set_num_threads(1);
 }
 
-void BM_Model_Prefill_Gpt2Small(benchmark::State& st) { prefill(st, gpt2()); }
-void BM_Model_Decode_Gpt2Small(benchmark::State& st) { decode(st, gpt2()); }
-void BM_Model_Prefill_Llama1B(benchmark::State& st) { prefill(st, llama()); }
-void BM_Model_Decode_Llama1B(benchmark::State& st) { decode(st, llama()); }
+void BM_Model_Prefill_Gpt2Small(benchmark::State& st) {
+  prefill(st, gpt2());
+}
+void BM_Model_Decode_Gpt2Small(benchmark::State& st) {
+  decode(st, gpt2());
+}
+void BM_Model_Prefill_Llama1B(benchmark::State& st) {
+  prefill(st, llama());
+}
+void BM_Model_Decode_Llama1B(benchmark::State& st) {
+  decode(st, llama());
+}
+void BM_Model_Decode_Gpt2Small_Bf16(benchmark::State& st) {
+  decode(st, gpt2_bf16());
+}
+void BM_Model_Decode_Llama1B_Bf16(benchmark::State& st) {
+  decode(st, llama_bf16());
+}
 
 /// Ceiling for decode: a memcpy of the GPT-2 weights' bytes.
 void BM_Ceiling_Copy_Gpt2Weights(benchmark::State& st) {
-  kappa_bench::memory_copy(st, gpt2().weight_bytes(), static_cast<int>(st.range(0)));
+  kappa_bench::memory_copy(st, gpt2().decode_bytes(), static_cast<int>(st.range(0)));
 }
 /// Ceiling for prefill: Eigen GEMM (128 x d) x (d x 4d), d = 768.
 void BM_Ceiling_Gemm_128x768x3072(benchmark::State& st) {
@@ -174,15 +207,41 @@ void BM_Ceiling_Gemm_128x768x3072(benchmark::State& st) {
 
 BENCHMARK(BM_Model_Prefill_Gpt2Small)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Model_Decode_Gpt2Small)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Ceiling_Gemm_128x768x3072)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Model_Decode_Gpt2Small_Bf16)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Ceiling_Gemm_128x768x3072)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The 1B model needs 4.4 GB and a few seconds per iteration: only on request.
 const bool kLarge = [] {
   const char* e = std::getenv("KAPPA_BENCH_LARGE");
   if (e != nullptr && e[0] == '1') {
-    BENCHMARK(BM_Model_Prefill_Llama1B)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-    BENCHMARK(BM_Model_Decode_Llama1B)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+    BENCHMARK(BM_Model_Prefill_Llama1B)
+        ->Arg(1)
+        ->Arg(2)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    BENCHMARK(BM_Model_Decode_Llama1B)
+        ->Arg(1)
+        ->Arg(2)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    BENCHMARK(BM_Model_Decode_Llama1B_Bf16)
+        ->Arg(1)
+        ->Arg(2)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     return true;
   }
   return false;

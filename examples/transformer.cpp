@@ -46,7 +46,8 @@ void print_matrix(const char* name, const kappa::RowMatrix<double>& m, int max_r
 
 int main(int argc, char** argv) {
   try {
-    const std::string dir = argc > 1 ? argv[1] : std::string(KAPPA_SOURCE_DIR) + "/tests/data/models/gpt2";
+    const std::string dir =
+        argc > 1 ? argv[1] : std::string(KAPPA_SOURCE_DIR) + "/tests/data/models/gpt2";
     const std::string text = argc > 2 ? argv[2] : "the cat sat on the";
 
     // 1. Tokenization: text -> indices into the vocabulary T.

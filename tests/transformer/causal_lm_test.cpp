@@ -20,9 +20,9 @@ using testing::read_ref;
 using testing::scaled_error;
 
 const std::vector<std::string> kCausalModels = {
-    "gpt2",          "gpt2-f16",     "gpt2-prefixed", "llama",       "llama-bf16", "llama-sharded",
-    "llama-linear",  "llama-dynamic", "llama3-scaled", "mistral",  "qwen2",
-    "deepseek_v2",   "deepseek_v2-noqlora"};
+    "gpt2",          "gpt2-f16",     "gpt2-prefixed",      "llama",         "llama-bf16",
+    "llama-sharded", "llama-linear", "llama-dynamic",      "llama3-scaled", "mistral",
+    "qwen2",         "deepseek_v2",  "deepseek_v2-noqlora"};
 
 template <class T>
 class CausalLmTest : public ::testing::Test {};
@@ -86,7 +86,8 @@ TYPED_TEST(CausalLmTest, GreedyContinuationMatchesTheReference) {
     SCOPED_TRACE(name);
     const hf::CausalLM<T> lm = hf::load_causal_lm<T>(model_dir(name));
     const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
-    const std::vector<TokenId> expected = read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
+    const std::vector<TokenId> expected =
+        read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
     typename hf::CausalLM<T>::Cache cache = lm.make_cache();
     std::vector<TokenId> got;
     RowMatrix<T> logits = lm.forward_cached(ids, cache, LogitsFor::kLast);
@@ -111,7 +112,8 @@ TYPED_TEST(CausalLmTest, BatchesEqualSequencesAlone) {
     const hf::CausalLM<T> lm = hf::load_causal_lm<T>(model_dir(name));
     const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
     const std::vector<std::vector<TokenId>> batch = {
-        std::vector<TokenId>(ids.begin(), ids.begin() + 7), std::vector<TokenId>(ids.begin() + 2, ids.end()),
+        std::vector<TokenId>(ids.begin(), ids.begin() + 7),
+        std::vector<TokenId>(ids.begin() + 2, ids.end()),
         {ids[3]}};
     std::vector<typename hf::CausalLM<T>::Cache> caches;
     std::vector<typename hf::CausalLM<T>::Cache*> ptrs;
@@ -121,7 +123,8 @@ TYPED_TEST(CausalLmTest, BatchesEqualSequencesAlone) {
     Index row = 0;
     for (const auto& s : batch) {
       const RowMatrix<T> alone = lm.forward(s);
-      EXPECT_LE(scaled_error(packed.middleRows(row, alone.rows()), alone.template cast<double>()), tol);
+      EXPECT_LE(scaled_error(packed.middleRows(row, alone.rows()), alone.template cast<double>()),
+                tol);
       row += alone.rows();
     }
     // One more token each, last logits only.
@@ -131,7 +134,8 @@ TYPED_TEST(CausalLmTest, BatchesEqualSequencesAlone) {
       std::vector<TokenId> s = batch[b];
       s.push_back(step[b][0]);
       const RowMatrix<T> alone = lm.forward(s);
-      EXPECT_LE(scaled_error(next.row(static_cast<Index>(b)), alone.bottomRows(1).template cast<double>()),
+      EXPECT_LE(scaled_error(next.row(static_cast<Index>(b)),
+                             alone.bottomRows(1).template cast<double>()),
                 tol);
     }
   }
@@ -151,6 +155,25 @@ TEST(CausalLmStorage, HalfPrecisionFilesAreCloseToF32) {
   const RowMatrix<double> lbf = hf::load_causal_lm<double>(model_dir("llama-bf16")).forward(lids);
   EXPECT_LE(scaled_error(lbf, l32), 6e-2);  // BF16 keeps 8 significant bits
   EXPECT_GT(scaled_error(lbf, l32), 0.0);
+}
+
+// Bf16Weights keeps the feed-forward and output-head weights in bfloat16:
+// logits within bfloat16's rounding of the F32 model's, the same greedy
+// continuation, and about half the bytes read per decoded token.
+TEST(CausalLmStorage, Bf16WeightStorageIsCloseToF32) {
+  for (const std::string name : {"gpt2", "llama", "deepseek_v2"}) {
+    SCOPED_TRACE(name);
+    const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
+    const auto dense = hf::load_causal_lm<float>(model_dir(name));
+    const auto bf16 = hf::load_causal_lm<float, Bf16Weights>(model_dir(name));
+    const double err = scaled_error(bf16.forward(ids), read_ref(name, "logits"));
+    EXPECT_LE(err, 3e-2);
+    EXPECT_GT(err, 1e-5);  // the weights were really rounded
+    EXPECT_LT(bf16.decode_bytes(), dense.decode_bytes());
+    auto cache = bf16.make_cache();
+    const RowMatrix<float> all = bf16.forward(ids);
+    EXPECT_LE(scaled_error(bf16.forward_cached(ids, cache), all.cast<double>()), 2e-5);
+  }
 }
 
 TEST(CausalLmStorage, ShardedEqualsSingleFile) {

@@ -35,7 +35,8 @@ TYPED_TEST(EncoderTest, BertMatchesTheReference) {
   using T = TypeParam;
   const Bert<T> bert = hf::load_bert<T>(model_dir("bert"));
   const std::vector<TokenId> ids = read_ids(model_dir("bert") / "reference" / "input_ids.npy");
-  const std::vector<TokenId> types = read_ids(model_dir("bert") / "reference" / "token_type_ids.npy");
+  const std::vector<TokenId> types =
+      read_ids(model_dir("bert") / "reference" / "token_type_ids.npy");
   EXPECT_LE(scaled_error(bert.hidden(ids, types), read_ref("bert", "hidden")), kModelTol<T>);
   EXPECT_LE(scaled_error(bert.mlm_logits(ids, types), read_ref("bert", "logits")), kModelTol<T>);
 }
@@ -56,7 +57,8 @@ TYPED_TEST(EncoderTest, PaperTransformerMatchesTorchTransformer) {
   rows.topRows(3) = m.decode_cached(memory, all.first(3), cache);
   for (std::size_t i = 3; i < tgt.size(); ++i)
     rows.row(static_cast<Index>(i)) = m.decode_cached(memory, all.subspan(i, 1), cache);
-  EXPECT_LE(scaled_error(rows, logits.template cast<double>()), (std::is_same_v<T, double> ? 1e-12 : 2e-5));
+  EXPECT_LE(scaled_error(rows, logits.template cast<double>()),
+            (std::is_same_v<T, double> ? 1e-12 : 2e-5));
 }
 
 // ---- Bad directories ----------------------------------------------------------
@@ -65,7 +67,8 @@ TYPED_TEST(EncoderTest, PaperTransformerMatchesTorchTransformer) {
 /// config.json edited by `edit` (and tensors removed by the caller if asked).
 fs::path edited_copy(const std::string& model, const std::string& tag,
                      const std::function<void(nlohmann::json&)>& edit) {
-  const fs::path out = fs::temp_directory_path() / ("kappa_hf_test_" + tag + "_" + std::to_string(::getpid()));
+  const fs::path out =
+      fs::temp_directory_path() / ("kappa_hf_test_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(out);
   fs::copy(model_dir(model), out, fs::copy_options::recursive);
   nlohmann::json j;
@@ -91,7 +94,8 @@ void expect_error(const fs::path& dir, const std::vector<std::string>& parts) {
 }
 
 TEST(HfLoaderErrors, UnsupportedModelTypeIsNamed) {
-  const fs::path d = edited_copy("llama", "type", [](nlohmann::json& j) { j["model_type"] = "mamba"; });
+  const fs::path d =
+      edited_copy("llama", "type", [](nlohmann::json& j) { j["model_type"] = "mamba"; });
   expect_error<FormatError>(d, {"config.json", "model_type", "mamba"});
   fs::remove_all(d);
 }
@@ -116,16 +120,19 @@ TEST(HfLoaderErrors, UnknownRopeScalingIsNamed) {
 TEST(HfLoaderErrors, BadConfigValuesNameTheKey) {
   const fs::path a = edited_copy("gpt2", "neg", [](nlohmann::json& j) { j["n_layer"] = -1; });
   expect_error<FormatError>(a, {"n_layer", "-1"});
-  const fs::path b = edited_copy("llama", "str", [](nlohmann::json& j) { j["hidden_size"] = "32"; });
+  const fs::path b =
+      edited_copy("llama", "str", [](nlohmann::json& j) { j["hidden_size"] = "32"; });
   expect_error<FormatError>(b, {"hidden_size", "integer"});
-  const fs::path c = edited_copy("llama", "act", [](nlohmann::json& j) { j["hidden_act"] = "relu"; });
+  const fs::path c =
+      edited_copy("llama", "act", [](nlohmann::json& j) { j["hidden_act"] = "relu"; });
   expect_error<FormatError>(c, {"hidden_act", "relu"});
   for (const fs::path& p : {a, b, c}) fs::remove_all(p);
 }
 
 // A config that disagrees with the weights names the tensor and both shapes.
 TEST(HfLoaderErrors, ShapeDisagreementNamesTheTensor) {
-  const fs::path d = edited_copy("llama", "shape", [](nlohmann::json& j) { j["intermediate_size"] = 65; });
+  const fs::path d =
+      edited_copy("llama", "shape", [](nlohmann::json& j) { j["intermediate_size"] = 65; });
   expect_error<ShapeError>(d, {"model.safetensors", "mlp.", "_proj.weight", "64", "65"});
   fs::remove_all(d);
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "kappa/core/weight_storage.hpp"
 #include "kappa/nn/activations.hpp"
 #include "kappa/nn/feed_forward.hpp"
 #include "kappa/nn/layer_norm.hpp"
@@ -34,7 +35,8 @@ TEST(LayerNorm, MatchesTheDefinition) {
     for (Index j = 0; j < 7; ++j) var += (x(i, j) - mean) * (x(i, j) - mean);
     var /= 7;
     for (Index j = 0; j < 7; ++j)
-      EXPECT_NEAR(y(i, j), static_cast<double>((x(i, j) - mean) / std::sqrt(var + 1e-5L) * g(j) + b(j)),
+      EXPECT_NEAR(y(i, j),
+                  static_cast<double>((x(i, j) - mean) / std::sqrt(var + 1e-5L) * g(j) + b(j)),
                   1e-13);
   }
   // Without a bias: b = 0.
@@ -65,9 +67,11 @@ TEST(Activations, MatchTheirDefinitions) {
   for (Index j = 0; j < 7; ++j) {
     const long double v = x(0, j);
     EXPECT_EQ(r(0, j), v > 0 ? v : 0.0);
-    EXPECT_NEAR(g(0, j), static_cast<double>(0.5L * v * (1 + std::erf(v / std::sqrt(2.0L)))), 1e-15);
+    EXPECT_NEAR(g(0, j), static_cast<double>(0.5L * v * (1 + std::erf(v / std::sqrt(2.0L)))),
+                1e-15);
     const long double c = std::sqrt(2.0L / 3.14159265358979323846L);
-    EXPECT_NEAR(t(0, j), static_cast<double>(0.5L * v * (1 + std::tanh(c * (v + 0.044715L * v * v * v)))),
+    EXPECT_NEAR(t(0, j),
+                static_cast<double>(0.5L * v * (1 + std::tanh(c * (v + 0.044715L * v * v * v)))),
                 1e-14);
     EXPECT_NEAR(s(0, j), static_cast<double>(v / (1 + std::exp(-v))), 1e-14);
   }
@@ -78,7 +82,8 @@ TEST(Activations, MatchTheirDefinitions) {
 TEST(FeedForward, MlpAndSwiGluMatchPlainLoops) {
   const Index d = 6, f = 10, n = 4;
   const RowMatrix<double> x = random_matrix(n, d, 4);
-  const RowMatrix<double> w1 = random_matrix(d, f, 5), w2 = random_matrix(f, d, 6), w3 = random_matrix(d, f, 7);
+  const RowMatrix<double> w1 = random_matrix(d, f, 5), w2 = random_matrix(f, d, 6),
+                          w3 = random_matrix(d, f, 7);
   const RowVector<double> b1 = random_matrix(1, f, 8), b2 = random_matrix(1, d, 9);
   Mlp<double, Relu> mlp(d, f);
   mlp.set_weights(w1, b1, w2, b2);
@@ -114,13 +119,15 @@ TEST(DecoderOnlyLayer, PlacementsFollowTheirEquations) {
   attn.set_weights(random_matrix(d, d, 11, 0.3), random_matrix(d, d, 12, 0.3),
                    random_matrix(d, d, 13, 0.3), random_matrix(d, d, 14, 0.3));
   Mlp<double, Gelu> ffn(d, 16);
-  ffn.set_weights(random_matrix(d, 16, 15, 0.3), random_matrix(1, 16, 16), random_matrix(16, d, 17, 0.3),
-                  random_matrix(1, d, 18));
+  ffn.set_weights(random_matrix(d, 16, 15, 0.3), random_matrix(1, 16, 16),
+                  random_matrix(16, d, 17, 0.3), random_matrix(1, d, 18));
   const LayerNorm<double> n1(random_matrix(1, d, 19), random_matrix(1, d, 20)),
       n2(random_matrix(1, d, 21), random_matrix(1, d, 22));
-  const DecoderOnlyLayer<double, MultiHeadAttention<double>, LayerNorm<double>, Mlp<double, Gelu>, PreNorm> pre(
-      attn, n1, n2, ffn);
-  const DecoderOnlyLayer<double, MultiHeadAttention<double>, LayerNorm<double>, Mlp<double, Gelu>, PostNorm>
+  const DecoderOnlyLayer<double, MultiHeadAttention<double>, LayerNorm<double>, Mlp<double, Gelu>,
+                         PreNorm>
+      pre(attn, n1, n2, ffn);
+  const DecoderOnlyLayer<double, MultiHeadAttention<double>, LayerNorm<double>, Mlp<double, Gelu>,
+                         PostNorm>
       post(attn, n1, n2, ffn);
   const RowMatrix<double> h_pre = x + attn.forward(n1(x), CausalMask{});
   const RowMatrix<double> y_pre = h_pre + ffn.forward(n2(h_pre));
@@ -140,6 +147,33 @@ TEST(DecoderOnlyLayer, PlacementsFollowTheirEquations) {
   EXPECT_LT((b - post.forward(x)).cwiseAbs().maxCoeff(), 1e-13);
   // A width the layer does not have is a ShapeError naming both shapes.
   EXPECT_THROW((void)pre.forward(RowMatrix<double>::Zero(2, d + 1)), ShapeError);
+}
+
+// bfloat16 storage: the products equal the dense products with the rounded
+// weights, on the decode (few rows) and prefill (many rows) paths, and the
+// rounding is to nearest even.
+TEST(WeightStorage, Bf16ProductsEqualDenseProductsOfTheRoundedWeights) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_float_exact(float_to_bf16(1.0f + 1.0f / 256)), 1.0f);  // tie -> even
+  EXPECT_EQ(bf16_to_float_exact(float_to_bf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);
+  EXPECT_TRUE(std::isnan(bf16_to_float_exact(float_to_bf16(NAN))));
+  const RowMatrix<float> w = random_matrix(300, 200, 30).cast<float>();
+  const WeightMatrix<float, Bf16Weights> wb(w);
+  EXPECT_EQ(wb.bytes(), 2u * 300 * 200);
+  const RowMatrix<float> rounded = wb.dense();
+  EXPECT_LE((rounded - w).cwiseAbs().maxCoeff(), w.cwiseAbs().maxCoeff() / 256);
+  for (Index n : {1, 3, 40}) {
+    const RowMatrix<float> x = random_matrix(n, 300, 31).cast<float>();
+    RowMatrix<float> y(n, 200), ref = x * rounded;
+    wb.multiply(x, y);
+    EXPECT_LE((y - ref).cwiseAbs().maxCoeff(), 1e-4f * ref.cwiseAbs().maxCoeff()) << n;
+    const RowMatrix<float> xt = random_matrix(n, 200, 32).cast<float>();
+    RowMatrix<float> z(n, 300), zref = xt * rounded.transpose();
+    wb.multiply_transposed(xt, z);
+    EXPECT_LE((z - zref).cwiseAbs().maxCoeff(), 1e-4f * zref.cwiseAbs().maxCoeff()) << n;
+  }
+  RowMatrix<float> bad(2, 5);
+  EXPECT_THROW(wb.multiply(RowMatrix<float>::Zero(2, 7), bad), ShapeError);
 }
 
 }  // namespace

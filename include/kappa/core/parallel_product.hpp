@@ -38,7 +38,8 @@ template <Scalar T>
 void product_into(const ConstMatrixRef<T>& x, const RowMatrix<T>& w, MatrixRef<T> out) {
   require_shapes(x.cols() == w.rows() && out.rows() == x.rows() && out.cols() == w.cols(),
                  "product X W", "X", x.rows(), x.cols(), "W", w.rows(), w.cols(),
-                 "X must have as many columns as W has rows, and the output must be (rows of X) x (columns of W)");
+                 "X must have as many columns as W has rows, and the output must be (rows of X) x "
+                 "(columns of W)");
   const int threads = num_threads();
   if (threads <= 1 || x.rows() > kFewRows || w.cols() < 64) {
     out.noalias() = x * w;  // (n, m)
@@ -58,9 +59,10 @@ void product_into(const ConstMatrixRef<T>& x, const RowMatrix<T>& w, MatrixRef<T
 /// H E_out^T. \throws ShapeError on mismatch.
 template <Scalar T>
 void product_transposed_into(const ConstMatrixRef<T>& x, const RowMatrix<T>& e, MatrixRef<T> out) {
-  require_shapes(x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(),
-                 "product X E^T", "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
-                 "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
+  require_shapes(
+      x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(), "product X E^T",
+      "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
+      "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
   const int threads = num_threads();
   if (threads <= 1 || x.rows() > kFewRows || e.rows() < 64) {
     out.noalias() = x * e.transpose();  // (n, m)

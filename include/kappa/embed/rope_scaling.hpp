@@ -45,23 +45,28 @@ namespace kappa {
 struct RopeScaling {
   enum class Kind { kNone, kLinear, kDynamicNtk, kLlama3, kYarn };
   Kind kind = Kind::kNone;
-  double factor = 1.0;                ///< s
-  Index original_context = 0;         ///< L_0 [original_max_position_embeddings]
-  double low_freq_factor = 1.0;       ///< f_low (llama3)
-  double high_freq_factor = 4.0;      ///< f_high (llama3)
-  double beta_fast = 32.0;            ///< yarn
-  double beta_slow = 1.0;             ///< yarn
-  double mscale = 0.0;                ///< yarn; 0 = not given
-  double mscale_all_dim = 0.0;        ///< yarn; 0 = not given
+  double factor = 1.0;                       ///< s
+  Index original_context = 0;                ///< L_0 [original_max_position_embeddings]
+  double low_freq_factor = 1.0;              ///< f_low (llama3)
+  double high_freq_factor = 4.0;             ///< f_high (llama3)
+  double beta_fast = 32.0;                   ///< yarn
+  double beta_slow = 1.0;                    ///< yarn
+  double mscale = 0.0;                       ///< yarn; 0 = not given
+  double mscale_all_dim = 0.0;               ///< yarn; 0 = not given
   std::optional<double> attention_factor{};  ///< yarn: overrides the computed factor
 
   [[nodiscard]] static const char* name(Kind k) {
     switch (k) {
-      case Kind::kNone: return "default";
-      case Kind::kLinear: return "linear";
-      case Kind::kDynamicNtk: return "dynamic";
-      case Kind::kLlama3: return "llama3";
-      case Kind::kYarn: return "yarn";
+      case Kind::kNone:
+        return "default";
+      case Kind::kLinear:
+        return "linear";
+      case Kind::kDynamicNtk:
+        return "dynamic";
+      case Kind::kLlama3:
+        return "llama3";
+      case Kind::kYarn:
+        return "yarn";
     }
     return "?";
   }
@@ -72,14 +77,15 @@ struct RopeScaling {
       throw std::invalid_argument(std::string("kappa: rope_scaling (") + name(kind) + "): " + what);
     };
     if (kind == Kind::kNone) return;
-    if (!(factor > 0) || !std::isfinite(factor)) bad("factor must be finite and > 0, got " + std::to_string(factor));
+    if (!(factor > 0) || !std::isfinite(factor))
+      bad("factor must be finite and > 0, got " + std::to_string(factor));
     if ((kind == Kind::kDynamicNtk || kind == Kind::kLlama3 || kind == Kind::kYarn) &&
         original_context < 1)
       bad("original_max_position_embeddings must be >= 1, got " + std::to_string(original_context));
     if (kind == Kind::kLlama3 && !(high_freq_factor > low_freq_factor && low_freq_factor > 0))
       bad("needs 0 < low_freq_factor < high_freq_factor");
-    if (kind == Kind::kYarn && !(std::isfinite(beta_fast) && std::isfinite(beta_slow) &&
-                                 beta_fast > 0 && beta_slow > 0))
+    if (kind == Kind::kYarn &&
+        !(std::isfinite(beta_fast) && std::isfinite(beta_slow) && beta_fast > 0 && beta_slow > 0))
       bad("beta_fast and beta_slow must be finite and > 0");
   }
 };
@@ -114,13 +120,14 @@ inline std::vector<double> rope_frequencies(Index rotary_dim, double base, const
   const double d = static_cast<double>(rotary_dim);
   double b = base;
   if (r.kind == RopeScaling::Kind::kDynamicNtk && seq_len > r.original_context && rotary_dim > 2) {
-    const double ratio = r.factor * static_cast<double>(seq_len) / static_cast<double>(r.original_context) -
-                         (r.factor - 1.0);
+    const double ratio =
+        r.factor * static_cast<double>(seq_len) / static_cast<double>(r.original_context) -
+        (r.factor - 1.0);
     b = base * std::pow(ratio, d / (d - 2.0));
   }
   std::vector<double> theta(static_cast<std::size_t>(half));
   for (Index i = 0; i < half; ++i)
-    theta[static_cast<std::size_t>(i)] = 1.0 / std::pow(b, static_cast<double>(2 * i) / d);
+    theta[static_cast<std::size_t>(i)] = std::pow(b, -static_cast<double>(2 * i) / d);
   switch (r.kind) {
     case RopeScaling::Kind::kNone:
     case RopeScaling::Kind::kDynamicNtk:

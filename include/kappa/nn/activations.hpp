@@ -35,7 +35,8 @@ struct Gelu {
     const T inv_sqrt2 = static_cast<T>(1.0 / std::numbers::sqrt2);
     for (Index i = 0; i < x.rows(); ++i) {
       T* r = x.row(i).data();
-      for (Index j = 0; j < x.cols(); ++j) r[j] = T(0.5) * r[j] * (T(1) + std::erf(r[j] * inv_sqrt2));
+      for (Index j = 0; j < x.cols(); ++j)
+        r[j] = T(0.5) * r[j] * (T(1) + std::erf(r[j] * inv_sqrt2));
     }
   }
 };
@@ -68,6 +69,8 @@ struct Silu {
 
 /// An activation policy: `A::apply(MatrixRef<T>)` changes x in place.
 template <class A, class T>
-concept Activation = requires(MatrixRef<T> x) { A::template apply<T>(x); };
+concept Activation = requires(MatrixRef<T> x) {
+  A::template apply<T>(x);
+};
 
 }  // namespace kappa

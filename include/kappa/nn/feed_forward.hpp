@@ -10,7 +10,9 @@
 //                     Qwen2 and DeepSeek-V2's dense layers.
 //
 // Weights follow the paper's row convention (used as X W). The gated layer
-// stores [W_gate | W_up] side by side, so both come from one GEMM.
+// stores [W_gate | W_up] side by side, so both come from one GEMM. The
+// storage policy (DenseWeights, Bf16Weights; core/weight_storage.hpp) picks
+// the bytes a decode step reads.
 #pragma once
 
 #include <string>
@@ -20,6 +22,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/weight_storage.hpp"
 #include "kappa/nn/activations.hpp"
 
 namespace kappa {
@@ -43,9 +46,10 @@ void add_bias(RowMatrix<T>& x, const RowVector<T>& b) {
 /// ffn.set_weights(w_1, b_1, w_2, b_2);
 /// kappa::RowMatrix<float> y = ffn.forward(x);          // (N, 768)
 /// ```
-template <Scalar T, class Act = Relu>
+template <Scalar T, class Act = Relu, WeightStoragePolicy Storage = DenseWeights>
 class Mlp {
-  static_assert(Activation<Act, T>, "kappa: Mlp's activation must provide static apply(MatrixRef<T>)");
+  static_assert(Activation<Act, T>,
+                "kappa: Mlp's activation must provide static apply(MatrixRef<T>)");
 
  public:
   using value_type = T;
@@ -56,6 +60,7 @@ class Mlp {
 
   [[nodiscard]] Index d_model() const { return w_1_.rows(); }
   [[nodiscard]] Index d_ff() const { return w_1_.cols(); }
+  using StorageType = Storage;
 
   /// W_1 (d, d_ff), b_1 (d_ff or empty), W_2 (d_ff, d), b_2 (d or empty).
   /// \throws ShapeError naming the weight, its shape and the expected one.
@@ -65,31 +70,32 @@ class Mlp {
     detail::expect_ffn_shape(what, "W_2", w_2, d_ff(), d_model());
     if (b_1.size() > 0) detail::expect_ffn_shape(what, "b_1", b_1, 1, d_ff());
     if (b_2.size() > 0) detail::expect_ffn_shape(what, "b_2", b_2, 1, d_model());
-    w_1_ = std::move(w_1);
+    w_1_ = WeightMatrix<T, Storage>(std::move(w_1));
     b_1_ = std::move(b_1);
-    w_2_ = std::move(w_2);
+    w_2_ = WeightMatrix<T, Storage>(std::move(w_2));
     b_2_ = std::move(b_2);
   }
 
   /// F(X) for X (N, d); returns (N, d). \throws ShapeError unless X has d columns.
   [[nodiscard]] RowMatrix<T> forward(ConstMatrixRef<T> x) const {
-    require_shapes(x.cols() == d_model(), "Mlp::forward", "X", x.rows(), x.cols(), "W_1", w_1_.rows(),
-                   w_1_.cols(), "X must have d_model columns");
+    require_shapes(x.cols() == d_model(), "Mlp::forward", "X", x.rows(), x.cols(), "W_1",
+                   w_1_.rows(), w_1_.cols(), "X must have d_model columns");
     RowMatrix<T> h(x.rows(), d_ff());
-    product_into<T>(x, w_1_, h);  // (N, d_ff)
+    w_1_.multiply(x, h);  // (N, d_ff)
     detail::add_bias(h, b_1_);
     Act::template apply<T>(h);
     RowMatrix<T> y(x.rows(), d_model());
-    product_into<T>(h, w_2_, y);  // (N, d)
+    w_2_.multiply(h, y);  // (N, d)
     detail::add_bias(y, b_2_);
     return y;
   }
 
-  [[nodiscard]] const RowMatrix<T>& w_1() const { return w_1_; }
-  [[nodiscard]] const RowMatrix<T>& w_2() const { return w_2_; }
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_1() const { return w_1_; }
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_2() const { return w_2_; }
   /// Bytes of the weights (what a decode step reads).
   [[nodiscard]] std::size_t weight_bytes() const {
-    return sizeof(T) * static_cast<std::size_t>(w_1_.size() + w_2_.size() + b_1_.size() + b_2_.size());
+    return w_1_.bytes() + w_2_.bytes() +
+           sizeof(T) * static_cast<std::size_t>(b_1_.size() + b_2_.size());
   }
 
  private:
@@ -97,12 +103,12 @@ class Mlp {
     if (n < 0) throw RangeError("kappa: Mlp: size " + std::to_string(n) + " is negative");
     return n;
   }
-  RowMatrix<T> w_1_, w_2_;
+  WeightMatrix<T, Storage> w_1_, w_2_;
   RowVector<T> b_1_, b_2_;
 };
 
 /// Gated MLP (act(X W_gate) * (X W_up)) W_down; no biases (as in LLaMA).
-template <Scalar T, class Act = Silu>
+template <Scalar T, class Act = Silu, WeightStoragePolicy Storage = DenseWeights>
 class GatedMlp {
   static_assert(Activation<Act, T>,
                 "kappa: GatedMlp's activation must provide static apply(MatrixRef<T>)");
@@ -113,6 +119,7 @@ class GatedMlp {
   GatedMlp(Index d_model, Index d_ff)
       : w_gate_up_(RowMatrix<T>::Zero(check_size(d_model), 2 * check_size(d_ff))),
         w_down_(RowMatrix<T>::Zero(d_ff, d_model)) {}
+  using StorageType = Storage;
 
   [[nodiscard]] Index d_model() const { return w_gate_up_.rows(); }
   [[nodiscard]] Index d_ff() const { return w_down_.rows(); }
@@ -125,9 +132,11 @@ class GatedMlp {
     detail::expect_ffn_shape(what, "W_gate", w_gate, d_model(), d_ff());
     detail::expect_ffn_shape(what, "W_up", w_up, d_model(), d_ff());
     detail::expect_ffn_shape(what, "W_down", w_down, d_ff(), d_model());
-    w_gate_up_.leftCols(d_ff()) = w_gate;
-    w_gate_up_.rightCols(d_ff()) = w_up;
-    w_down_ = std::move(w_down);
+    RowMatrix<T> gate_up(d_model(), 2 * d_ff());
+    gate_up.leftCols(d_ff()) = w_gate;
+    gate_up.rightCols(d_ff()) = w_up;
+    w_gate_up_ = WeightMatrix<T, Storage>(std::move(gate_up));
+    w_down_ = WeightMatrix<T, Storage>(std::move(w_down));
   }
 
   /// F(X) for X (N, d); returns (N, d). \throws ShapeError unless X has d columns.
@@ -136,32 +145,30 @@ class GatedMlp {
                    d_model(), d_ff(), "X must have d_model columns");
     const Index f = d_ff();
     RowMatrix<T> gu(x.rows(), 2 * f);
-    product_into<T>(x, w_gate_up_, gu);  // (N, 2 d_ff): [X W_gate | X W_up]
+    w_gate_up_.multiply(x, gu);  // (N, 2 d_ff): [X W_gate | X W_up]
     Act::template apply<T>(gu.leftCols(f));
     RowMatrix<T> h = gu.leftCols(f).cwiseProduct(gu.rightCols(f));  // (N, d_ff)
     RowMatrix<T> y(x.rows(), d_model());
-    product_into<T>(h, w_down_, y);  // (N, d)
+    w_down_.multiply(h, y);  // (N, d)
     return y;
   }
 
-  [[nodiscard]] auto w_gate() const { return w_gate_up_.leftCols(d_ff()); }
-  [[nodiscard]] auto w_up() const { return w_gate_up_.rightCols(d_ff()); }
-  [[nodiscard]] const RowMatrix<T>& w_down() const { return w_down_; }
-  [[nodiscard]] std::size_t weight_bytes() const {
-    return sizeof(T) * static_cast<std::size_t>(w_gate_up_.size() + w_down_.size());
-  }
+  /// [W_gate | W_up] (d, 2 d_ff) and W_down.
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_gate_up() const { return w_gate_up_; }
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_down() const { return w_down_; }
+  [[nodiscard]] std::size_t weight_bytes() const { return w_gate_up_.bytes() + w_down_.bytes(); }
 
  private:
   static Index check_size(Index n) {
     if (n < 0) throw RangeError("kappa: GatedMlp: size " + std::to_string(n) + " is negative");
     return n;
   }
-  RowMatrix<T> w_gate_up_, w_down_;
+  WeightMatrix<T, Storage> w_gate_up_, w_down_;
 };
 
 /// SwiGLU: the gated MLP with SiLU (LLaMA, Mistral, Qwen2, DeepSeek-V2).
-template <Scalar T>
-using SwiGlu = GatedMlp<T, Silu>;
+template <Scalar T, WeightStoragePolicy Storage = DenseWeights>
+using SwiGlu = GatedMlp<T, Silu, Storage>;
 
 /// A feed-forward policy: `forward(ConstMatrixRef<T>) const` returning (N, d).
 template <class F, class T>

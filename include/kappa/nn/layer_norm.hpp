@@ -56,8 +56,8 @@ class LayerNorm {
   /// are accumulated in double for float input. \throws ShapeError unless x
   /// has d columns.
   void apply(MatrixRef<T> x) const {
-    require_shapes(x.cols() == gain_.size(), "LayerNorm", "x", x.rows(), x.cols(), "the gain g",
-                   1, gain_.size(), "x must have d columns");
+    require_shapes(x.cols() == gain_.size(), "LayerNorm", "x", x.rows(), x.cols(), "the gain g", 1,
+                   gain_.size(), "x must have d columns");
     const Index d = x.cols();
     if (d == 0) return;
     for (Index i = 0; i < x.rows(); ++i) {
@@ -83,8 +83,8 @@ class LayerNorm {
     if (!(eps_ >= 0) || !std::isfinite(eps_))
       throw std::invalid_argument("kappa: LayerNorm eps must be finite and >= 0, got " +
                                   std::to_string(eps_));
-    require_shapes(bias_.size() == 0 || bias_.size() == gain_.size(), "LayerNorm", "the bias b",
-                   1, bias_.size(), "the gain g", 1, gain_.size(),
+    require_shapes(bias_.size() == 0 || bias_.size() == gain_.size(), "LayerNorm", "the bias b", 1,
+                   bias_.size(), "the gain g", 1, gain_.size(),
                    "b must be empty (no bias) or as wide as g");
   }
   RowVector<T> gain_;

@@ -11,10 +11,15 @@
 //                exact GELU MLP, masked-LM head
 //   PaperTransformer  the original encoder-decoder: post-norm LayerNorm, MHA,
 //                sinusoidal positions, ReLU MLP
+//
+// The decoder-only aliases take a weight storage policy S (DenseWeights, or
+// Bf16Weights for the feed-forward and output-head weights, which are most of
+// the bytes a decode step reads; attention projections stay in T).
 #pragma once
 
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/core/weight_storage.hpp"
 #include "kappa/embed/positional.hpp"
 #include "kappa/embed/rope.hpp"
 #include "kappa/heads/latent.hpp"
@@ -28,30 +33,30 @@
 
 namespace kappa {
 
-template <Scalar T>
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Gpt2Layer =
-    DecoderOnlyLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, GeluTanh>, PreNorm>;
-template <Scalar T>
-using Gpt2 = DecoderLM<T, Gpt2Layer<T>, LearnedPositions<T>>;
+    DecoderOnlyLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, GeluTanh, S>, PreNorm>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Gpt2 = DecoderLM<T, Gpt2Layer<T, S>, LearnedPositions<T>, S>;
 
 template <Scalar T>
 using LlamaAttention = GroupedQueryAttention<T, kernels::Softmax, Rope<T, RotateHalf>>;
-template <Scalar T>
-using LlamaLayer = DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T>, PreNorm>;
-template <Scalar T>
-using Llama = DecoderLM<T, LlamaLayer<T>>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using LlamaLayer = DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Llama = DecoderLM<T, LlamaLayer<T, S>, NoAbsolutePositions, S>;
 
-template <Scalar T>
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using MistralSlidingLayer =
-    DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T>, PreNorm, SlidingWindowMask>;
-template <Scalar T>
-using MistralSliding = DecoderLM<T, MistralSlidingLayer<T>>;
+    DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T, S>, PreNorm, SlidingWindowMask>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using MistralSliding = DecoderLM<T, MistralSlidingLayer<T, S>, NoAbsolutePositions, S>;
 
-template <Scalar T, LatentPath Path = AbsorbedLatent>
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
 using DeepSeekV2Layer =
-    DecoderOnlyLayer<T, LatentAttention<T, Path, Interleaved>, RMSNorm<T>, SwiGlu<T>, PreNorm>;
-template <Scalar T, LatentPath Path = AbsorbedLatent>
-using DeepSeekV2 = DecoderLM<T, DeepSeekV2Layer<T, Path>>;
+    DecoderOnlyLayer<T, LatentAttention<T, Path, Interleaved>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
+using DeepSeekV2 = DecoderLM<T, DeepSeekV2Layer<T, S, Path>, NoAbsolutePositions, S>;
 
 template <Scalar T>
 using BertLayer = EncoderLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, Gelu>, PostNorm>;

@@ -67,13 +67,16 @@ class Config {
       throw FormatError("kappa: " + path.string() + ": byte " + std::to_string(e.byte) +
                         ": not valid JSON (" + e.what() + ")");
     }
-    if (!j.is_object()) throw FormatError("kappa: " + path.string() + ": the top level is not an object");
+    if (!j.is_object())
+      throw FormatError("kappa: " + path.string() + ": the top level is not an object");
     return Config(std::move(j), path.string());
   }
 
   [[nodiscard]] const nlohmann::json& json() const { return j_; }
   [[nodiscard]] const std::string& file() const { return file_; }
-  [[nodiscard]] bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  [[nodiscard]] bool has(const char* key) const {
+    return j_.contains(key) && !j_.at(key).is_null();
+  }
 
   /// An integer key; `fallback` when absent or null, else a FormatError
   /// naming the file and key. Values must lie in [lo, hi].
@@ -91,7 +94,8 @@ class Config {
                     std::to_string(hi) + "]");
     return x;
   }
-  [[nodiscard]] double number(const char* key, std::optional<double> fallback = std::nullopt) const {
+  [[nodiscard]] double number(const char* key,
+                              std::optional<double> fallback = std::nullopt) const {
     if (!has(key)) {
       if (fallback) return *fallback;
       fail(key, "is missing");
@@ -108,7 +112,8 @@ class Config {
     if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
     return v.get<bool>();
   }
-  [[nodiscard]] std::string string(const char* key, std::optional<std::string> fallback = std::nullopt) const {
+  [[nodiscard]] std::string string(const char* key,
+                                   std::optional<std::string> fallback = std::nullopt) const {
     if (!has(key)) {
       if (fallback) return *fallback;
       fail(key, "is missing");
@@ -136,7 +141,8 @@ inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
   const nlohmann::json& s = c.json().at("rope_scaling");
   if (!s.is_object()) c.fail("rope_scaling", "must be an object or null");
   const Config sc(s, c.file() + " (rope_scaling)");
-  const std::string type = sc.has("rope_type") ? sc.string("rope_type") : sc.string("type", "default");
+  const std::string type =
+      sc.has("rope_type") ? sc.string("rope_type") : sc.string("type", "default");
   if (type == "default") return r;
   r.factor = sc.number("factor");
   r.original_context = sc.integer("original_max_position_embeddings", max_positions, 1);
@@ -157,8 +163,8 @@ inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
     r.mscale_all_dim = sc.number("mscale_all_dim", 0.0);
     if (sc.has("attention_factor")) r.attention_factor = sc.number("attention_factor");
   } else {
-    c.fail("rope_scaling", "has type '" + type +
-                               "', which kappa does not support (linear, dynamic, llama3, yarn)");
+    c.fail("rope_scaling",
+           "has type '" + type + "', which kappa does not support (linear, dynamic, llama3, yarn)");
   }
   try {
     r.validate();
@@ -174,7 +180,8 @@ namespace detail {
 template <Scalar T>
 class Weights {
  public:
-  Weights(const io::Checkpoint& ckpt, std::string prefix) : ckpt_(ckpt), prefix_(std::move(prefix)) {}
+  Weights(const io::Checkpoint& ckpt, std::string prefix)
+      : ckpt_(ckpt), prefix_(std::move(prefix)) {}
   [[nodiscard]] RowMatrix<T> mat(const std::string& name, Index rows, Index cols) const {
     return ckpt_.template matrix<T>(prefix_ + name, {rows, cols});
   }
@@ -210,21 +217,24 @@ inline void require_false(const Config& c, const char* key, const std::string& w
 
 /// GPT-2 from its config.json and checkpoint (tensor names with or without
 /// the "transformer." prefix; lm_head.weight is tied to wte).
-template <Scalar T>
-Gpt2<T> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
-  const Index d = c.integer("n_embd", std::nullopt, 1), n_layer = c.integer("n_layer", std::nullopt, 0),
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+Gpt2<T, S> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
+  const Index d = c.integer("n_embd", std::nullopt, 1),
+              n_layer = c.integer("n_layer", std::nullopt, 0),
               n_head = c.integer("n_head", std::nullopt, 1),
               n_pos = c.integer("n_positions", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1);
   const Index d_ff = c.integer("n_inner", checked_mul("GPT-2 n_inner", 4, d), 1);
   const double eps = c.number("layer_norm_epsilon", 1e-5);
   if (d % n_head != 0) c.fail("n_head", "must divide n_embd = " + std::to_string(d));
-  detail::require_activation(c, "activation_function", "gelu_new", {"gelu_new", "gelu_pytorch_tanh"});
-  if (!c.boolean("scale_attn_weights", true)) c.fail("scale_attn_weights", "is false; kappa scales by 1/sqrt(d_head)");
+  detail::require_activation(c, "activation_function", "gelu_new",
+                             {"gelu_new", "gelu_pytorch_tanh"});
+  if (!c.boolean("scale_attn_weights", true))
+    c.fail("scale_attn_weights", "is false; kappa scales by 1/sqrt(d_head)");
   detail::require_false(c, "scale_attn_by_inverse_layer_idx", "kappa does not support it");
   const std::string prefix = ckpt.has("transformer.wte.weight") ? "transformer." : "";
   const detail::Weights<T> w(ckpt, prefix);
-  std::vector<Gpt2Layer<T>> layers;
+  std::vector<Gpt2Layer<T, S>> layers;
   layers.reserve(static_cast<std::size_t>(n_layer));
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
@@ -235,20 +245,20 @@ Gpt2<T> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
                      w.mat(p + "attn.c_proj.weight", d, d));
     attn.set_biases(c_attn_b.leftCols(d), c_attn_b.middleCols(d, d), c_attn_b.rightCols(d),
                     w.vec(p + "attn.c_proj.bias", d));
-    Mlp<T, GeluTanh> mlp(d, d_ff);
+    Mlp<T, GeluTanh, S> mlp(d, d_ff);
     mlp.set_weights(w.mat(p + "mlp.c_fc.weight", d, d_ff), w.vec(p + "mlp.c_fc.bias", d_ff),
                     w.mat(p + "mlp.c_proj.weight", d_ff, d), w.vec(p + "mlp.c_proj.bias", d));
-    layers.emplace_back(std::move(attn),
-                        LayerNorm<T>(w.vec(p + "ln_1.weight", d), w.vec(p + "ln_1.bias", d), eps),
-                        LayerNorm<T>(w.vec(p + "ln_2.weight", d), w.vec(p + "ln_2.bias", d), eps),
-                        std::move(mlp));
+    layers.emplace_back(
+        std::move(attn), LayerNorm<T>(w.vec(p + "ln_1.weight", d), w.vec(p + "ln_1.bias", d), eps),
+        LayerNorm<T>(w.vec(p + "ln_2.weight", d), w.vec(p + "ln_2.bias", d), eps), std::move(mlp));
   }
   std::optional<RowMatrix<T>> head;
-  if (!c.boolean("tie_word_embeddings", true)) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
-  return Gpt2<T>(Embedding<T>(w.mat("wte.weight", vocab, d)),
-                 LearnedPositions<T>(w.mat("wpe.weight", n_pos, d)), std::move(layers),
-                 LayerNorm<T>(w.vec("ln_f.weight", d), w.vec("ln_f.bias", d), eps), std::move(head),
-                 n_pos);
+  if (!c.boolean("tie_word_embeddings", true))
+    head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
+  return Gpt2<T, S>(Embedding<T>(w.mat("wte.weight", vocab, d)),
+                    LearnedPositions<T>(w.mat("wpe.weight", n_pos, d)), std::move(layers),
+                    LayerNorm<T>(w.vec("ln_f.weight", d), w.vec("ln_f.bias", d), eps),
+                    std::move(head), n_pos);
 }
 
 // ---- LLaMA, Mistral, Qwen2 -----------------------------------------------------
@@ -271,10 +281,12 @@ inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
   if (s.d % s.n_head != 0 && !c.has("head_dim"))
     c.fail("num_attention_heads", "must divide hidden_size = " + std::to_string(s.d));
   s.d_head = c.integer("head_dim", s.d / s.n_head, 2);
-  if (s.d_head % 2 != 0) c.fail("head_dim", "must be even for RoPE, got " + std::to_string(s.d_head));
+  if (s.d_head % 2 != 0)
+    c.fail("head_dim", "must be even for RoPE, got " + std::to_string(s.d_head));
   if (s.n_head % s.n_kv != 0)
-    c.fail("num_key_value_heads", "= " + std::to_string(s.n_kv) + " must divide num_attention_heads = " +
-                                      std::to_string(s.n_head));
+    c.fail("num_key_value_heads",
+           "= " + std::to_string(s.n_kv) +
+               " must divide num_attention_heads = " + std::to_string(s.n_head));
   s.d_ff = c.integer("intermediate_size", std::nullopt, 1);
   s.vocab = c.integer("vocab_size", std::nullopt, 1);
   s.max_pos = c.integer("max_position_embeddings", 2048, 1);
@@ -300,8 +312,9 @@ inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
 }
 
 namespace detail {
-template <Scalar T, class Layer, class Mask>
-DecoderLM<T, Layer> build_llama(const LlamaSizes& s, const io::Checkpoint& ckpt, Mask mask) {
+template <Scalar T, WeightStoragePolicy S, class Layer, class Mask>
+DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
+                                                        const io::Checkpoint& ckpt, Mask mask) {
   const detail::Weights<T> w(ckpt, "model.");
   std::vector<Layer> layers;
   layers.reserve(static_cast<std::size_t>(s.n_layer));
@@ -309,8 +322,9 @@ DecoderLM<T, Layer> build_llama(const LlamaSizes& s, const io::Checkpoint& ckpt,
               dkv = checked_mul("k_proj rows", s.n_kv, s.d_head);
   for (Index i = 0; i < s.n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    LlamaAttention<T> attn({.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv},
-                           {}, Rope<T, RotateHalf>(s.d_head, s.theta, s.scaling));
+    LlamaAttention<T> attn(
+        {.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv}, {},
+        Rope<T, RotateHalf>(s.d_head, s.theta, s.scaling));
     attn.set_weights_from_hf(w.mat(p + "self_attn.q_proj.weight", dq, s.d),
                              w.mat(p + "self_attn.k_proj.weight", dkv, s.d),
                              w.mat(p + "self_attn.v_proj.weight", dkv, s.d),
@@ -321,43 +335,44 @@ DecoderLM<T, Layer> build_llama(const LlamaSizes& s, const io::Checkpoint& ckpt,
                       s.qkv_bias ? w.vec(p + "self_attn.v_proj.bias", dkv) : RowVector<T>(),
                       s.o_bias ? w.vec(p + "self_attn.o_proj.bias", s.d) : RowVector<T>());
     }
-    SwiGlu<T> mlp(s.d, s.d_ff);
+    SwiGlu<T, S> mlp(s.d, s.d_ff);
     mlp.set_weights(w.mat(p + "mlp.gate_proj.weight", s.d_ff, s.d).transpose(),
                     w.mat(p + "mlp.up_proj.weight", s.d_ff, s.d).transpose(),
                     w.mat(p + "mlp.down_proj.weight", s.d, s.d_ff).transpose());
-    layers.emplace_back(std::move(attn), RMSNorm<T>(w.vec(p + "input_layernorm.weight", s.d), s.eps),
-                        RMSNorm<T>(w.vec(p + "post_attention_layernorm.weight", s.d), s.eps),
-                        std::move(mlp), mask);
+    layers.emplace_back(
+        std::move(attn), RMSNorm<T>(w.vec(p + "input_layernorm.weight", s.d), s.eps),
+        RMSNorm<T>(w.vec(p + "post_attention_layernorm.weight", s.d), s.eps), std::move(mlp), mask);
   }
   std::optional<RowMatrix<T>> head;
   if (!s.tied) head = ckpt.template matrix<T>("lm_head.weight", {s.vocab, s.d});
-  return DecoderLM<T, Layer>(Embedding<T>(w.mat("embed_tokens.weight", s.vocab, s.d)), {},
-                             std::move(layers), RMSNorm<T>(w.vec("norm.weight", s.d), s.eps),
-                             std::move(head), s.max_pos);
+  return DecoderLM<T, Layer, NoAbsolutePositions, S>(
+      Embedding<T>(w.mat("embed_tokens.weight", s.vocab, s.d)), {}, std::move(layers),
+      RMSNorm<T>(w.vec("norm.weight", s.d), s.eps), std::move(head), s.max_pos);
 }
 }  // namespace detail
 
 /// LLaMA / Qwen2 / Mistral (without a sliding window) from config and checkpoint.
-template <Scalar T>
-Llama<T> load_llama(const Config& c, const io::Checkpoint& ckpt) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+Llama<T, S> load_llama(const Config& c, const io::Checkpoint& ckpt) {
   const LlamaSizes s = llama_sizes(c, c.string("model_type", "llama"));
-  return detail::build_llama<T, LlamaLayer<T>>(s, ckpt, CausalMask{});
+  return detail::build_llama<T, S, LlamaLayer<T, S>>(s, ckpt, CausalMask{});
 }
 
 /// Mistral with its sliding window: token i sees positions i - W + 1 .. i.
-template <Scalar T>
-MistralSliding<T> load_mistral_sliding(const Config& c, const io::Checkpoint& ckpt) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+MistralSliding<T, S> load_mistral_sliding(const Config& c, const io::Checkpoint& ckpt) {
   const LlamaSizes s = llama_sizes(c, "mistral");
   if (s.sliding_window < 1) c.fail("sliding_window", "is not set");
-  return detail::build_llama<T, MistralSlidingLayer<T>>(s, ckpt, SlidingWindowMask{s.sliding_window});
+  return detail::build_llama<T, S, MistralSlidingLayer<T, S>>(s, ckpt,
+                                                              SlidingWindowMask{s.sliding_window});
 }
 
 // ---- DeepSeek-V2 ----------------------------------------------------------------
 
 /// DeepSeek-V2 attention with dense feed-forward layers (DeepSeek-V2 configs
 /// with mixture-of-experts layers are rejected, naming n_routed_experts).
-template <Scalar T, LatentPath Path = AbsorbedLatent>
-DeepSeekV2<T, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
+DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt) {
   const Index d = c.integer("hidden_size", std::nullopt, 1),
               n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
               n_head = c.integer("num_attention_heads", std::nullopt, 1),
@@ -368,8 +383,9 @@ DeepSeekV2<T, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt
     const Index first_dense = c.integer("first_k_dense_replace", 0, 0);
     if (first_dense < n_layer)
       c.fail("n_routed_experts",
-             "is set and first_k_dense_replace = " + std::to_string(first_dense) + " < num_hidden_layers = " +
-                 std::to_string(n_layer) + ": mixture-of-experts layers are not supported by kappa");
+             "is set and first_k_dense_replace = " + std::to_string(first_dense) +
+                 " < num_hidden_layers = " + std::to_string(n_layer) +
+                 ": mixture-of-experts layers are not supported by kappa");
   }
   detail::require_activation(c, "hidden_act", "silu", {"silu"});
   detail::require_false(c, "attention_bias", "kappa's latent attention has no biases");
@@ -386,12 +402,12 @@ DeepSeekV2<T, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt
   lc.norm_eps = 1e-6;
   lc.rope_base = c.number("rope_theta", 10000.0);
   lc.rope_scaling = parse_rope_scaling(c, max_pos);
-  lc.scale = yarn_softmax_factor(lc.rope_scaling) /
-             std::sqrt(static_cast<double>(lc.d_head + lc.d_rope));
+  lc.scale =
+      yarn_softmax_factor(lc.rope_scaling) / std::sqrt(static_cast<double>(lc.d_head + lc.d_rope));
   const double eps = c.number("rms_norm_eps", 1e-6);
   const Index dh = lc.d_head, dr = lc.d_rope, dv = lc.d_v, dc = lc.d_latent;
   const detail::Weights<T> w(ckpt, "model.");
-  std::vector<DeepSeekV2Layer<T, Path>> layers;
+  std::vector<DeepSeekV2Layer<T, S, Path>> layers;
   layers.reserve(static_cast<std::size_t>(n_layer));
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".self_attn.";
@@ -410,7 +426,7 @@ DeepSeekV2<T, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt
     LatentAttention<T, Path, Interleaved> attn(lc);
     attn.set_weights_from_hf(hw);
     const std::string q = "layers." + std::to_string(i) + ".";
-    SwiGlu<T> mlp(d, d_ff);
+    SwiGlu<T, S> mlp(d, d_ff);
     mlp.set_weights(w.mat(q + "mlp.gate_proj.weight", d_ff, d).transpose(),
                     w.mat(q + "mlp.up_proj.weight", d_ff, d).transpose(),
                     w.mat(q + "mlp.down_proj.weight", d, d_ff).transpose());
@@ -419,10 +435,11 @@ DeepSeekV2<T, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt
                         std::move(mlp));
   }
   std::optional<RowMatrix<T>> head;
-  if (!c.boolean("tie_word_embeddings", false)) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
-  return DeepSeekV2<T, Path>(Embedding<T>(w.mat("embed_tokens.weight", vocab, d)), {},
-                             std::move(layers), RMSNorm<T>(w.vec("norm.weight", d), eps),
-                             std::move(head), max_pos);
+  if (!c.boolean("tie_word_embeddings", false))
+    head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
+  return DeepSeekV2<T, S, Path>(Embedding<T>(w.mat("embed_tokens.weight", vocab, d)), {},
+                                std::move(layers), RMSNorm<T>(w.vec("norm.weight", d), eps),
+                                std::move(head), max_pos);
 }
 
 // ---- BERT -------------------------------------------------------------------------
@@ -439,7 +456,8 @@ Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
               max_pos = c.integer("max_position_embeddings", 512, 1),
               n_types = c.integer("type_vocab_size", 2, 0);
   const double eps = c.number("layer_norm_eps", 1e-12);
-  if (d % n_head != 0) c.fail("num_attention_heads", "must divide hidden_size = " + std::to_string(d));
+  if (d % n_head != 0)
+    c.fail("num_attention_heads", "must divide hidden_size = " + std::to_string(d));
   detail::require_activation(c, "hidden_act", "gelu", {"gelu"});
   if (c.string("position_embedding_type", "absolute") != "absolute")
     c.fail("position_embedding_type", "is not 'absolute'; kappa supports absolute positions only");
@@ -458,12 +476,14 @@ Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
                              w.mat(p + "attention.self.key.weight", d, d),
                              w.mat(p + "attention.self.value.weight", d, d),
                              w.mat(p + "attention.output.dense.weight", d, d));
-    attn.set_biases(w.vec(p + "attention.self.query.bias", d), w.vec(p + "attention.self.key.bias", d),
-                    w.vec(p + "attention.self.value.bias", d), w.vec(p + "attention.output.dense.bias", d));
+    attn.set_biases(
+        w.vec(p + "attention.self.query.bias", d), w.vec(p + "attention.self.key.bias", d),
+        w.vec(p + "attention.self.value.bias", d), w.vec(p + "attention.output.dense.bias", d));
     Mlp<T, Gelu> mlp(d, d_ff);
     mlp.set_weights(w.mat(p + "intermediate.dense.weight", d_ff, d).transpose(),
                     w.vec(p + "intermediate.dense.bias", d_ff),
-                    w.mat(p + "output.dense.weight", d, d_ff).transpose(), w.vec(p + "output.dense.bias", d));
+                    w.mat(p + "output.dense.weight", d, d_ff).transpose(),
+                    w.vec(p + "output.dense.bias", d));
     layers.emplace_back(std::move(attn), norm(w, p + "attention.output.LayerNorm"),
                         norm(w, p + "output.LayerNorm"), std::move(mlp));
   }
@@ -490,7 +510,8 @@ Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
 /// file comment and tests/data/models/README.md).
 template <Scalar T>
 PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint& ckpt) {
-  const Index d = c.integer("d_model", std::nullopt, 1), n_head = c.integer("nhead", std::nullopt, 1),
+  const Index d = c.integer("d_model", std::nullopt, 1),
+              n_head = c.integer("nhead", std::nullopt, 1),
               n_enc = c.integer("num_encoder_layers", std::nullopt, 0),
               n_dec = c.integer("num_decoder_layers", std::nullopt, 0),
               d_ff = c.integer("dim_feedforward", std::nullopt, 1),
@@ -504,7 +525,8 @@ PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint
   };
   const auto mha = [&](const std::string& p) {
     MultiHeadAttention<T> a({.d_in = d, .n_heads = n_head});
-    a.set_weights_from_torch_mha(w.mat(p + ".in_proj_weight", 3 * d, d), w.mat(p + ".out_proj.weight", d, d));
+    a.set_weights_from_torch_mha(w.mat(p + ".in_proj_weight", 3 * d, d),
+                                 w.mat(p + ".out_proj.weight", d, d));
     a.set_biases_from_torch_mha(w.vec(p + ".in_proj_bias", 3 * d), w.vec(p + ".out_proj.bias", d));
     return a;
   };
@@ -543,14 +565,16 @@ PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint
 
 /// A decoder-only language model loaded from a directory, whichever layout
 /// its config names; forward / cached decoding dispatch to it.
-template <Scalar T>
+/// \tparam S  weight storage of the feed-forward and output-head weights
+///            (DenseWeights, or Bf16Weights: half the bytes per decoded token)
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
 class CausalLM {
  public:
-  using Model = std::variant<Gpt2<T>, Llama<T>, MistralSliding<T>, DeepSeekV2<T>>;
+  using Model = std::variant<Gpt2<T, S>, Llama<T, S>, MistralSliding<T, S>, DeepSeekV2<T, S>>;
   /// The cache of one sequence (of the loaded model's kind).
   struct Cache {
-    std::variant<typename Gpt2<T>::Cache, typename Llama<T>::Cache,
-                 typename MistralSliding<T>::Cache, typename DeepSeekV2<T>::Cache>
+    std::variant<typename Gpt2<T, S>::Cache, typename Llama<T, S>::Cache,
+                 typename MistralSliding<T, S>::Cache, typename DeepSeekV2<T, S>::Cache>
         c;
     [[nodiscard]] Index length() const {
       return std::visit([](const auto& x) { return x.length(); }, c);
@@ -570,15 +594,25 @@ class CausalLM {
 
   [[nodiscard]] const std::string& model_type() const { return type_; }
   [[nodiscard]] const Model& model() const { return m_; }
-  [[nodiscard]] Index vocab_size() const { return visit([](const auto& m) { return m.vocab_size(); }); }
-  [[nodiscard]] Index d_model() const { return visit([](const auto& m) { return m.d_model(); }); }
-  [[nodiscard]] Index n_layers() const { return visit([](const auto& m) { return m.n_layers(); }); }
+  [[nodiscard]] Index vocab_size() const {
+    return visit([](const auto& m) { return m.vocab_size(); });
+  }
+  [[nodiscard]] Index d_model() const {
+    return visit([](const auto& m) { return m.d_model(); });
+  }
+  [[nodiscard]] Index n_layers() const {
+    return visit([](const auto& m) { return m.n_layers(); });
+  }
   /// max_position_embeddings / n_positions of the config.
   [[nodiscard]] Index context_length() const {
     return visit([](const auto& m) { return m.context_length(); });
   }
   [[nodiscard]] std::size_t weight_bytes() const {
     return visit([](const auto& m) { return m.weight_bytes(); });
+  }
+  /// Bytes of weights one decode step reads (see DecoderLM::decode_bytes).
+  [[nodiscard]] std::size_t decode_bytes() const {
+    return visit([](const auto& m) { return m.decode_bytes(); });
   }
   /// Logits (N, N_T) of one sequence.
   [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
@@ -594,7 +628,8 @@ class CausalLM {
         [&](const auto& m) -> RowMatrix<T> {
           using C = typename std::decay_t<decltype(m)>::Cache;
           C* c = std::get_if<C>(&cache.c);
-          if (c == nullptr) throw ShapeError("kappa: CausalLM: the cache was made by another model");
+          if (c == nullptr)
+            throw ShapeError("kappa: CausalLM: the cache was made by another model");
           return m.forward_cached(ids, *c, which);
         },
         m_);
@@ -609,7 +644,8 @@ class CausalLM {
           std::vector<C*> cs;
           for (Cache* c : caches) {
             C* x = c == nullptr ? nullptr : std::get_if<C>(&c->c);
-            if (x == nullptr) throw ShapeError("kappa: CausalLM: a cache is null or made by another model");
+            if (x == nullptr)
+              throw ShapeError("kappa: CausalLM: a cache is null or made by another model");
             cs.push_back(x);
           }
           return m.forward_cached(batch, cs, which);
@@ -630,25 +666,26 @@ class CausalLM {
 /// model.safetensors or its sharded index). \throws FormatError naming the
 /// file and key (an unsupported model_type is named), ShapeError naming a
 /// tensor whose shape disagrees with the config.
-template <Scalar T>
-CausalLM<T> load_causal_lm(const std::filesystem::path& dir) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw FormatError("kappa: " + dir.string() + ": not a model directory");
   const Config c = Config::read(dir / "config.json");
   const std::string type = c.string("model_type");
-  if (type != "gpt2" && type != "llama" && type != "mistral" && type != "qwen2" && type != "deepseek_v2") {
+  if (type != "gpt2" && type != "llama" && type != "mistral" && type != "qwen2" &&
+      type != "deepseek_v2") {
     if (type == "bert") c.fail("model_type", "is 'bert', an encoder-only model: use load_bert");
     c.fail("model_type", "is '" + type +
                              "', which kappa does not load as a causal LM (gpt2, llama, mistral, "
                              "qwen2, deepseek_v2)");
   }
   const io::Checkpoint ckpt(dir);
-  if (type == "gpt2") return CausalLM<T>(load_gpt2<T>(c, ckpt), type);
-  if (type == "deepseek_v2") return CausalLM<T>(load_deepseek_v2<T>(c, ckpt), type);
+  if (type == "gpt2") return CausalLM<T, S>(load_gpt2<T, S>(c, ckpt), type);
+  if (type == "deepseek_v2") return CausalLM<T, S>(load_deepseek_v2<T, S>(c, ckpt), type);
   if (type == "mistral" && c.has("sliding_window"))
-    return CausalLM<T>(load_mistral_sliding<T>(c, ckpt), type);
-  return CausalLM<T>(load_llama<T>(c, ckpt), type);
+    return CausalLM<T, S>(load_mistral_sliding<T, S>(c, ckpt), type);
+  return CausalLM<T, S>(load_llama<T, S>(c, ckpt), type);
 }
 
 /// Loads a BERT directory (model_type bert).
@@ -665,7 +702,8 @@ template <Scalar T>
 PaperTransformer<T> load_paper_transformer(const std::filesystem::path& dir) {
   const Config c = Config::read(dir / "config.json");
   const std::string type = c.string("model_type");
-  if (type != "kappa_transformer") c.fail("model_type", "is '" + type + "', expected 'kappa_transformer'");
+  if (type != "kappa_transformer")
+    c.fail("model_type", "is '" + type + "', expected 'kappa_transformer'");
   return load_paper_transformer<T>(c, io::Checkpoint(dir));
 }
 

@@ -49,7 +49,9 @@ concept NormPlacement = std::same_as<P, PreNorm> || std::same_as<P, PostNorm>;
 /// A norm policy: `apply(MatrixRef<T>) const` normalises each row in place
 /// (LayerNorm<T>, RMSNorm<T>).
 template <class N, class T>
-concept NormPolicy = requires(const N& n, MatrixRef<T> x) { n.apply(x); };
+concept NormPolicy = requires(const N& n, MatrixRef<T> x) {
+  n.apply(x);
+};
 
 /// How a layer drives its self-attention type: full causal (or windowed)
 /// pass, batch, and cached decoding. Specialised for kappa's attention types;
@@ -193,8 +195,11 @@ class DecoderOnlyLayer {
   using Cache = typename Ops::Cache;
 
   DecoderOnlyLayer(Attn attn, Norm norm_attn, Norm norm_ffn, FFN ffn, Mask mask = {})
-      : attn_(std::move(attn)), norm_1_(std::move(norm_attn)), norm_2_(std::move(norm_ffn)),
-        ffn_(std::move(ffn)), mask_(std::move(mask)) {}
+      : attn_(std::move(attn)),
+        norm_1_(std::move(norm_attn)),
+        norm_2_(std::move(norm_ffn)),
+        ffn_(std::move(ffn)),
+        mask_(std::move(mask)) {}
 
   /// Y for one sequence X (N, d); causal (or windowed) self-attention.
   [[nodiscard]] RowMatrix<T> forward(ConstMatrixRef<T> x) const {
@@ -274,7 +279,9 @@ class EncoderLayer {
   using NormType = Norm;
 
   EncoderLayer(Attn attn, Norm norm_attn, Norm norm_ffn, FFN ffn)
-      : attn_(std::move(attn)), norm_1_(std::move(norm_attn)), norm_2_(std::move(norm_ffn)),
+      : attn_(std::move(attn)),
+        norm_1_(std::move(norm_attn)),
+        norm_2_(std::move(norm_ffn)),
         ffn_(std::move(ffn)) {}
 
   /// Y for one sequence X (N, d); `mask` (NoMask, KeyPaddingMask, ...) bound to (N, N).
@@ -336,8 +343,12 @@ class DecoderLayer {
 
   DecoderLayer(SelfAttn self_attn, CrossAttn cross_attn, Norm norm_self, Norm norm_cross,
                Norm norm_ffn, FFN ffn)
-      : self_(std::move(self_attn)), cross_(std::move(cross_attn)), norm_1_(std::move(norm_self)),
-        norm_2_(std::move(norm_cross)), norm_3_(std::move(norm_ffn)), ffn_(std::move(ffn)) {}
+      : self_(std::move(self_attn)),
+        cross_(std::move(cross_attn)),
+        norm_1_(std::move(norm_self)),
+        norm_2_(std::move(norm_cross)),
+        norm_3_(std::move(norm_ffn)),
+        ffn_(std::move(ffn)) {}
 
   /// Y for target tokens X (N_t, d) over the encoder output M (N_s, d_mem);
   /// the self-attention is causal, the cross-attention sees all of M (or

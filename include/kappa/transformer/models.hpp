@@ -30,6 +30,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/weight_storage.hpp"
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
 #include "kappa/nn/activations.hpp"
@@ -63,10 +64,14 @@ void require_output_head(const char* what, const RowMatrix<T>& e_out, Index d) {
 /// \tparam Layer      a DecoderOnlyLayer<T, ...>
 /// \tparam Positions  NoAbsolutePositions, LearnedPositions<T> (GPT-2) or
 ///                    SinusoidalPositions<T>, added to the token embeddings
+/// \tparam Storage    how the output head E_out is stored (DenseWeights,
+///                    Bf16Weights); with Bf16Weights a tied head keeps a
+///                    bfloat16 copy of E for the logits and E for the lookup
 ///
 /// A model object is read-only during forward calls; several threads may use
 /// one model with their own caches.
-template <Scalar T, class Layer, class Positions = NoAbsolutePositions>
+template <Scalar T, class Layer, class Positions = NoAbsolutePositions,
+          WeightStoragePolicy Storage = DenseWeights>
 class DecoderLM {
  public:
   using value_type = T;
@@ -109,11 +114,19 @@ class DecoderLM {
   /// \throws ShapeError if the widths or vocabulary sizes disagree.
   DecoderLM(Embedding<T> embed, Positions positions, std::vector<Layer> layers, Norm final_norm,
             std::optional<RowMatrix<T>> output = std::nullopt, Index context_length = 0)
-      : embed_(std::move(embed)), positions_(std::move(positions)), layers_(std::move(layers)),
-        final_norm_(std::move(final_norm)), output_(std::move(output)),
+      : embed_(std::move(embed)),
+        positions_(std::move(positions)),
+        layers_(std::move(layers)),
+        final_norm_(std::move(final_norm)),
+        output_(std::move(output)),
         context_length_(context_length) {
     if (output_) {
       detail::require_output_head("DecoderLM", *output_, embed_.dim());
+    }
+    if constexpr (!std::same_as<Storage, DenseWeights>) {
+      untied_ = output_.has_value();
+      head_ = WeightMatrix<T, Storage>(output_ ? *output_ : embed_.table());
+      output_.reset();  // the head lives in head_ only
     }
     if constexpr (detail::kHasAbsolutePositions<Positions>) {
       require_shapes(positions_.dim() == embed_.dim(), "DecoderLM", "the positions", 1,
@@ -122,25 +135,45 @@ class DecoderLM {
     }
   }
 
-  [[nodiscard]] Index vocab_size() const { return output_ ? output_->rows() : embed_.vocab_size(); }
+  [[nodiscard]] Index vocab_size() const {
+    if constexpr (!std::same_as<Storage, DenseWeights>) return head_.rows();
+    return output_ ? output_->rows() : embed_.vocab_size();
+  }
   [[nodiscard]] Index d_model() const { return embed_.dim(); }
   [[nodiscard]] Index n_layers() const { return static_cast<Index>(layers_.size()); }
   [[nodiscard]] Index context_length() const { return context_length_; }
-  [[nodiscard]] bool tied() const { return !output_.has_value(); }
+  [[nodiscard]] bool tied() const {
+    if constexpr (std::same_as<Storage, DenseWeights>) return !output_.has_value();
+    return !untied_;
+  }
   [[nodiscard]] const Embedding<T>& embedding() const { return embed_; }
   [[nodiscard]] const Positions& positions() const { return positions_; }
   [[nodiscard]] const std::vector<Layer>& layers() const { return layers_; }
   [[nodiscard]] const Norm& final_norm() const { return final_norm_; }
-  /// E_out (N_T x d): the separate output head, or E when tied.
-  [[nodiscard]] const RowMatrix<T>& output_projection() const {
-    return output_ ? *output_ : embed_.table();
-  }
-  /// Bytes of every weight (a decode step reads each once).
+  /// Bytes of every weight held (memory).
   [[nodiscard]] std::size_t weight_bytes() const {
     std::size_t b = sizeof(T) * static_cast<std::size_t>(embed_.table().size());
-    if (output_) b += sizeof(T) * static_cast<std::size_t>(output_->size());
+    if constexpr (std::same_as<Storage, DenseWeights>) {
+      if (output_) b += sizeof(T) * static_cast<std::size_t>(output_->size());
+    } else {
+      b += head_.bytes();
+    }
     if constexpr (std::same_as<Positions, LearnedPositions<T>>)
       b += sizeof(T) * static_cast<std::size_t>(positions_.table().size());
+    for (const Layer& l : layers_) b += l.weight_bytes();
+    return b;
+  }
+  /// Bytes of weights one decode step reads: every layer's, the output head,
+  /// and one row of E (and of the position table).
+  [[nodiscard]] std::size_t decode_bytes() const {
+    std::size_t b = sizeof(T) * static_cast<std::size_t>(embed_.dim());
+    if constexpr (std::same_as<Storage, DenseWeights>) {
+      b += sizeof(T) * static_cast<std::size_t>(output_projection().size());
+    } else {
+      b += head_.bytes();
+    }
+    if constexpr (std::same_as<Positions, LearnedPositions<T>>)
+      b += sizeof(T) * static_cast<std::size_t>(embed_.dim());
     for (const Layer& l : layers_) b += l.weight_bytes();
     return b;
   }
@@ -210,7 +243,8 @@ class DecoderLM {
                                             LogitsFor which = LogitsFor::kAll) const {
     check_cache(cache);
     RowMatrix<T> x = embed(ids, cache.length());  // validates before any cache changes
-    for (std::size_t l = 0; l < layers_.size(); ++l) x = layers_[l].forward_cached(x, cache.layers[l]);
+    for (std::size_t l = 0; l < layers_.size(); ++l)
+      x = layers_[l].forward_cached(x, cache.layers[l]);
     cache.length_ += static_cast<Index>(ids.size());
     if (which == LogitsFor::kLast && x.rows() > 1) {
       RowMatrix<T> last = x.bottomRows(1);
@@ -234,7 +268,8 @@ class DecoderLM {
     std::vector<Index> lengths;
     Index total = 0;
     for (std::size_t b = 0; b < batch.size(); ++b) {
-      if (caches[b] == nullptr) throw ShapeError("kappa: DecoderLM::forward_cached: a cache is null");
+      if (caches[b] == nullptr)
+        throw ShapeError("kappa: DecoderLM::forward_cached: a cache is null");
       check_cache(*caches[b]);
       lengths.push_back(static_cast<Index>(batch[b].size()));
       total += lengths.back();
@@ -271,12 +306,24 @@ class DecoderLM {
 
   /// logits = H E_out^T for final hidden states H (N, d).
   [[nodiscard]] RowMatrix<T> project(ConstMatrixRef<T> h) const {
-    const RowMatrix<T>& e_out = output_projection();
-    require_shapes(h.cols() == e_out.cols(), "DecoderLM::project", "H", h.rows(), h.cols(),
-                   "E_out", e_out.rows(), e_out.cols(), "H must have d_model columns");
-    RowMatrix<T> logits(h.rows(), e_out.rows());
-    product_transposed_into<T>(h, e_out, logits);  // (N, N_T)
+    require_shapes(h.cols() == d_model(), "DecoderLM::project", "H", h.rows(), h.cols(), "E_out",
+                   vocab_size(), d_model(), "H must have d_model columns");
+    RowMatrix<T> logits(h.rows(), vocab_size());
+    if constexpr (std::same_as<Storage, DenseWeights>) {
+      product_transposed_into<T>(h, output_projection(), logits);  // (N, N_T)
+    } else {
+      head_.multiply_transposed(h, logits);  // (N, N_T)
+    }
     return logits;
+  }
+  /// E_out (N_T x d) in the compute type: the separate head, or E when tied
+  /// (a widened copy for non-dense storage).
+  [[nodiscard]] RowMatrix<T> output_projection_dense() const {
+    if constexpr (std::same_as<Storage, DenseWeights>) {
+      return output_projection();
+    } else {
+      return head_.dense();
+    }
   }
 
  private:
@@ -293,6 +340,15 @@ class DecoderLM {
   Norm final_norm_;
   std::optional<RowMatrix<T>> output_;
   Index context_length_ = 0;
+  WeightMatrix<T, Storage> head_{};  // the output head, for non-dense storage
+  bool untied_ = false;
+
+ public:
+  /// E_out (N_T x d) for dense storage: the separate output head, or E when tied.
+  [[nodiscard]] const RowMatrix<T>& output_projection()
+      const requires std::same_as<Storage, DenseWeights> {
+    return output_ ? *output_ : embed_.table();
+  }
 };
 
 /// The masked-language-model head of BERT: logits = LN(act(H W_t + b_t)) E^T + b.
@@ -316,12 +372,15 @@ class EncoderOnlyModel {
   EncoderOnlyModel(Embedding<T> words, LearnedPositions<T> positions, RowMatrix<T> token_types,
                    LayerNorm<T> embed_norm, std::vector<Layer> layers,
                    std::optional<MaskedLMHead<T, HeadAct>> head = std::nullopt)
-      : words_(std::move(words)), positions_(std::move(positions)),
-        types_(std::move(token_types)), embed_norm_(std::move(embed_norm)),
-        layers_(std::move(layers)), head_(std::move(head)) {
+      : words_(std::move(words)),
+        positions_(std::move(positions)),
+        types_(std::move(token_types)),
+        embed_norm_(std::move(embed_norm)),
+        layers_(std::move(layers)),
+        head_(std::move(head)) {
     const Index d = words_.dim();
-    require_shapes(positions_.dim() == d, "EncoderOnlyModel", "the positions", 1,
-                   positions_.dim(), "E", words_.vocab_size(), d, "widths must agree");
+    require_shapes(positions_.dim() == d, "EncoderOnlyModel", "the positions", 1, positions_.dim(),
+                   "E", words_.vocab_size(), d, "widths must agree");
     require_shapes(types_.cols() == d, "EncoderOnlyModel", "the token types", types_.rows(),
                    types_.cols(), "E", words_.vocab_size(), d, "widths must agree");
     if (head_) {
@@ -409,15 +468,15 @@ class EncoderDecoderModel {
     std::optional<Norm> encoder_norm;
     std::vector<DecLayer> decoder;
     std::optional<Norm> decoder_norm;
-    RowMatrix<T> generator;      ///< W_g (N_T_tgt x d)
+    RowMatrix<T> generator;       ///< W_g (N_T_tgt x d)
     RowVector<T> generator_bias;  ///< b_g (N_T_tgt), or empty
   };
 
-  explicit EncoderDecoderModel(Parts p)
-      : p_(std::move(p)), positions_(p_.tgt_embed.dim()) {
+  explicit EncoderDecoderModel(Parts p) : p_(std::move(p)), positions_(p_.tgt_embed.dim()) {
     const Index d = p_.tgt_embed.dim();
-    require_shapes(p_.src_embed.dim() == d, "EncoderDecoderModel", "E_src", p_.src_embed.vocab_size(),
-                   p_.src_embed.dim(), "E_tgt", p_.tgt_embed.vocab_size(), d, "widths must agree");
+    require_shapes(p_.src_embed.dim() == d, "EncoderDecoderModel", "E_src",
+                   p_.src_embed.vocab_size(), p_.src_embed.dim(), "E_tgt",
+                   p_.tgt_embed.vocab_size(), d, "widths must agree");
     require_shapes(p_.generator.cols() == d, "EncoderDecoderModel", "W_g", p_.generator.rows(),
                    p_.generator.cols(), "d_model", 1, d, "the generator maps d to N_T");
     require_shapes(p_.generator_bias.size() == 0 || p_.generator_bias.size() == p_.generator.rows(),

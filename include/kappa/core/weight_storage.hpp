@@ -1,0 +1,190 @@
+// kappa/core/weight_storage.hpp - how a layer stores its weight matrices.
+//
+// Decoding one token reads every weight once, so its speed is the weight
+// bytes over the memory bandwidth. A storage policy chooses those bytes:
+//
+//   DenseWeights  W in the compute type T (4 bytes per weight in float)
+//   Bf16Weights   W rounded to bfloat16 (2 bytes), widened to T block by
+//                 block while multiplying: half the bytes per token, with
+//                 the relative rounding of bfloat16 (2^-9) on each weight.
+//                 Scores, activations and sums stay in T.
+//
+// WeightMatrix<T, Storage> holds one matrix W (rows x cols, row-major) and
+// offers the two products layers need:
+//   product_into(X, W, out)            out = X W        (projections, FFN)
+//   product_transposed_into(X, W, out) out = X W^T      (the output head X E^T)
+// For a few rows (decoding) the output columns are split over
+// kappa::num_threads() threads; larger inputs widen row panels of W once and
+// use Eigen's GEMM.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <concepts>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
+#include "kappa/core/threading.hpp"
+
+namespace kappa {
+
+/// Weights stored in the compute type.
+struct DenseWeights {
+  static constexpr const char* kName = "dense";
+};
+/// Weights stored as bfloat16, widened while multiplying.
+struct Bf16Weights {
+  static constexpr const char* kName = "bf16";
+};
+
+template <class S>
+concept WeightStoragePolicy = std::same_as<S, DenseWeights> || std::same_as<S, Bf16Weights>;
+
+/// float -> bfloat16, round to nearest even (NaN stays NaN).
+inline std::uint16_t float_to_bf16(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>((u + rounding) >> 16);
+}
+/// bfloat16 -> float (exact).
+inline float bf16_to_float_exact(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+class WeightMatrix;
+
+/// Dense: a RowMatrix<T>.
+template <Scalar T>
+class WeightMatrix<T, DenseWeights> {
+ public:
+  WeightMatrix() = default;
+  explicit WeightMatrix(RowMatrix<T> w) : w_(std::move(w)) {}
+  [[nodiscard]] Index rows() const { return w_.rows(); }
+  [[nodiscard]] Index cols() const { return w_.cols(); }
+  [[nodiscard]] std::size_t bytes() const {
+    return sizeof(T) * static_cast<std::size_t>(w_.size());
+  }
+  /// W in the compute type (a copy for other storages).
+  [[nodiscard]] const RowMatrix<T>& dense() const { return w_; }
+
+  void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const { product_into<T>(x, w_, out); }
+  void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    product_transposed_into<T>(x, w_, out);
+  }
+
+ private:
+  RowMatrix<T> w_;
+};
+
+/// bfloat16: 2 bytes per weight.
+template <Scalar T>
+class WeightMatrix<T, Bf16Weights> {
+ public:
+  WeightMatrix() = default;
+  /// Rounds w to bfloat16 (nearest even).
+  explicit WeightMatrix(const RowMatrix<T>& w) : rows_(w.rows()), cols_(w.cols()) {
+    b_.resize(static_cast<std::size_t>(w.size()));
+    for (Index i = 0; i < w.size(); ++i)
+      b_[static_cast<std::size_t>(i)] = float_to_bf16(static_cast<float>(w.data()[i]));
+  }
+  [[nodiscard]] Index rows() const { return rows_; }
+  [[nodiscard]] Index cols() const { return cols_; }
+  [[nodiscard]] std::size_t bytes() const { return sizeof(std::uint16_t) * b_.size(); }
+  /// W widened to T (N x M; allocates).
+  [[nodiscard]] RowMatrix<T> dense() const {
+    RowMatrix<T> w(rows_, cols_);
+    widen(0, rows_, 0, cols_, w.data(), cols_);
+    return w;
+  }
+
+  /// out = X W.
+  void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   "product X W (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows");
+    if (x.rows() > kFewRows) {
+      // Prefill: widen panels of kPanel rows of W and accumulate GEMMs.
+      constexpr Index kPanel = 256;
+      RowMatrix<T> panel;
+      out.setZero();
+      for (Index r0 = 0; r0 < rows_; r0 += kPanel) {
+        const Index nr = std::min(kPanel, rows_ - r0);
+        panel.resize(nr, cols_);
+        widen(r0, nr, 0, cols_, panel.data(), cols_);
+        out.noalias() += x.middleCols(r0, nr) * panel;  // (n, m)
+      }
+      return;
+    }
+    const int threads = num_threads();
+    const int parts = (threads > 1 && cols_ >= 64) ? threads : 1;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int p = 0; p < parts; ++p) {
+      Index lo = 0, hi = 0;
+      detail::block_range(cols_, parts, p, lo, hi);
+      if (hi > lo) gemv_block(x, out, lo, hi - lo);
+    }
+  }
+
+  /// out = X W^T (W: m x k, the output head E).
+  void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
+                   "product X W^T (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X and W must have the same number of columns");
+    const int threads = num_threads();
+    const int parts = (threads > 1 && rows_ >= 64) ? threads : 1;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int p = 0; p < parts; ++p) {
+      Index lo = 0, hi = 0;
+      detail::block_range(rows_, parts, p, lo, hi);
+      constexpr Index kPanel = 64;
+      RowMatrix<T> panel(kPanel, cols_);
+      for (Index r0 = lo; r0 < hi; r0 += kPanel) {
+        const Index nr = std::min(kPanel, hi - r0);
+        widen(r0, nr, 0, cols_, panel.data(), cols_);
+        out.middleCols(r0, nr).noalias() = x * panel.topRows(nr).transpose();  // (n, nr)
+      }
+    }
+  }
+
+ private:
+  /// Rows r0 .. r0 + nr - 1, columns c0 .. c0 + nc - 1 of W, widened into dst
+  /// (row stride ld).
+  void widen(Index r0, Index nr, Index c0, Index nc, T* dst, Index ld) const {
+    for (Index i = 0; i < nr; ++i) {
+      const std::uint16_t* src = b_.data() + (r0 + i) * cols_ + c0;
+      T* d = dst + i * ld;
+      for (Index j = 0; j < nc; ++j)
+        d[j] = static_cast<T>(std::bit_cast<float>(static_cast<std::uint32_t>(src[j]) << 16));
+    }
+  }
+  /// out[:, c0 .. c0+nc) = X W[:, c0 .. c0+nc) for a few rows of X: one pass
+  /// over the rows of W, each widened into a small buffer (stays in L1).
+  void gemv_block(const ConstMatrixRef<T>& x, MatrixRef<T>& out, Index c0, Index nc) const {
+    const Index n = x.rows();
+    RowMatrix<T> acc = RowMatrix<T>::Zero(n, nc);
+    RowVector<T> row(nc);
+    for (Index i = 0; i < rows_; ++i) {
+      widen(i, 1, c0, nc, row.data(), nc);
+      for (Index r = 0; r < n; ++r) acc.row(r) += x(r, i) * row;
+    }
+    out.middleCols(c0, nc) = acc;
+  }
+
+  Index rows_ = 0, cols_ = 0;
+  std::vector<std::uint16_t> b_;
+};
+
+}  // namespace kappa
