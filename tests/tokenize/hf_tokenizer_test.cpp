@@ -237,6 +237,74 @@ TEST(HfTokenizerGpt2, Gpt2FilesLayoutGivesTheSameIds) {
             reference.encode("a<|endoftext|>"));
 }
 
+/// A tiktoken encoding as a Llama-3-style tokenizer.json: its tokens in
+/// GPT-2's alphabet, the merges derived from the ranks, its special tokens as
+/// added tokens, Sequence [Split(pattern), ByteLevel].
+template <class Reference>
+json tiktoken_as_tokenizer_json(const Reference& reference, std::string_view pattern,
+                                bool ignore_merges) {
+  const tk::BpeModel& m = reference.model();
+  json vocab = json::object();
+  json added = json::array();
+  for (std::size_t id = 0; id < m.vocab_size(); ++id) {
+    const auto t = static_cast<TokenId>(id);
+    std::string bytes;
+    try {
+      bytes = m.token(t);
+    } catch (const kappa::RangeError&) {
+      continue;  // a gap in the ids
+    }
+    if (m.is_special(t))
+      added.push_back({{"id", t}, {"content", bytes}, {"special", true}});
+    else
+      vocab[gpt2_string(bytes)] = t;
+  }
+  json merges = json::array();
+  for (const auto& [a, b] : m.merges())
+    merges.push_back(json::array({gpt2_string(m.token(a)), gpt2_string(m.token(b))}));
+  json t = small_tokenizer({}, {}, split_then_byte_level(pattern));
+  t["added_tokens"] = std::move(added);
+  t["model"]["vocab"] = std::move(vocab);
+  t["model"]["merges"] = std::move(merges);
+  t["model"]["ignore_merges"] = ignore_merges;
+  return t;
+}
+
+template <class Reference>
+void check_tiktoken_encoding(const std::string& name, const Reference& reference,
+                             std::string_view pattern, std::string_view pattern_name) {
+  const json tokenizer = tiktoken_as_tokenizer_json(reference, pattern, true);
+  for (const bool ignore : {true, false}) {
+    json t = tokenizer;
+    t["model"]["ignore_merges"] = ignore;
+    const HfTokenizer tok = load(t, name + (ignore ? "_ignore_merges" : "_merges"));
+    EXPECT_EQ(tok.pattern_name(), pattern_name);
+    EXPECT_EQ(tok.vocab_size(), reference.vocab_size());
+    // The merges derived from ranks make every token from its bytes.
+    EXPECT_EQ(tok.unreachable_token_count(), 0u);
+    for (const fs::path& f : corpus_files()) {
+      const std::string text = slurp(f);
+      ASSERT_EQ(tok.encode(text), reference.encode(text, tk::SpecialTokens::kRecognize))
+          << name << " on " << f;
+    }
+  }
+}
+
+TEST(HfTokenizerTiktoken, Cl100kAndO200kAsTokenizerJsonGiveTiktokensIds) {
+  REQUIRE_GPT2();  // the fixture also exports the rank files
+  const std::string dir = kappa::testing::vocab_dir();
+  const auto cl100k = tk::Cl100kTokenizer::from_tiktoken_file(dir + "/cl100k_base.tiktoken");
+  check_tiktoken_encoding(
+      "cl100k", cl100k,
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      "cl100k");
+  const auto o200k = tk::O200kTokenizer::from_tiktoken_file(dir + "/o200k_base.tiktoken");
+  check_tiktoken_encoding(
+      "o200k", o200k,
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      "o200k");
+}
+
 // ---- the model directories of tests/data/models --------------------------------
 
 TEST(HfTokenizerModels, ReferenceIdsOfEveryModelDirectory) {

@@ -237,6 +237,15 @@ inline TokenId json_id(const nlohmann::json& v, long long bound, std::string_vie
   return static_cast<TokenId>(id);
 }
 
+/// v as an id when it is a plain integer in [0, bound), else nullopt (then
+/// json_id gives the error).
+inline std::optional<TokenId> plain_id(const nlohmann::json& v, long long bound) noexcept {
+  if (!v.is_number_unsigned()) return std::nullopt;
+  const std::uint64_t id = v.get<std::uint64_t>();
+  if (id >= static_cast<std::uint64_t>(bound)) return std::nullopt;
+  return static_cast<TokenId>(id);
+}
+
 /// A special-token setting of tokenizer_config.json / special_tokens_map.json:
 /// absent -> nullopt (not set), null -> "" (set to none), a string or an
 /// object with "content"; FormatError otherwise.
@@ -413,14 +422,21 @@ class HfTokenizer {
 
  private:
   // What the two file layouts describe, before the BpeModel is built.
+  // Strings are views into the parsed files, which outlive build().
   struct Spec {
-    std::string vocab_where;                             // "file: model.vocab"
-    std::vector<std::pair<std::string, TokenId>> vocab;  // GPT-2 alphabet string -> id
-    std::string merges_file;                             // for messages
-    std::vector<std::pair<std::string, std::string>> merges;
-    std::vector<std::string> merge_where;  // key / line of each merge
+    std::string vocab_where;                                  // "file: model.vocab"
+    std::vector<std::pair<std::string_view, TokenId>> vocab;  // GPT-2 alphabet string -> id
+    std::string merges_file;                                  // for messages
+    std::vector<std::pair<std::string_view, std::string_view>> merges;
+    std::vector<std::size_t> merge_lines;  // merges.txt: the line of each merge
     std::vector<AddedToken> added;
     std::string added_file;
+
+    // Where merge k is, for messages: "model.merges[k]" or "line N".
+    std::string merge_where(std::size_t k) const {
+      if (merge_lines.empty()) return "model.merges[" + std::to_string(k) + "]";
+      return "line " + std::to_string(merge_lines[k]);
+    }
   };
 
   // ---- tokenizer.json ----------------------------------------------------------
@@ -628,35 +644,39 @@ class HfTokenizer {
     spec.vocab_where = path + ": model.vocab";
     const long long bound = 2 * static_cast<long long>(vocab->size() + spec.added.size()) + 1024;
     spec.vocab.reserve(vocab->size());
-    for (const auto& [key, value] : vocab->items())
-      spec.vocab.emplace_back(
-          key, detail::json_id(value, bound, path, "model.vocab[" + detail::hf_quote(key) + "]"));
+    for (const auto& item : vocab->items()) {
+      const std::string& key = item.key();
+      const nlohmann::json& value = item.value();
+      std::optional<TokenId> id = detail::plain_id(value, bound);
+      if (!id)
+        id = detail::json_id(value, bound, path, "model.vocab[" + detail::hf_quote(key) + "]");
+      spec.vocab.emplace_back(key, *id);
+    }
 
     const auto merges = m.find("merges");
     if (merges == m.end()) detail::hf_error(path, "model", "missing key \"merges\"");
     if (!merges->is_array()) detail::hf_error(path, "model.merges", "expected an array");
     spec.merges_file = path;
     spec.merges.reserve(merges->size());
-    spec.merge_where.reserve(merges->size());
     for (std::size_t k = 0; k < merges->size(); ++k) {
       const nlohmann::json& e = (*merges)[k];
-      std::string where = "model.merges[" + std::to_string(k) + "]";
       if (e.is_string()) {
-        const std::string line = e.get<std::string>();
+        const std::string_view line = e.get_ref<const std::string&>();
         const std::size_t sp = line.find(' ');
         if (sp == 0 || sp == std::string::npos || sp + 1 == line.size() ||
             line.find(' ', sp + 1) != std::string::npos)
-          detail::hf_error(path, where,
+          detail::hf_error(path, spec.merge_where(k),
                            "expected \"<token> <token>\", got " + detail::hf_quote(line));
         spec.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
       } else if (e.is_array()) {
         if (e.size() != 2 || !e[0].is_string() || !e[1].is_string())
-          detail::hf_error(path, where, "expected a pair [\"<token>\", \"<token>\"]");
-        spec.merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+          detail::hf_error(path, spec.merge_where(k), "expected a pair [\"<token>\", \"<token>\"]");
+        spec.merges.emplace_back(e[0].get_ref<const std::string&>(),
+                                 e[1].get_ref<const std::string&>());
       } else {
-        detail::hf_error(path, where, "expected a string or a pair, got " + detail::json_kind(e));
+        detail::hf_error(path, spec.merge_where(k),
+                         "expected a string or a pair, got " + detail::json_kind(e));
       }
-      spec.merge_where.push_back(std::move(where));
     }
   }
 
@@ -842,13 +862,12 @@ class HfTokenizer {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
       const std::size_t sp = line.find(' ');
-      const std::string where = "line " + std::to_string(line_no);
       if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() ||
           line.find(' ', sp + 1) != std::string_view::npos)
-        detail::hf_error(merges_path, where,
+        detail::hf_error(merges_path, "line " + std::to_string(line_no),
                          "expected \"<token> <token>\", got " + detail::hf_quote(line));
-      spec.merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
-      spec.merge_where.push_back(where);
+      spec.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+      spec.merge_lines.push_back(line_no);
     }
     t.build(spec);
     t.apply_config(config_path, special_map_path);
@@ -871,7 +890,7 @@ class HfTokenizer {
     const std::size_t count = spec.vocab.size() + spec.added.size();
     const long long bound = 2 * static_cast<long long>(count) + 1024;
     std::unordered_map<TokenId, std::size_t> added_by_id;
-    std::unordered_map<std::string, TokenId> added_by_text;
+    std::unordered_map<std::string_view, TokenId> added_by_text;
     for (std::size_t k = 0; k < spec.added.size(); ++k) {
       const AddedToken& a = spec.added[k];
       const std::string key = "added_tokens[" + std::to_string(k) + "]";
@@ -886,38 +905,42 @@ class HfTokenizer {
         detail::hf_error(spec.added_file, key + ".content",
                          "duplicate token " + detail::hf_quote(a.content));
     }
-    // Model tokens: id -> bytes.
-    std::unordered_map<std::string, TokenId> id_of;  // alphabet string -> id
+    // Model tokens: id -> bytes. Ids are below bound (checked when read).
+    std::unordered_map<std::string_view, TokenId> id_of;  // alphabet string -> id
     id_of.reserve(spec.vocab.size());
-    std::unordered_map<TokenId, std::string_view> seen;
-    seen.reserve(spec.vocab.size());
+    std::vector<std::uint32_t> owner(static_cast<std::size_t>(bound), 0xFFFFFFFFu);  // id -> entry
     BpeModel m;
     std::vector<bool> mergeable;
-    for (const auto& [key, id] : spec.vocab) {
-      std::string where = "[";  // piecewise: GCC 12 warns (-Wrestrict) on "[" + s + "]"
-      where.append(detail::hf_quote(key)).push_back(']');
-      if (const auto s = seen.find(id); s != seen.end())
-        detail::hf_error(spec.vocab_where + where, "",
+    for (std::size_t entry = 0; entry < spec.vocab.size(); ++entry) {
+      const auto& [key, id] = spec.vocab[entry];
+      const auto where = [&, key = key] {
+        std::string w = spec.vocab_where;  // piecewise: GCC 12 warns (-Wrestrict) on + chains
+        w.push_back('[');
+        w.append(detail::hf_quote(key)).push_back(']');
+        return w;
+      };
+      std::uint32_t& first = owner[static_cast<std::size_t>(id)];
+      if (first != 0xFFFFFFFFu)
+        detail::hf_error(where(), "",
                          "duplicate id " + std::to_string(id) + " (also token " +
-                             detail::hf_quote(s->second) + ")");
-      seen.emplace(id, key);
+                             detail::hf_quote(spec.vocab[first].first) + ")");
+      first = static_cast<std::uint32_t>(entry);
       id_of.emplace(key, id);
       std::optional<std::string> bytes = alphabet.decode(key);
       if (const auto a = added_by_id.find(id); a != added_by_id.end()) {
         const std::string& content = spec.added[a->second].content;
         if (content != key && (!bytes || *bytes != content))
           detail::hf_error(
-              spec.vocab_where + where, "",
+              where(), "",
               "id " + std::to_string(id) + " is also added token " + detail::hf_quote(content));
         continue;  // an added token: not a model token
       }
       if (const auto a = added_by_text.find(key); a != added_by_text.end())
-        detail::hf_error(spec.vocab_where + where, "",
+        detail::hf_error(where(), "",
                          "has id " + std::to_string(id) + " but added token " +
                              detail::hf_quote(key) + " has id " + std::to_string(a->second));
       if (!bytes || bytes->empty())
-        detail::hf_error(spec.vocab_where + where, "",
-                         "token string has a character outside GPT-2's byte alphabet");
+        detail::hf_error(where(), "", "token string has a character outside GPT-2's byte alphabet");
       m.add_token(*bytes, id, spec.vocab_where, 0);
       if (static_cast<std::size_t>(id) >= mergeable.size()) mergeable.resize(id + 1, false);
       mergeable[static_cast<std::size_t>(id)] = true;
@@ -929,19 +952,24 @@ class HfTokenizer {
     };
     std::vector<Merge> merges;
     merges.reserve(spec.merges.size());
-    const auto model_id = [&](const std::string& s, std::size_t k) {
+    const auto model_id = [&](std::string_view s, std::size_t k) {
       const auto f = id_of.find(s);
       if (f == id_of.end() || static_cast<std::size_t>(f->second) >= mergeable.size() ||
-          !mergeable[static_cast<std::size_t>(f->second)])
-        detail::hf_error(spec.merges_file, spec.merge_where[k],
-                         "merge " +
-                             detail::hf_quote(spec.merges[k].first + " " + spec.merges[k].second) +
-                             ": token " + detail::hf_quote(s) + " is not in the vocabulary");
+          !mergeable[static_cast<std::size_t>(f->second)]) {
+        std::string both(spec.merges[k].first);
+        both.push_back(' ');
+        both.append(spec.merges[k].second);
+        detail::hf_error(spec.merges_file, spec.merge_where(k),
+                         "merge " + detail::hf_quote(both) + ": token " + detail::hf_quote(s) +
+                             " is not in the vocabulary");
+      }
       return f->second;
     };
+    std::string joined;
     for (std::size_t k = 0; k < spec.merges.size(); ++k) {
       const auto& [a, b] = spec.merges[k];
-      merges.push_back({model_id(a, k), model_id(b, k), model_id(a + b, k)});
+      joined.assign(a).append(b);
+      merges.push_back({model_id(a, k), model_id(b, k), model_id(joined, k)});
     }
     std::unordered_map<std::uint64_t, std::uint32_t> last;
     last.reserve(merges.size());
@@ -967,9 +995,10 @@ class HfTokenizer {
     unreachable_.assign(model_.vocab_size(), false);
     unreachable_count_ = 0;
     std::vector<TokenId> parts;
+    std::string bytes;
     for (std::size_t id = 0; id < mergeable.size(); ++id) {
       if (!mergeable[id]) continue;
-      const std::string bytes = model_.token(static_cast<TokenId>(id));
+      bytes = model_.token(static_cast<TokenId>(id));
       if (bytes.size() < 2) continue;
       parts.clear();
       merge_whole_token(bytes, parts);
@@ -1136,7 +1165,8 @@ class HfTokenizer {
   // bpe(piece) by the merges alone: repeatedly the adjacent pair of lowest
   // priority, leftmost on ties. piece is a token, so it is short.
   void merge_whole_token(std::string_view piece, std::vector<TokenId>& out) const {
-    std::vector<std::uint32_t> ids(piece.size());
+    thread_local std::vector<std::uint32_t> ids;
+    ids.resize(piece.size());
     for (std::size_t k = 0; k < piece.size(); ++k)
       ids[k] = model_.byte_id(static_cast<unsigned char>(piece[k]));
     while (ids.size() > 1) {
