@@ -2,9 +2,14 @@
 // scalar and vectorized forms agree, default and custom scales.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "kappa/attention/attention.hpp"
 #include "kappa/attention/kernels.hpp"
 
 namespace kappa {
@@ -61,8 +66,8 @@ TYPED_TEST(KernelsTest, PolynomialIsPowerOfShiftedScore) {
   using T = TypeParam;
   const kernels::Polynomial cube(3, 1.0);
   EXPECT_EQ(cube.degree(), 3);
-  EXPECT_EQ(cube(T(2)), T(27));     // (2 + 1)^3
-  EXPECT_EQ(cube(T(-3)), T(-8));    // (-3 + 1)^3
+  EXPECT_EQ(cube(T(2)), T(27));      // (2 + 1)^3
+  EXPECT_EQ(cube(T(-3)), T(-8));     // (-3 + 1)^3
   const kernels::Polynomial square;  // degree 2, offset 0
   EXPECT_EQ(square(T(-3)), T(9));
   const std::vector<T> x{T(-3), T(0), T(2), T(0.5)};
@@ -84,6 +89,61 @@ TYPED_TEST(KernelsTest, EluPlusOneFeatureMapIsPositive) {
       EXPECT_NEAR(static_cast<double>(phi(i, j)), expect[i][j], 1e-6 * expect[i][j] + 1e-30);
       EXPECT_GT(phi(i, j), T(0));
     }
+}
+
+// ---- Hardening ------------------------------------------------------------------
+
+TYPED_TEST(KernelsTest, PolynomialCostDoesNotGrowWithTheDegree) {
+  using T = TypeParam;
+  const auto t0 = std::chrono::steady_clock::now();
+  const kernels::Polynomial huge(std::numeric_limits<int>::max());  // odd
+  EXPECT_EQ(huge(T(1)), T(1));
+  EXPECT_EQ(huge(T(-1)), T(-1));
+  EXPECT_EQ(huge(T(0.5)), T(0));
+  const auto y = vectorized(huge, std::vector<T>{T(1), T(-1), T(0.5), T(0)});
+  EXPECT_EQ(y, (std::vector<T>{T(1), T(-1), T(0), T(0)}));
+  // A 2 x 3 problem with that kernel returns at once.
+  const RowMatrix<T> q = RowMatrix<T>::Constant(2, 3, T(0.1));
+  (void)attention(q, q, q, huge, NoMask{});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 1.0);
+  // Moderate degrees match the power to rounding, scalar and vectorized alike.
+  const kernels::Polynomial p7(7, 0.25);
+  const std::vector<T> x{T(-1.5), T(0.3), T(0.9), T(2)};
+  const auto v7 = vectorized(p7, x);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::pow(static_cast<double>(x[i]) + 0.25, 7);
+    EXPECT_NEAR(static_cast<double>(p7(x[i])), want, 1e-5 * std::abs(want));
+    EXPECT_EQ(v7[i], p7(x[i]));
+  }
+}
+
+TYPED_TEST(KernelsTest, NonFiniteScaleOrOffsetIsRejectedNamingTheValue) {
+  using T = TypeParam;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const RowMatrix<T> q = RowMatrix<T>::Constant(2, 3, T(0.1));
+  EXPECT_THROW((void)attention(q, q, q, kernels::Softmax{nan}), std::invalid_argument);
+  EXPECT_THROW((void)attention(q, q, q, kernels::Softmax{inf}), std::invalid_argument);
+  EXPECT_THROW((void)attention(q, q, q, kernels::Linear{-inf}), std::invalid_argument);
+  EXPECT_THROW((void)attention(q, q, q, kernels::ReLU{nan}, CausalMask{}), std::invalid_argument);
+  EXPECT_THROW((void)attention_details(q, q, q, kernels::Softmax{nan}), std::invalid_argument);
+  // One query row takes the decode path; it is checked as well.
+  EXPECT_THROW((void)attention(RowMatrix<T>(q.topRows(1)), q, q, kernels::Softmax{nan}),
+               std::invalid_argument);
+  EXPECT_THROW(kernels::Polynomial(2, nan), std::invalid_argument);
+  EXPECT_THROW(kernels::Polynomial(2, 0.0, inf), std::invalid_argument);
+  std::string msg;
+  try {
+    (void)attention(q, q, q, kernels::Softmax{nan});
+  } catch (const std::invalid_argument& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("nan"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("softmax"), std::string::npos) << msg;
+  // Large finite scales are fine (softmax subtracts the row maximum).
+  const RowMatrix<T> y = attention(q, q, q, kernels::Softmax{1e30});
+  EXPECT_TRUE(y.allFinite());
 }
 
 // The concepts accept the built-in kernels and reject what is not a kernel.

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
+#include <string>
 
 #include "kappa/attention/attention.hpp"
 #include "support/reference.hpp"
@@ -100,7 +102,8 @@ TEST(Masks, SlidingWindowSeesTheLastWKeys) {
   expect_mask_matches(SlidingWindowMask{.window = w}, 2, 10,
                       [&](Index i, Index j) { return j <= 8 + i && j > 8 + i - w; });
   // Window 1: each query sees only itself.
-  expect_mask_matches(SlidingWindowMask{.window = 1}, 4, 4, [](Index i, Index j) { return i == j; });
+  expect_mask_matches(SlidingWindowMask{.window = 1}, 4, 4,
+                      [](Index i, Index j) { return i == j; });
   EXPECT_THROW((void)SlidingWindowMask{.window = 0}.bind(2, 2), std::invalid_argument);
 }
 
@@ -151,14 +154,52 @@ TEST(Masks, AllOfIntersects) {
   holes.allowed = Eigen::Matrix<bool, -1, -1, Eigen::RowMajor>::Constant(4, 4, true);
   holes.allowed(3, 1) = false;
   holes.allowed(2, 2) = false;
-  expect_mask_matches(all_of(CausalMask{}, holes), 4, 4, [&](Index i, Index j) {
-    return j <= i && holes.allowed(i, j);
-  });
+  expect_mask_matches(all_of(CausalMask{}, holes), 4, 4,
+                      [&](Index i, Index j) { return j <= i && holes.allowed(i, j); });
 }
 
 static_assert(Mask<NoMask> && Mask<CausalMask> && Mask<SlidingWindowMask>);
 static_assert(Mask<KeyPaddingMask> && Mask<BooleanMask> && Mask<AllOf<CausalMask, BooleanMask>>);
 static_assert(!Mask<int>);
+
+// ---- Hardening: offsets and windows near the int64 limits --------------------------
+
+constexpr Index kMaxIndex = std::numeric_limits<Index>::max();
+constexpr Index kMinIndex = std::numeric_limits<Index>::min();
+
+TEST(Masks, CausalOffsetsThatWouldOverflowAreARangeErrorAtBind) {
+  const RowMatrix<double> q = random_matrix<double>(4, 2, 1), k = random_matrix<double>(3, 2, 2);
+  // offset + i + 1 overflows for the last rows: rejected once, at bind.
+  EXPECT_THROW((void)CausalMask{kMaxIndex - 1}.bind(4, 3), RangeError);
+  EXPECT_THROW((void)attention(q, k, k, kernels::Softmax{}, CausalMask{kMaxIndex}), RangeError);
+  std::string msg;
+  try {
+    (void)CausalMask{kMaxIndex}.bind(4, 3);
+  } catch (const RangeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(std::to_string(kMaxIndex)), std::string::npos) << msg;
+  // The largest offset that fits still works: every row sees every key.
+  expect_mask_matches(CausalMask{kMaxIndex - 4}, 4, 3, [](Index, Index) { return true; });
+  // Very negative offsets see nothing, without overflow.
+  expect_mask_matches(CausalMask{kMinIndex}, 4, 3, [](Index, Index) { return false; });
+}
+
+TEST(Masks, SlidingWindowOffsetsAndWindowsNearTheLimitsAreCheckedAtBind) {
+  const RowMatrix<double> q = random_matrix<double>(3, 2, 1), k = random_matrix<double>(3, 2, 2);
+  // p - W + 1 overflows below INT64_MIN.
+  EXPECT_THROW((void)SlidingWindowMask({kMaxIndex, -5}).bind(3, 3), RangeError);
+  EXPECT_THROW((void)SlidingWindowMask({2, kMinIndex}).bind(3, 3), RangeError);
+  // p + 1 overflows above INT64_MAX.
+  EXPECT_THROW((void)SlidingWindowMask({3, kMaxIndex - 1}).bind(3, 3), RangeError);
+  EXPECT_THROW(
+      (void)attention(q, k, k, kernels::Softmax{}, SlidingWindowMask{kMaxIndex, kMinIndex + 1}),
+      RangeError);
+  // An unbounded window at the default offset is plain causal attention.
+  expect_mask_matches(SlidingWindowMask{kMaxIndex}, 3, 3, [](Index i, Index j) { return j <= i; });
+  expect_mask_matches(SlidingWindowMask{kMaxIndex, 0}, 3, 5,
+                      [](Index i, Index j) { return j <= i; });
+}
 
 }  // namespace
 }  // namespace kappa

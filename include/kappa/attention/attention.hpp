@@ -27,7 +27,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #ifdef _OPENMP
@@ -37,6 +40,7 @@
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -47,18 +51,18 @@ namespace kappa {
 /// Everything attention computes, for those who want to look inside.
 template <Scalar T>
 struct AttentionDetails {
-  RowMatrix<T> scores;     ///< A (N_Q x N_KV); row-shifted for Softmax, see above
-  Vector<T> normalizer;    ///< diag(Z) (N_Q), the row sums of A
-  RowMatrix<T> weights;    ///< Z^-1 A (N_Q x N_KV); rows sum to 1 (or are zero)
-  Vector<T> row_shift;     ///< m_i subtracted before f (0 for other kernels)
-  RowMatrix<T> output;     ///< Y = Z^-1 A V (N_Q x d_V)
+  RowMatrix<T> scores;   ///< A (N_Q x N_KV); row-shifted for Softmax, see above
+  Vector<T> normalizer;  ///< diag(Z) (N_Q), the row sums of A
+  RowMatrix<T> weights;  ///< Z^-1 A (N_Q x N_KV); rows sum to 1 (or are zero)
+  Vector<T> row_shift;   ///< m_i subtracted before f (0 for other kernels)
+  RowMatrix<T> output;   ///< Y = Z^-1 A V (N_Q x d_V)
 };
 
 /// Reusable scratch memory for attention_into (one per thread).
 template <Scalar T>
 struct AttentionWorkspace {
-  std::vector<T> scores;  // block of A
-  std::vector<T> z;       // block of diag(Z)
+  std::vector<T> scores;      // block of A
+  std::vector<T> z;           // block of diag(Z)
   RowMatrix<T> phi_q, phi_k;  // feature maps (feature-map kernels only)
   // Few-query path: s Q; per thread a chunk of A^T; per key chunk (A V)^T,
   // and the chunks' row maxima and sums (column-major: one query per column).
@@ -83,6 +87,36 @@ namespace detail {
 template <class K, class M>
 consteval bool check_policies() {
   return check_kernel<K>() && check_mask<M>();
+}
+
+/// Throws std::invalid_argument naming kernel K and the scale s (see
+/// checked_scale).
+template <class K>
+[[noreturn]] void throw_bad_scale(double s, bool overflows_t) {
+  std::string what = "attention: the ";
+  if constexpr (requires { K::kName; }) {
+    what += K::kName;
+    what += " kernel's";
+  } else {
+    what += "kernel's";
+  }
+  what += " scale s";
+  if (!overflows_t) require_finite(what, s);  // throws, naming nan / inf / -inf
+  throw std::invalid_argument("kappa: " + what + " = " + std::to_string(s) +
+                              " is not finite in the scalar type (float)");
+}
+
+/// The scale s of a score kernel for width d_QK, in T. Throws
+/// std::invalid_argument naming the kernel and the value when s is NaN or
+/// infinite, or overflows T: such a scale would turn every output into NaN
+/// silently. Called once per attention call; allocates only to throw.
+template <class T, class K>
+T checked_scale(const K& kernel, Index d_qk) {
+  const double s = kernel.scale_for(d_qk);
+  const T st = static_cast<T>(s);
+  if (!std::isfinite(st)) [[unlikely]]
+    throw_bad_scale<K>(s, std::isfinite(s));
+  return st;
 }
 
 /// Checks the shapes of Q, K, V (and Y if given) and throws ShapeError naming
@@ -192,7 +226,8 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
   if (static_cast<Index>(scores_buf.size()) < rows * span) scores_buf.resize(rows * span);
   if (static_cast<Index>(z_buf.size()) < rows) z_buf.resize(rows);
   Eigen::Map<RowMatrix<T>> a(scores_buf.data(), rows, span);
-  a.noalias() = (q_scale * qs.middleRows(r0, rows)) * ks.middleRows(keys.begin, span).transpose();  // (rows, span)
+  a.noalias() = (q_scale * qs.middleRows(r0, rows)) *
+                ks.middleRows(keys.begin, span).transpose();  // (rows, span)
   kernel_rows<T>(kernel, bound, r0, rows, keys.begin, span, scores_buf.data(), z_buf.data(),
                  static_cast<T*>(nullptr));
   auto y_block = y.middleRows(r0, rows);
@@ -217,7 +252,7 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
 /// K and V are each read once. Returns false, writing nothing, when it does
 /// not apply.
 template <class T, class K, class B>
-bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
+bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixRef<T>& q,
                     const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v, MatrixRef<T>& y,
                     AttentionWorkspace<T>& ws) {
   if constexpr (!ScoreKernel<K> || B::kHasHoles) {
@@ -235,7 +270,7 @@ bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
       y.setZero();
       return true;
     }
-    ws.q_scaled.noalias() = static_cast<T>(kernel.scale_for(q.cols())) * q;  // (m, d_QK)
+    ws.q_scaled.noalias() = scale * q;  // (m, d_QK)
     // Split the keys into fixed chunks of kSplitKeys (independent of the thread
     // count, so results are too). Chunk c gives, per query i, its row max
     // m_ci (shift-invariant kernels), z_ci = sum_j f(x_ij - m_ci) and
@@ -331,22 +366,25 @@ bool few_query_rows(const K& kernel, const B& bound, const ConstMatrixRef<T>& q,
 /// \param q  Q, N_Q x d_QK      \param k  K, N_KV x d_QK
 /// \param v  V, N_KV x d_V      \param y  Y, N_Q x d_V (output)
 /// \throws ShapeError when the shapes do not fit (the message names both),
+///         std::invalid_argument when a score kernel's scale is not finite,
 ///         and whatever the mask's bind() throws.
 template <Scalar T, class K = kernels::Softmax, class M = NoMask>
 void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v, MatrixRef<T> y,
                     AttentionWorkspace<T>& ws, const K& kernel = {}, const M& mask = {}) {
   static_assert(detail::check_policies<K, M>());
   detail::check_attention_shapes<T>(q, k, v);
-  require_shapes(y.rows() == q.rows() && y.cols() == v.cols(), "attention", "Y", y.rows(),
-                 y.cols(), "(N_Q x d_V)", q.rows(), v.cols(), "Y must be N_Q x d_V");
+  require_shapes(y.rows() == q.rows() && y.cols() == v.cols(), "attention", "Y", y.rows(), y.cols(),
+                 "(N_Q x d_V)", q.rows(), v.cols(), "Y must be N_Q x d_V");
   const auto bound = mask.bind(q.rows(), k.rows());
+  T scale = T(1);
+  if constexpr (ScoreKernel<K>) scale = detail::checked_scale<T>(kernel, q.cols());
   const Index n_q = q.rows();
   if (n_q == 0) return;
   if (k.rows() == 0) {
     y.setZero();
     return;
   }
-  if (detail::few_query_rows<T>(kernel, bound, q, k, v, y, ws)) return;
+  if (detail::few_query_rows<T>(kernel, bound, scale, q, k, v, y, ws)) return;
   const Index block = detail::block_rows<T>(n_q, k.rows());
   const Index n_blocks = (n_q + block - 1) / block;
 
@@ -375,12 +413,12 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
   };
 
   if constexpr (ScoreKernel<K>) {
-    run(q, static_cast<T>(kernel.scale_for(q.cols())), k);
+    run(q, scale, k);
   } else {
     ws.phi_q = kernel.template feature_map<T>(q, FeatureRole::kQuery);
     ws.phi_k = kernel.template feature_map<T>(k, FeatureRole::kKey);
-    require_shapes(ws.phi_q.cols() == ws.phi_k.cols(), "attention feature map", "phi(Q)",
-                   ws.phi_q, "phi(K)", ws.phi_k, "phi(Q) and phi(K) must have equal widths");
+    require_shapes(ws.phi_q.cols() == ws.phi_k.cols(), "attention feature map", "phi(Q)", ws.phi_q,
+                   "phi(K)", ws.phi_k, "phi(Q) and phi(K) must have equal widths");
     run(ws.phi_q, T(1), ws.phi_k);
   }
 }
@@ -392,13 +430,12 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
 /// ```
 /// Q, K, V may be any Eigen expressions of one scalar type (row-major blocks
 /// and maps pass without a copy).
-/// \throws ShapeError when the shapes do not fit (the message names both).
+/// \throws ShapeError when the shapes do not fit (the message names both);
+///         std::invalid_argument for a non-finite kernel scale.
 template <class DQ, class DK, class DV, class K = kernels::Softmax, class M = NoMask>
-  requires Scalar<typename DQ::Scalar>
-RowMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& q,
-                                         const Eigen::MatrixBase<DK>& k,
-                                         const Eigen::MatrixBase<DV>& v, const K& kernel = {},
-                                         const M& mask = {}) {
+requires Scalar<typename DQ::Scalar> RowMatrix<typename DQ::Scalar> attention(
+    const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+    const K& kernel = {}, const M& mask = {}) {
   using T = typename DQ::Scalar;
   static_assert(std::is_same_v<T, typename DK::Scalar> && std::is_same_v<T, typename DV::Scalar>,
                 "kappa: Q, K and V must have the same scalar type");
@@ -412,11 +449,9 @@ RowMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& q,
 /// Like attention(), but returns A, Z, Z^-1 A and Y (see AttentionDetails).
 /// Allocates N_Q x N_KV twice: meant for inspection and teaching, not speed.
 template <class DQ, class DK, class DV, class K = kernels::Softmax, class M = NoMask>
-  requires Scalar<typename DQ::Scalar>
-AttentionDetails<typename DQ::Scalar> attention_details(const Eigen::MatrixBase<DQ>& q,
-                                                        const Eigen::MatrixBase<DK>& k,
-                                                        const Eigen::MatrixBase<DV>& v,
-                                                        const K& kernel = {}, const M& mask = {}) {
+requires Scalar<typename DQ::Scalar> AttentionDetails<typename DQ::Scalar> attention_details(
+    const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+    const K& kernel = {}, const M& mask = {}) {
   using T = typename DQ::Scalar;
   static_assert(detail::check_policies<K, M>());
   static_assert(std::is_same_v<T, typename DK::Scalar> && std::is_same_v<T, typename DV::Scalar>,
@@ -428,13 +463,13 @@ AttentionDetails<typename DQ::Scalar> attention_details(const Eigen::MatrixBase<
   AttentionDetails<T> d;
   d.scores.resize(n_q, n_kv);
   if constexpr (ScoreKernel<K>) {
-    const T s = static_cast<T>(kernel.scale_for(qr.cols()));
+    const T s = detail::checked_scale<T>(kernel, qr.cols());
     d.scores.noalias() = (s * qr) * kr.transpose();  // (N_Q, N_KV)
   } else {
     const RowMatrix<T> phi_q = kernel.template feature_map<T>(qr, FeatureRole::kQuery);
     const RowMatrix<T> phi_k = kernel.template feature_map<T>(kr, FeatureRole::kKey);
-    require_shapes(phi_q.cols() == phi_k.cols(), "attention feature map", "phi(Q)", phi_q,
-                   "phi(K)", phi_k, "phi(Q) and phi(K) must have equal widths");
+    require_shapes(phi_q.cols() == phi_k.cols(), "attention feature map", "phi(Q)", phi_q, "phi(K)",
+                   phi_k, "phi(Q) and phi(K) must have equal widths");
     d.scores.noalias() = phi_q * phi_k.transpose();  // (N_Q, N_KV)
   }
   d.normalizer.resize(n_q);

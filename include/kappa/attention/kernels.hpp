@@ -24,13 +24,16 @@
 #include <string>
 
 #include "kappa/attention/concepts.hpp"
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/matrix.hpp"
 
 namespace kappa::kernels {
 
 namespace detail {
-inline double inv_sqrt(Index d) { return d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0; }
+inline double inv_sqrt(Index d) {
+  return d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0;
+}
 }  // namespace detail
 
 /// The scaled exponential: f(x) = exp(x), x = s q.k, s = 1/sqrt(d_QK) by
@@ -42,7 +45,9 @@ struct Softmax {
   /// s; unset means 1/sqrt(d_QK).
   std::optional<double> scale{};
 
-  [[nodiscard]] double scale_for(Index d_qk) const { return scale.value_or(detail::inv_sqrt(d_qk)); }
+  [[nodiscard]] double scale_for(Index d_qk) const {
+    return scale.value_or(detail::inv_sqrt(d_qk));
+  }
   template <Scalar T>
   T operator()(T x) const {
     return std::exp(x);
@@ -75,7 +80,9 @@ struct ReLU {
   static constexpr const char* kName = "relu";
   std::optional<double> scale{};
 
-  [[nodiscard]] double scale_for(Index d_qk) const { return scale.value_or(detail::inv_sqrt(d_qk)); }
+  [[nodiscard]] double scale_for(Index d_qk) const {
+    return scale.value_or(detail::inv_sqrt(d_qk));
+  }
   template <Scalar T>
   T operator()(T x) const {
     return x > T(0) ? x : T(0);
@@ -88,11 +95,16 @@ struct ReLU {
 };
 
 /// f(x) = (x + c)^p for an integer degree p >= 1 and offset c.
+/// The power is taken by repeated squaring: about 2 log2(p) multiplications
+/// per score, whatever p (p = INT_MAX costs 61), so a large degree cannot make
+/// attention slow. (For p <= 3 this is the plain product, bit for bit.) Large
+/// p or |x + c| overflow to +-inf as the power does; keep s (x + c) near 1.
 class Polynomial {
  public:
   static constexpr const char* kName = "polynomial";
 
-  /// Throws std::invalid_argument if degree < 1.
+  /// Throws std::invalid_argument if degree < 1, or the offset or the scale
+  /// is not finite (naming the value).
   explicit Polynomial(int degree = 2, double offset = 0.0,
                       std::optional<double> scale = std::nullopt)
       : degree_(degree), offset_(offset), scale_(scale) {
@@ -100,25 +112,54 @@ class Polynomial {
       throw std::invalid_argument("kappa: Polynomial kernel degree must be >= 1, got " +
                                   std::to_string(degree));
     }
+    require_finite("Polynomial kernel offset c", offset);
+    if (scale) require_finite("Polynomial kernel scale s", *scale);
   }
 
   [[nodiscard]] int degree() const { return degree_; }
   [[nodiscard]] double offset() const { return offset_; }
-  [[nodiscard]] double scale_for(Index d_qk) const { return scale_.value_or(detail::inv_sqrt(d_qk)); }
+  [[nodiscard]] double scale_for(Index d_qk) const {
+    return scale_.value_or(detail::inv_sqrt(d_qk));
+  }
 
   template <Scalar T>
   T operator()(T x) const {
-    const T base = x + static_cast<T>(offset_);
-    T r = T(1);
-    for (int i = 0; i < degree_; ++i) r *= base;
+    // base^p by squaring: bit k of p multiplies in base^(2^k).
+    T base = x + static_cast<T>(offset_);
+    T r = base;  // the lowest set bit of p >= 1 is handled below
+    unsigned p = static_cast<unsigned>(degree_);
+    while ((p & 1u) == 0) {
+      base *= base;
+      r = base;
+      p >>= 1;
+    }
+    for (p >>= 1; p != 0; p >>= 1) {
+      base *= base;
+      if (p & 1u) r *= base;
+    }
     return r;
   }
+  /// The same computation as operator(), elementwise (same results).
   template <Scalar T>
   void apply(T* x, Index n) const {
     Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
     a += static_cast<T>(offset_);
-    const Eigen::Array<T, Eigen::Dynamic, 1> base = a;
-    for (int i = 1; i < degree_; ++i) a *= base;
+    if (degree_ == 1) return;
+    if (degree_ == 2) {
+      a = a.square();
+      return;
+    }
+    Eigen::Array<T, Eigen::Dynamic, 1> base = a;  // r = a holds the result
+    unsigned p = static_cast<unsigned>(degree_);
+    while ((p & 1u) == 0) {
+      base = base.square();
+      p >>= 1;
+    }
+    a = base;
+    for (p >>= 1; p != 0; p >>= 1) {
+      base = base.square();
+      if (p & 1u) a *= base;
+    }
   }
 
  private:

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -27,7 +28,25 @@
 namespace kappa {
 
 namespace detail {
-inline Index clamp_index(Index x, Index lo, Index hi) { return std::min(std::max(x, lo), hi); }
+inline Index clamp_index(Index x, Index lo, Index hi) {
+  return std::min(std::max(x, lo), hi);
+}
+
+/// Throws RangeError unless offset + delta fits in Index. Masks call it once
+/// per bind on the extreme positions their range() forms (`formula`), so
+/// range() itself needs no checks. The message names the offset and the other
+/// operand: "kappa: CausalMask: offset 9223372036854775807 with N_Q = 4:
+/// offset + N_Q overflows the position range [...]".
+inline void require_position_fits(const char* mask, Index offset, Index delta, const char* formula,
+                                  const char* other_name, Index other) {
+  Index r = 0;
+  if (!__builtin_add_overflow(offset, delta, &r)) return;
+  throw RangeError(std::string("kappa: ") + mask + ": offset " + std::to_string(offset) + " with " +
+                   other_name + " = " + std::to_string(other) + ": " + formula +
+                   " overflows the position range [" +
+                   std::to_string(std::numeric_limits<Index>::min()) + ", " +
+                   std::to_string(std::numeric_limits<Index>::max()) + "]");
+}
 }  // namespace detail
 
 /// Every query sees every key.
@@ -43,6 +62,7 @@ struct NoMask {
 /// Causal: query i (at position offset + i) sees keys j <= offset + i.
 /// `offset` unset means N_KV - N_Q (bottom-right alignment, what a KV cache
 /// needs). With offset 0 and N_Q == N_KV this is the lower-triangular mask.
+/// bind() throws RangeError naming the offset if offset + N_Q overflows.
 struct CausalMask {
   std::optional<Index> offset{};
 
@@ -55,13 +75,17 @@ struct CausalMask {
     }
   };
   [[nodiscard]] Bound bind(Index n_q, Index n_kv) const {
-    return {offset.value_or(n_kv - n_q), n_kv};
+    const Index off = offset.value_or(n_kv - n_q);
+    detail::require_position_fits("CausalMask", off, n_q, "offset + N_Q", "N_Q", n_q);
+    return {off, n_kv};
   }
 };
 
 /// Causal with a window of W keys: query i at position p = offset + i sees the
 /// keys at positions p - W + 1 .. p (itself and the W - 1 before it), as in
-/// Mistral's sliding-window attention. `offset` as in CausalMask.
+/// Mistral's sliding-window attention. `offset` as in CausalMask. Any
+/// window >= 1 and offset are valid as long as the positions range() forms,
+/// offset - (W - 1) and offset + N_Q, fit in Index; bind() checks that once.
 struct SlidingWindowMask {
   Index window = 1;
   std::optional<Index> offset{};
@@ -73,16 +97,21 @@ struct SlidingWindowMask {
     Index n_kv;
     [[nodiscard]] KeyRange range(Index i) const {
       const Index p = offset + i;
-      return {detail::clamp_index(p - window + 1, 0, n_kv), detail::clamp_index(p + 1, 0, n_kv)};
+      return {detail::clamp_index(p - (window - 1), 0, n_kv), detail::clamp_index(p + 1, 0, n_kv)};
     }
   };
-  /// Throws std::invalid_argument if window < 1.
+  /// Throws std::invalid_argument if window < 1; RangeError naming the
+  /// offset or window if offset - (W - 1) or offset + N_Q overflows.
   [[nodiscard]] Bound bind(Index n_q, Index n_kv) const {
     if (window < 1) {
       throw std::invalid_argument("kappa: SlidingWindowMask window must be >= 1, got " +
                                   std::to_string(window));
     }
-    return {window, offset.value_or(n_kv - n_q), n_kv};
+    const Index off = offset.value_or(n_kv - n_q);
+    detail::require_position_fits("SlidingWindowMask", off, n_q, "offset + N_Q", "N_Q", n_q);
+    detail::require_position_fits("SlidingWindowMask", off, -(window - 1), "offset - (window - 1)",
+                                  "window", window);
+    return {window, off, n_kv};
   }
 };
 
@@ -116,8 +145,8 @@ struct KeyPaddingMask {
       throw ShapeError("kappa: KeyPaddingMask: expected one broadcast length, got " +
                        std::to_string(n));
     }
-    for (Index len : valid_length) require_index("KeyPaddingMask valid length", len, n_kv + 1,
-                                                 "keys 0..N_KV (N_KV + 1 values)");
+    for (Index len : valid_length)
+      require_index("KeyPaddingMask valid length", len, n_kv + 1, "keys 0..N_KV (N_KV + 1 values)");
     return {valid_length.data(), broadcast_};
   }
 
