@@ -1,6 +1,10 @@
 // Character (Figure 1) and word (Figure 2) tokenizers on hand-worked examples.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -135,5 +139,45 @@ TEST(WordTokenizer, ErrorMessagesEscapeControlBytes) {
     ADD_FAILURE() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "kappa: WordTokenizer: bad or duplicate special token \"<\\x1b[31m>\"");
+  }
+}
+
+// from_corpus counts only strings whose prefix repeats: the vocabulary is the
+// one of the definition (every string of 2..K characters, most frequent
+// first, ties in byte order, seen at least twice).
+TEST(CharTokenizer, FromCorpusEqualsTheDefinition) {
+  std::string corpus;
+  for (const char* name : {"english.txt", "cjk.txt", "code.txt"}) {
+    std::ifstream in(std::string(KAPPA_TEST_DATA_DIR) + "/tokenize/corpus/" + name,
+                     std::ios::binary);
+    corpus.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GT(corpus.size(), 1000u);
+  for (std::size_t k : {2u, 3u, 5u}) {
+    std::vector<std::size_t> starts;
+    for (std::size_t i = 0; i < corpus.size(); i += tk::decode_utf8(corpus, i).length)
+      starts.push_back(i);
+    starts.push_back(corpus.size());
+    std::map<std::string, std::size_t> counts;
+    for (std::size_t c = 0; c + 1 < starts.size(); ++c)
+      for (std::size_t j = 2; j <= k && c + j < starts.size(); ++j)
+        ++counts[corpus.substr(starts[c], starts[c + j] - starts[c])];
+    std::vector<std::pair<std::string, std::size_t>> ranked(counts.begin(), counts.end());
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
+    const auto t = tk::CharTokenizer::from_corpus(corpus, 3000, k);
+    auto one_char = [&](std::size_t id) {
+      const std::string s = t.token(static_cast<TokenId>(id));
+      return tk::decode_utf8(s, 0).length == s.size();
+    };
+    std::size_t first_gram = 1;  // after <unk> and the single characters
+    while (first_gram < t.vocab_size() && one_char(first_gram)) ++first_gram;
+    ASSERT_LT(first_gram, t.vocab_size());
+    for (std::size_t id = first_gram; id < t.vocab_size(); ++id) {
+      ASSERT_GE(ranked[id - first_gram].second, 2u);
+      ASSERT_EQ(t.token(static_cast<TokenId>(id)), ranked[id - first_gram].first)
+          << "K = " << k << ", id " << id;
+    }
   }
 }

@@ -10,8 +10,9 @@
 //
 // Cost: encode is O(n L^2) for n characters and L = the longest token in
 // characters (at most K, and never more than the tokens given): K itself
-// costs nothing. from_corpus is O(n K^2) in time and O(n K) in memory, so it
-// accepts K <= kMaxCorpusChars (RangeError naming K otherwise).
+// costs nothing. from_corpus counts a string of k characters only where its
+// first k - 1 repeat; it is O(n K^2) in time at worst (a corpus that repeats
+// itself), so it accepts K <= kMaxCorpusChars (RangeError naming K otherwise).
 #pragma once
 
 #include <algorithm>
@@ -77,12 +78,29 @@ class CharTokenizer {
     for (std::size_t i = 0; i < corpus.size(); i += decode_utf8(corpus, i).length)
       starts.push_back(i);
     starts.push_back(corpus.size());
+    auto gram = [&](std::size_t c, std::size_t k) {  // the k characters from character c
+      return corpus.substr(starts[c], starts[c + k] - starts[c]);
+    };
     std::map<std::string, std::size_t> singles;
-    std::unordered_map<std::string, std::size_t> grams;
-    for (std::size_t c = 0; c + 1 < starts.size(); ++c) {
-      singles[std::string(corpus.substr(starts[c], starts[c + 1] - starts[c]))] += 1;
-      for (std::size_t k = 2; k <= max_chars && c + k < starts.size(); ++k)
-        grams[std::string(corpus.substr(starts[c], starts[c + k] - starts[c]))] += 1;
+    for (std::size_t c = 0; c + 1 < starts.size(); ++c) singles[std::string(gram(c, 1))] += 1;
+    // Strings of k characters, k = 2..K, level by level: only where the first
+    // k - 1 characters occur twice (a string occurs at most as often as its
+    // prefix, and only strings seen twice are kept), so a corpus with few
+    // repeats costs little whatever K is.
+    std::vector<std::pair<std::string, std::size_t>> ranked;  // seen at least twice
+    std::vector<std::size_t> at;  // characters where the previous level's string repeats
+    for (std::size_t c = 0; c + 1 < starts.size(); ++c)
+      if (singles[std::string(gram(c, 1))] >= 2) at.push_back(c);
+    for (std::size_t k = 2; k <= max_chars && !at.empty(); ++k) {
+      std::unordered_map<std::string_view, std::size_t> counts;
+      std::vector<std::size_t> next;
+      for (std::size_t c : at)
+        if (c + k < starts.size()) ++counts[gram(c, k)];
+      for (std::size_t c : at)
+        if (c + k < starts.size() && counts[gram(c, k)] >= 2) next.push_back(c);
+      for (const auto& [t, n] : counts)
+        if (n >= 2) ranked.emplace_back(std::string(t), n);
+      at = std::move(next);
     }
     std::vector<std::pair<std::string, std::size_t>> chars(singles.begin(), singles.end());
     std::sort(chars.begin(), chars.end(), [](const auto& a, const auto& b) {
@@ -92,7 +110,6 @@ class CharTokenizer {
     });
     std::vector<std::string> tokens;
     for (const auto& [t, n] : chars) tokens.push_back(t);
-    std::vector<std::pair<std::string, std::size_t>> ranked(grams.begin(), grams.end());
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
       return a.second != b.second ? a.second > b.second : a.first < b.first;
     });
