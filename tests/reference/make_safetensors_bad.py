@@ -113,6 +113,9 @@ def main():
     case("shape_negative", st({"w": entry(shape=(-2,))}, 8), "negative", "w")
     case("shape_float", st({"w": entry(shape=(2.0,))}, 8), "non-negative integer", "w")
     case("shape_string", st({"w": entry(shape=("2",))}, 8), "non-negative integer", "w")
+    case("number_beyond_double", header_file('{"w": {"dtype": "F32", "shape": [1e400], '
+                                             '"data_offsets": [0, 8]}}', bytes(8)),
+         "cannot be parsed")
     case("shape_too_large", st({"w": entry(shape=(2**64 - 1,))}, 8), "too large", "w")
     case("shape_product_overflow", st({"w": entry(shape=(2**32, 2**32, 16))}, 8), "overflows", "w")
     case("shape_columns_overflow", st({"w": entry(shape=(0, 2**40, 2**40), offsets=(0, 0))}, 0),
@@ -146,6 +149,9 @@ def main():
     dir_case("index_not_json", {"model.safetensors.index.json": "{\"weight_map\": ",
                                 "model-1.safetensors": shard}, "not valid JSON")
     dir_case("index_not_object", {"model.safetensors.index.json": "[]"}, "not an object")
+    dir_case("index_number_beyond_double", {"model.safetensors.index.json":
+                                            '{"metadata": {"total_size": 1e999}, "weight_map": {}}'},
+             "cannot be parsed")
     dir_case("index_no_weight_map", {"model.safetensors.index.json": '{"metadata": {}}'},
              'missing "weight_map"')
     dir_case("index_weight_map_not_object",

@@ -778,6 +778,8 @@ class SafetensorsFile {
     } catch (const nlohmann::json::parse_error& e) {
       fail(8 + static_cast<std::int64_t>(e.byte > 0 ? e.byte - 1 : 0), "",
            std::string("the header is not valid JSON: ") + e.what());
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double: 1e400
+      fail(8, "", std::string("the header cannot be parsed: ") + e.what());
     }
     if (!header.is_object())
       fail(8, "", std::string("the header is a JSON ") + header.type_name() + ", not an object");
@@ -1074,6 +1076,8 @@ class Checkpoint {
     } catch (const nlohmann::json::parse_error& e) {
       detail::st_fail(index_name, static_cast<std::int64_t>(e.byte > 0 ? e.byte - 1 : 0), "",
                       std::string("not valid JSON: ") + e.what());
+    } catch (const nlohmann::json::exception& e) {
+      detail::st_fail(index_name, 0, "", std::string("cannot be parsed: ") + e.what());
     }
     if (!index.is_object()) {
       detail::st_fail(index_name, 0, "",
