@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 
 #include "kappa/nn/norms.hpp"
 
@@ -30,6 +32,75 @@ TEST(RMSNorm, Errors) {
   const RMSNorm<double> norm(3);
   EXPECT_THROW((void)norm(RowMatrix<double>::Ones(2, 4)), ShapeError);
   EXPECT_THROW(RMSNorm<double>(3, -1.0), std::invalid_argument);
+}
+
+// NaN in gives NaN out: a NaN row must not turn into zeros (which would hide
+// the NaN inside, e.g., the latent cache).
+TEST(RMSNorm, NaNRowsStayNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  RowMatrix<double> x(3, 3);
+  x << nan, nan, nan,  //
+      1, nan, 2,       //
+      1, 2, 2;
+  for (const double eps : {1e-6, 0.0}) {
+    const RowMatrix<double> y = RMSNorm<double>(3, eps)(x);
+    EXPECT_TRUE(y.row(0).array().isNaN().all()) << y;
+    EXPECT_TRUE(y.row(1).array().isNaN().all()) << y;
+    EXPECT_TRUE(y.row(2).allFinite()) << y;
+  }
+  RowMatrix<float> xf(1, 2);
+  xf << std::numeric_limits<float>::quiet_NaN(), 1.0f;
+  EXPECT_TRUE(RMSNorm<float>(2)(xf).array().isNaN().all());
+}
+
+// Rows whose squares overflow (or underflow) normalize as the mathematics
+// says: the result is scale-invariant up to eps.
+template <class T>
+void expect_scale_invariant(T big) {
+  RowMatrix<T> x(2, 4);
+  x << big, -big, big, -big,  //
+      big, T(2) * big, T(-2) * big, T(4) * big;
+  RowVector<T> g(4);
+  g << 1, 2, 3, 4;
+  const RMSNorm<T> norm(g, 1e-6);
+  const RowMatrix<T> y = norm(x);
+  ASSERT_TRUE(y.allFinite()) << y;
+  // Row 0: rms = big, so y = (1, -2, 3, -4).
+  for (Index j = 0; j < 4; ++j)
+    EXPECT_NEAR(y(0, j), (j % 2 ? -1 : 1) * g(j), 1e-5) << "big = " << big;
+  // Row 1: rms = big sqrt(25 / 4) = 2.5 big.
+  const T want[4] = {T(1 / 2.5), T(2 * 2 / 2.5), T(-2 * 3 / 2.5), T(4 * 4 / 2.5)};
+  for (Index j = 0; j < 4; ++j) EXPECT_NEAR(y(1, j), want[j], 1e-5) << "big = " << big;
+  // eps = 0 as well.
+  const RowMatrix<T> y0 = RMSNorm<T>(g, 0.0)(x);
+  for (Index j = 0; j < 4; ++j) EXPECT_NEAR(y0(1, j), want[j], 1e-5) << "big = " << big;
+}
+
+TEST(RMSNorm, HugeRowsDoNotOverflowToZero) {
+  expect_scale_invariant<float>(1e20f);
+  expect_scale_invariant<float>(3e37f);
+  expect_scale_invariant<double>(1e200);
+  expect_scale_invariant<double>(1e307);
+}
+
+TEST(RMSNorm, TinyRowsWithoutEpsStillNormalize) {
+  // eps = 0: 1e-30 squared underflows in float; the result is still x / rms(x).
+  const RowMatrix<float> x = RowMatrix<float>::Constant(1, 4, 1e-30f);
+  const RowMatrix<float> y = RMSNorm<float>(4, 0.0)(x);
+  for (Index j = 0; j < 4; ++j) EXPECT_NEAR(y(0, j), 1.0f, 1e-5f) << y;
+  const RowMatrix<double> xd = RowMatrix<double>::Constant(1, 4, 1e-200);
+  const RowMatrix<double> yd = RMSNorm<double>(4, 0.0)(xd);
+  for (Index j = 0; j < 4; ++j) EXPECT_NEAR(yd(0, j), 1.0, 1e-12) << yd;
+  // With eps > 0 the tiny row is x / sqrt(eps): tiny but not NaN.
+  const RowMatrix<float> ye = RMSNorm<float>(4, 1e-6)(x);
+  EXPECT_TRUE(ye.allFinite());
+  EXPECT_NEAR(ye(0, 0), 1e-27f, 1e-30f);
+}
+
+TEST(RMSNorm, NonFiniteEpsIsRejected) {
+  EXPECT_THROW(RMSNorm<double>(3, std::numeric_limits<double>::infinity()), std::invalid_argument);
+  EXPECT_THROW(RMSNorm<double>(3, std::numeric_limits<double>::quiet_NaN()), std::invalid_argument);
+  EXPECT_THROW(RMSNorm<double>(-1), kappa::RangeError);
 }
 
 }  // namespace
