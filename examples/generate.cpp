@@ -1,0 +1,222 @@
+// examples/generate.cpp - generate text with a Hugging Face model directory.
+//
+//   generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]
+//            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]
+//            [--threads N] [--greedy] [--stop STR]... [--bf16] [--json]
+//            [--logits FILE]
+//
+// Prints the text as it is generated (stdout), then on stderr: the prompt's
+// tokens, prefill and decode tokens/s, the weights' and the cache's bytes,
+// the load time and why generation stopped. Decoding is greedy unless one of
+// --temperature, --top-k, --top-p, --min-p or --seed asks for sampling
+// (--greedy overrides). --json prints one JSON object instead of the text
+// ({"prompt_ids": [...], "generated_ids": [...], "text": "...", "stop": "..."}).
+// --logits FILE writes the logits of every prompt position as a float32 .npy
+// (prompt length x vocabulary). --bf16 keeps the feed-forward and output-head
+// weights in bfloat16 (half the bytes a decode step reads).
+// Errors (a missing directory, an unreadable file, a bad option) are one
+// line on stderr and a non-zero exit status.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/core/threading.hpp"
+#include "kappa/io/npy.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/transformer/generate.hpp"
+#include "kappa/transformer/hf.hpp"
+
+namespace {
+
+struct Args {
+  std::string model, prompt, logits_file;
+  std::optional<kappa::Index> max_new_tokens, top_k;
+  std::optional<double> temperature, top_p, min_p, repeat_penalty;
+  std::optional<std::uint64_t> seed;
+  int threads = 1;
+  bool greedy = false, json = false, bf16 = false;
+  std::vector<std::string> stops;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+constexpr const char* kUsage =
+    "usage: generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K "
+    "--top-p P --min-p P --repeat-penalty R --seed S --threads N --greedy --stop STR --bf16 "
+    "--json --logits FILE]";
+
+double parse_double(const std::string& opt, const std::string& v) {
+  std::size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty()) throw UsageError(opt + " expects a number, got '" + v + "'");
+  return x;
+}
+long long parse_int(const std::string& opt, const std::string& v, long long lo, long long hi) {
+  std::size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || x < lo || x > hi)
+    throw UsageError(opt + " expects an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "], got '" + v + "'");
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  bool have_prompt = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string opt = argv[i];
+    if (opt == "--help" || opt == "-h") {
+      std::printf("%s\n", kUsage);
+      std::exit(0);
+    }
+    if (opt == "--greedy") {
+      a.greedy = true;
+      continue;
+    }
+    if (opt == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (opt == "--bf16") {
+      a.bf16 = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw UsageError("unknown option or missing value: " + opt);
+    const std::string v = argv[++i];
+    if (opt == "--model")
+      a.model = v;
+    else if (opt == "--prompt") {
+      a.prompt = v;
+      have_prompt = true;
+    } else if (opt == "--max-new-tokens")
+      a.max_new_tokens = parse_int(opt, v, 0, 1 << 30);
+    else if (opt == "--temperature")
+      a.temperature = parse_double(opt, v);
+    else if (opt == "--top-k")
+      a.top_k = parse_int(opt, v, 0, 1 << 30);
+    else if (opt == "--top-p")
+      a.top_p = parse_double(opt, v);
+    else if (opt == "--min-p")
+      a.min_p = parse_double(opt, v);
+    else if (opt == "--repeat-penalty")
+      a.repeat_penalty = parse_double(opt, v);
+    else if (opt == "--seed")
+      a.seed = static_cast<std::uint64_t>(parse_int(opt, v, 0, INT64_MAX));
+    else if (opt == "--threads")
+      a.threads = static_cast<int>(parse_int(opt, v, 1, 1024));
+    else if (opt == "--stop")
+      a.stops.push_back(v);
+    else if (opt == "--logits")
+      a.logits_file = v;
+    else
+      throw UsageError("unknown option: " + opt);
+  }
+  if (a.model.empty()) throw UsageError("--model DIR is required");
+  if (!have_prompt) throw UsageError("--prompt TEXT is required");
+  return a;
+}
+
+template <class S>
+int run(const Args& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto lm = kappa::hf::load_causal_lm<float, S>(a.model);
+  const auto tok = kappa::tokenize::HfTokenizer::from_directory(a.model);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  kappa::GenerateOptions opt = kappa::hf::generation_options(a.model);
+  if (a.max_new_tokens) opt.max_new_tokens = *a.max_new_tokens;
+  const bool sample = !a.greedy && (a.temperature || a.top_k || a.top_p || a.min_p || a.seed);
+  opt.decoding = sample ? kappa::Decoding::kSample : kappa::Decoding::kGreedy;
+  if (a.temperature) opt.sampling.temperature = *a.temperature;
+  if (a.top_k) opt.sampling.top_k = *a.top_k;
+  if (a.top_p) opt.sampling.top_p = *a.top_p;
+  if (a.min_p) opt.sampling.min_p = *a.min_p;
+  if (a.repeat_penalty) opt.sampling.repetition_penalty = *a.repeat_penalty;
+  if (a.seed) opt.seed = *a.seed;
+  opt.stop_strings = a.stops;
+  try {
+    opt.validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+
+  const std::vector<kappa::TokenId> prompt_ids = tok.encode(a.prompt);
+  if (!a.logits_file.empty()) {
+    const kappa::RowMatrix<float> logits = lm.forward(prompt_ids);  // (N, N_T)
+    kappa::io::write_npy(a.logits_file, logits);
+  }
+  const kappa::Generation g = kappa::generate(
+      lm, tok, std::span<const kappa::TokenId>(prompt_ids), opt, [&](std::string_view piece) {
+        if (!a.json) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+        return true;
+      });
+  if (a.json) {
+    const nlohmann::json out = {{"prompt_ids", prompt_ids},
+                                {"generated_ids", g.ids},
+                                {"text", g.text},
+                                {"stop", kappa::to_string(g.stop)}};
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw std::runtime_error("cannot write the output");
+
+  // The cache's size: bytes per token (one token through a fresh cache) times
+  // the tokens held at the end.
+  auto probe = lm.make_cache();
+  (void)lm.forward_cached(
+      std::span<const kappa::TokenId>(prompt_ids.data(), prompt_ids.empty() ? 0 : 1), probe,
+      kappa::LogitsFor::kLast);
+  const double cache_bytes =
+      static_cast<double>(probe.bytes()) * static_cast<double>(prompt_ids.size() + g.ids.size());
+  std::fprintf(stderr,
+               "prompt: %zu tokens | prefill: %.1f tokens/s | decode: %.2f tokens/s (%ld tokens) | "
+               "weights: %.1f MB (%s) | cache: %.2f MB | load: %.2f s | stop: %s | threads: %d\n",
+               prompt_ids.size(), g.timing.prefill_tokens_per_second(),
+               g.timing.decode_tokens_per_second(), static_cast<long>(g.timing.decode_tokens()),
+               static_cast<double>(lm.weight_bytes()) / 1e6, S::kName, cache_bytes / 1e6, load_s,
+               kappa::to_string(g.stop), kappa::num_threads());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    kappa::set_num_threads(a.threads);
+    return a.bf16 ? run<kappa::Bf16Weights>(a) : run<kappa::DenseWeights>(a);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "generate: %s (see generate --help)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "generate: %s\n", e.what());
+    return 1;
+  }
+}

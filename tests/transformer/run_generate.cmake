@@ -1,0 +1,68 @@
+cmake_minimum_required(VERSION 3.25)
+# Runs the generate command on the tiny GPT-2 and checks its outputs.
+set(model "${SOURCE_DIR}/tests/data/models/gpt2")
+
+function(expect_match text regex what)
+  if(NOT "${text}" MATCHES "${regex}")
+    message(FATAL_ERROR "generate: ${what}: expected /${regex}/ in:\n${text}")
+  endif()
+endfunction()
+
+# 1. --json with greedy decoding: the prompt ids are those of the independent
+#    Python BPE (tests/data/models/gpt2/reference/tokens.json, first text).
+file(READ "${model}/reference/tokens.json" tokens_json)
+string(JSON text0 GET "${tokens_json}" texts 0)
+string(JSON ids0 GET "${tokens_json}" ids 0)
+string(REGEX REPLACE "[ \n\t]" "" ids0 "${ids0}")
+execute_process(COMMAND "${GENERATE}" --model "${model}" --prompt "${text0}" --max-new-tokens 5
+                        --greedy --json --logits "${WORK_DIR}/gen_logits.npy"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "generate --json failed (${rc}): ${err}")
+endif()
+string(JSON prompt_ids GET "${out}" prompt_ids)
+string(REGEX REPLACE "[ \n\t]" "" prompt_ids "${prompt_ids}")
+if(NOT prompt_ids STREQUAL ids0)
+  message(FATAL_ERROR "generate: prompt ids ${prompt_ids}, the reference tokenizer gives ${ids0}")
+endif()
+string(JSON n_gen LENGTH "${out}" generated_ids)
+if(n_gen LESS 1 OR n_gen GREATER 5)
+  message(FATAL_ERROR "generate: ${n_gen} generated ids for --max-new-tokens 5: ${out}")
+endif()
+expect_match("${err}" "prompt: [0-9]+ tokens \\| prefill: [0-9.]+ tokens/s \\| decode: [0-9.]+ tokens/s"
+             "the stderr summary")
+expect_match("${err}" "weights: [0-9.]+ MB .* cache: [0-9.]+ MB \\| load: [0-9.]+ s" "bytes and load time")
+# --logits: float32, (prompt length x 297).
+string(JSON n_prompt LENGTH "${out}" prompt_ids)
+file(READ "${WORK_DIR}/gen_logits.npy" header OFFSET 10 LIMIT 118)  # after the magic and length
+expect_match("${header}" "'descr': '<f4'" "--logits dtype")
+expect_match("${header}" "'shape': \\(${n_prompt}, 297\\)" "--logits shape")
+
+# 2. The same seed gives the same sampled ids.
+foreach(run a b)
+  execute_process(COMMAND "${GENERATE}" --model "${model}" --prompt "the cat" --max-new-tokens 8
+                          --temperature 0.9 --top-p 0.95 --seed 11 --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out_${run} ERROR_QUIET)
+  string(JSON gen_${run} GET "${out_${run}}" generated_ids)
+endforeach()
+if(NOT gen_a STREQUAL gen_b)
+  message(FATAL_ERROR "generate: seed 11 gave ${gen_a} then ${gen_b}")
+endif()
+
+# 3. Errors: one line, non-zero exit.
+foreach(case "--model;${SOURCE_DIR}/no/such/dir;--prompt;x"
+             "--model;${model};--prompt;x;--top-p;abc"
+             "--model;${model};--prompt;x;--temperature;-1"
+             "--model;${model};--bogus;1"
+             "--prompt;x")
+  execute_process(COMMAND "${GENERATE}" ${case} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "generate ${case}: expected a non-zero exit")
+  endif()
+  string(STRIP "${err}" err)
+  string(FIND "${err}" "\n" nl)
+  if(NOT nl EQUAL -1 OR NOT err MATCHES "^generate: ")
+    message(FATAL_ERROR "generate ${case}: expected one error line, got:\n${err}")
+  endif()
+endforeach()
+message(STATUS "generate CLI: OK")
