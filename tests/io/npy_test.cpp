@@ -186,4 +186,89 @@ TEST(Npy, ReadsTheCommittedGoldenFilesWrittenByNumpy) {
   EXPECT_EQ(static_cast<Index>(a.values.size()), a.shape[0] * a.shape[1]);
 }
 
+// ---- Hardening: hostile headers and paths ------------------------------------------
+
+TEST(Npy, ShapesWhoseSizeOverflowsOrExceedsTheFileAreFormatErrors) {
+  const std::string d2 = raw<double>({1, 2});
+  const auto dict = [](const std::string& shape) {
+    return "{'descr': '<f8', 'fortran_order': False, 'shape': " + shape + ", }";
+  };
+  struct Bad {
+    const char* name;
+    std::string shape;
+    const char* expect;
+  };
+  const std::vector<Bad> cases{
+      // 2^32 x 2^32 = 2^64 wraps to 0 elements without a check.
+      {"wrap.npy", "(4294967296, 4294967296)", "byte 73: the shape has more elements"},
+      // 2^61 elements of 8 bytes: the byte count overflows (std::length_error before).
+      {"bytes.npy", "(2305843009213693952,)", "bytes"},
+      // Fits in int64 but not in the file (std::bad_alloc if allocated first).
+      {"huge.npy", "(1099511627776, 1024)", "file ends inside the data"},
+      {"big1d.npy", "(68719476736,)", "file ends inside the data"},
+      // A zero dimension makes the product 0 whatever follows.
+      {"zero_then_huge.npy", "(0, 4611686018427387904, 4611686018427387904)", ""},
+  };
+  for (const Bad& b : cases) {
+    const std::string p = write_file(b.name, make_npy(dict(b.shape), d2));
+    if (std::string(b.name) == "zero_then_huge.npy") {
+      const auto a = read_npy<double>(p);
+      EXPECT_TRUE(a.values.empty());
+      continue;
+    }
+    std::string msg;
+    try {
+      (void)read_npy<double>(p);
+      ADD_FAILURE() << b.name << " was accepted";
+    } catch (const kappa::FormatError& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find(b.name), std::string::npos) << b.name << ": " << msg;
+    EXPECT_NE(msg.find(b.expect), std::string::npos) << b.name << ": " << msg;
+  }
+  // The header parser alone reports the overflow too.
+  EXPECT_THROW(
+      (void)kappa::io::parse_npy_header(make_npy(dict("(4294967296, 4294967296)"), ""), "mem.npy"),
+      kappa::FormatError);
+}
+
+TEST(Npy, DirectoriesAndUnreadableFilesAreFormatErrorsNamingThePath) {
+  const std::string dir = temp_path("a_directory.npy");
+  std::filesystem::create_directories(dir);
+  std::string msg;
+  try {
+    (void)read_npy<double>(dir);
+    ADD_FAILURE() << "a directory was read";
+  } catch (const kappa::FormatError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(dir), std::string::npos) << msg;
+  EXPECT_NE(msg.find("directory"), std::string::npos) << msg;
+  EXPECT_THROW((void)read_npy_matrix<float>(dir), kappa::FormatError);
+  EXPECT_THROW((void)kappa::io::read_file_bytes(dir), kappa::FormatError);
+}
+
+TEST(Npy, ErrorMessagesEscapeControlBytesFromTheFile) {
+  const std::string d2 = raw<double>({1, 2});
+  const std::string esc = "\x1b[2J\x1b]0;pwned\x07";
+  const std::vector<std::pair<const char*, std::string>> cases{
+      {"esc_key.npy", "{'" + esc + "': '<f8', 'fortran_order': False, 'shape': (2,), }"},
+      {"esc_dtype.npy", "{'descr': '<" + esc + "', 'fortran_order': False, 'shape': (2,), }"},
+      {"esc_order.npy", "{'descr': '" + std::string("\x1b") +
+                            "f8', 'fortran_order': False, "
+                            "'shape': (2,), }"},
+      {"esc_colon.npy", "{'descr\x9b' '<f8', 'fortran_order': False, 'shape': (2,), }"},
+  };
+  for (const auto& [name, dict] : cases) {
+    const std::string msg = error_of(name, make_npy(dict, d2));
+    ASSERT_FALSE(msg.empty()) << name;
+    for (const char c : msg) {
+      const auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE(u >= 0x20 && u < 0x7f) << name << ": byte " << int(u) << " in " << msg;
+    }
+    EXPECT_NE(msg.find(name == std::string("esc_colon.npy") ? "\\x9b" : "\\x1b"), std::string::npos)
+        << name << ": " << msg;
+  }
+}
+
 }  // namespace

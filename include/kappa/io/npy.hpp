@@ -15,21 +15,31 @@
 // for. Every malformed header throws kappa::FormatError naming the file and the
 // byte offset where reading failed, e.g.
 //   "kappa: npy: w.npy: byte 23: expected ':' after key 'descr'".
+// Text quoted from the file in a message has its control and non-ASCII bytes
+// escaped (\x1b), so a hostile file cannot send escape sequences to a
+// terminal. A shape whose element or byte count does not fit, or that needs
+// more bytes than the file holds, is a FormatError before anything is
+// allocated; so are directories and unreadable paths.
 // The weight loaders (safetensors, checkpoints) reuse read_npy().
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <ios>
 #include <iterator>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -48,9 +58,14 @@ struct NpyHeader {
   std::size_t data_offset = 0;  ///< byte offset of the first element in the file
 
   /// Product of the shape (1 for a scalar).
+  /// \throws RangeError if the product does not fit in Index (a header from
+  ///         parse_npy_header() never has such a shape).
   [[nodiscard]] Index size() const {
     Index n = 1;
-    for (Index s : shape) n *= s;
+    for (Index s : shape) {
+      if (n == 0) return 0;
+      n = checked_mul("npy shape: number of elements", n, s, std::numeric_limits<Index>::max());
+    }
     return n;
   }
   /// Bytes per element: 4 or 8.
@@ -68,6 +83,25 @@ struct NpyArray {
 };
 
 namespace detail {
+
+/// `text` with every byte outside printable ASCII (0x20..0x7e) and the
+/// backslash written as \xNN, for quoting file contents in messages.
+inline std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u >= 0x20 && u < 0x7f && u != '\\') {
+      out.push_back(ch);
+    } else {
+      out += "\\x";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xf]);
+    }
+  }
+  return out;
+}
 
 [[noreturn]] inline void npy_fail(std::string_view file, std::size_t byte, std::string_view what) {
   throw FormatError("kappa: npy: " + std::string(file) + ": byte " + std::to_string(byte) + ": " +
@@ -95,7 +129,7 @@ class NpyHeaderParser {
       const std::size_t key_at = i_;
       const std::string key = parse_string();
       skip_space();
-      if (peek() != ':') fail(i_, "expected ':' after key '" + key + "'");
+      if (peek() != ':') fail(i_, "expected ':' after key '" + printable(key) + "'");
       ++i_;
       skip_space();
       if (key == "descr") {
@@ -112,7 +146,8 @@ class NpyHeaderParser {
         h.shape = parse_shape();
         have_shape = true;
       } else {
-        fail(key_at, "unexpected key '" + key + "' (expected descr, fortran_order, shape)");
+        fail(key_at,
+             "unexpected key '" + printable(key) + "' (expected descr, fortran_order, shape)");
       }
       skip_space();
       if (peek() == ',') {
@@ -172,8 +207,11 @@ class NpyHeaderParser {
     }
     fail(i_, "expected True or False for 'fortran_order'");
   }
+  /// The dimensions; fails at the dimension where their product (the number
+  /// of elements) would overflow Index.
   std::vector<Index> parse_shape() {
     std::vector<Index> shape;
+    Index count = 1;
     expect('(');
     for (;;) {
       skip_space();
@@ -190,6 +228,10 @@ class NpyHeaderParser {
         ++i_;
       }
       if (i_ < s_.size() && s_[i_] == 'L') ++i_;  // Python 2 long suffix
+      if (count != 0 && __builtin_mul_overflow(count, v, &count)) {
+        fail(at, "the shape has more elements than fit in a signed 64-bit count (dimension " +
+                     std::to_string(v) + " after " + std::to_string(shape.size()) + ")");
+      }
       shape.push_back(v);
       skip_space();
       if (peek() == ',') {
@@ -200,7 +242,8 @@ class NpyHeaderParser {
     }
   }
   void parse_descr(const std::string& d, std::size_t at, NpyHeader& h) const {
-    if (d.size() != 3) fail(at, "unsupported dtype '" + d + "' (kappa reads f4, f8, i4, i8)");
+    if (d.size() != 3)
+      fail(at, "unsupported dtype '" + printable(d) + "' (kappa reads f4, f8, i4, i8)");
     const char order = d[0];
     const std::string kind = d.substr(1);
     if (order == '<' || order == '|') {
@@ -210,7 +253,7 @@ class NpyHeaderParser {
     } else if (order == '=') {
       h.little_endian = std::endian::native == std::endian::little;
     } else {
-      fail(at, "bad byte order in dtype '" + d + "'");
+      fail(at, "bad byte order in dtype '" + printable(d) + "'");
     }
     if (kind == "f4") {
       h.type = NpyType::kFloat32;
@@ -221,7 +264,7 @@ class NpyHeaderParser {
     } else if (kind == "i8") {
       h.type = NpyType::kInt64;
     } else {
-      fail(at, "unsupported dtype '" + d + "' (kappa reads f4, f8, i4, i8)");
+      fail(at, "unsupported dtype '" + printable(d) + "' (kappa reads f4, f8, i4, i8)");
     }
   }
 
@@ -301,11 +344,32 @@ inline NpyHeader parse_npy_header(std::string_view bytes, std::string_view name)
 }
 
 /// Reads a whole .npy file into memory.
-/// \throws FormatError when the file cannot be opened or read.
+/// \throws FormatError naming the path when it is a directory, or cannot be
+///         opened or read (never std::ios_base::failure).
 inline std::string read_file_bytes(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw FormatError("kappa: npy: " + path + ": byte 0: is a directory, not a file");
+  }
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError("kappa: npy: " + path + ": byte 0: cannot open the file");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!in) {
+    const int err = errno;
+    throw FormatError("kappa: npy: " + path + ": byte 0: cannot open the file" +
+                      (err != 0 ? " (" + std::generic_category().message(err) + ")" : ""));
+  }
+  std::string bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::ios_base::failure& e) {
+    throw FormatError("kappa: npy: " + path + ": byte " + std::to_string(bytes.size()) +
+                      ": cannot read the file (" + e.what() + ")");
+  }
+  if (in.bad()) {
+    throw FormatError("kappa: npy: " + path + ": byte " + std::to_string(bytes.size()) +
+                      ": cannot read the file");
+  }
+  return bytes;
 }
 
 /// Reads the .npy file at `path`, converting its elements to T. Elements come
@@ -317,8 +381,14 @@ NpyArray<T> read_npy(const std::string& path) {
   static_assert(std::is_arithmetic_v<T>, "kappa: read_npy<T> needs an arithmetic T");
   const std::string bytes = read_file_bytes(path);
   const NpyHeader h = parse_npy_header(bytes, path);
-  const Index n = h.size();
-  const std::size_t need = static_cast<std::size_t>(n) * h.item_size();
+  const Index n = h.size();  // fits: the parser checked the product
+  std::size_t need = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(n), h.item_size(), &need)) {
+    detail::npy_fail(path, h.data_offset,
+                     "the shape's " + std::to_string(n) + " elements of " +
+                         std::to_string(h.item_size()) + " bytes overflow a byte count");
+  }
+  // Compared with the bytes present before anything is allocated.
   if (bytes.size() - h.data_offset < need) {
     detail::npy_fail(path, bytes.size(),
                      "file ends inside the data: the shape needs " + std::to_string(need) +
