@@ -560,3 +560,27 @@ TEST(Bpe, LongPieceMergeEqualsTheDefinition) {
     ASSERT_EQ(t.encode(piece), definition(piece)) << piece;
   }
 }
+
+// The GPT-2 round trip is exact or refused at saving: a special token that
+// from_gpt2 would read as something else is a FormatError in to_gpt2.
+TEST(BpeFormats, ToGpt2RefusesSpecialTokensItCannotWrite) {
+  auto save = [](std::vector<tk::SpecialToken> specials) {
+    return error_of([specials] { (void)tiny(specials).model().to_gpt2(); });
+  };
+  EXPECT_EQ(save({{"<|end|>", 300}}), "<no error>");
+  EXPECT_EQ(save({{"<|a b|>", 300}}),
+            "kappa: to_gpt2: special token \"<|a b|>\" has characters outside GPT-2's byte "
+            "alphabet; GPT-2's encoder.json cannot hold it (save as tiktoken)");
+  EXPECT_EQ(save({{"<a", 300}}),
+            "kappa: to_gpt2: special token \"<a\" is the mergeable tokens \"<\" + \"a\"; GPT-2's "
+            "encoder.json cannot hold it (save as tiktoken)");
+  // What it writes loads back to the same tokenizer, specials included.
+  const auto t = tiny({{"<|end|>", 300}});
+  const auto [json, bpe] = t.model().to_gpt2();
+  const auto back =
+      tk::Gpt2Tokenizer(tk::BpeModel::from_gpt2(json, "encoder.json", bpe, "vocab.bpe"));
+  const std::string text = "aaabcab bc<|end|>abc";
+  EXPECT_EQ(back.encode(text, tk::SpecialTokens::kRecognize),
+            t.encode(text, tk::SpecialTokens::kRecognize));
+  EXPECT_EQ(back.vocab_size(), t.vocab_size());
+}

@@ -418,8 +418,32 @@ class BpeModel {
   }
 
   /// GPT-2's encoder.json (mergeable tokens then specials) and vocab.bpe.
+  /// Throws FormatError for a special token that from_gpt2() could not read
+  /// back as one (its text is written as is in encoder.json): text outside
+  /// GPT-2's byte alphabet, text that is a mergeable token's, or text that
+  /// is two mergeable tokens end to end (from_gpt2 takes that for a merge
+  /// missing from vocab.bpe). Such a model saves with to_tiktoken().
   std::pair<std::string, std::string> to_gpt2() const {
     const Gpt2ByteAlphabet& alphabet = gpt2_alphabet();
+    for (const SpecialToken& sp : specials_) {
+      const auto fail = [&](const std::string& why) {
+        throw FormatError("kappa: to_gpt2: special token \"" + detail::printable(sp.text) + "\" " +
+                          why + "; GPT-2's encoder.json cannot hold it (save as tiktoken)");
+      };
+      const auto mergeable = [&](std::string_view text) {
+        const std::optional<std::string> b = alphabet.decode(text);
+        return b && ids_.find(*b) != detail::StringMap::kMissing;
+      };
+      if (!alphabet.decode(sp.text)) fail("has characters outside GPT-2's byte alphabet");
+      if (mergeable(sp.text)) fail("is also a mergeable token's text");
+      for (std::size_t i = decode_utf8(sp.text, 0).length; i < sp.text.size();
+           i += decode_utf8(sp.text, i).length) {
+        const std::string_view t = sp.text;
+        if (mergeable(t.substr(0, i)) && mergeable(t.substr(i)))
+          fail("is the mergeable tokens \"" + detail::printable(t.substr(0, i)) + "\" + \"" +
+               detail::printable(t.substr(i)) + "\"");
+      }
+    }
     std::string json = "{";
     bool first = true;
     for (std::size_t id = 0; id < tokens_.size(); ++id) {
