@@ -192,6 +192,10 @@ inline nlohmann::json parse_hf_json(const std::string& text, std::string_view fi
     if (const std::size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     throw FormatError("kappa: " + std::string(file) + " (byte " + std::to_string(e.byte) +
                       "): invalid JSON: " + what);
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range for 1e400
+    std::string what = e.what();
+    if (const std::size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw FormatError("kappa: " + std::string(file) + ": invalid JSON: " + what);
   }
 }
 

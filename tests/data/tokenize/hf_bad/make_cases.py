@@ -81,6 +81,10 @@ case('malformed_json', [T, 'invalid JSON', '(byte '], raw_tokenizer=json.dumps(b
 case('empty_file', [T, 'invalid JSON'], raw_tokenizer='')
 case('not_an_object', [T, 'expected a JSON object'], raw_tokenizer='[1, 2, 3]')
 case('deeply_nested', [T], raw_tokenizer='[' * 100000 + ']' * 100000)
+case('number_beyond_double', [T, 'invalid JSON'],
+     raw_tokenizer=json.dumps(base()).replace('"dropout": null', '"dropout": 1e400'))
+case('config_number_beyond_double', [C, 'invalid JSON'], base(),
+     raw_config='{"bos_token": "<s>", "model_max_length": 1e400}')
 case('trailing_garbage', [T, 'invalid JSON'], raw_tokenizer=json.dumps(base()) + ' }')
 # model
 case('wordpiece', [T, 'model.type', '"WordPiece" is not supported'],
