@@ -42,6 +42,7 @@
 #include "kappa/nn/norms.hpp"
 
 #include "kappa/transformer/architectures.hpp"
+#include "kappa/transformer/generate.hpp"
 #include "kappa/transformer/hf.hpp"
 #include "kappa/transformer/layers.hpp"
 #include "kappa/transformer/models.hpp"
