@@ -18,7 +18,18 @@
 // kappa::FormatError naming the file, the tensor where one applies, and a
 // byte offset in the file, e.g.
 //   "kappa: safetensors: model.safetensors: byte 57: tensor "lm_head.weight":
-//    data_offsets [0, 400] end past the data section (96 bytes)".
+//    data_offsets [0, 400] end past the data section (96 bytes from byte 72)"
+// (the byte is where the tensor's entry starts in the header; layout errors
+// name the byte in the data section). Shape mismatches against what a caller
+// expects (matrix(name, expected), require_shape, matrix_into) are
+// kappa::ShapeError naming the tensor and both shapes.
+//
+// Usage:
+//   kappa::io::Checkpoint ckpt("models/llama");   // model.safetensors or index
+//   RowMatrix<float> w_q = ckpt.matrix<float>("model.layers.0.self_attn.q_proj.weight",
+//                                             {4096, 4096});            // (out x in)
+//   if (ckpt.can_view<float>("lm_head.weight"))                          // F32, aligned
+//     auto head = ckpt.view<float>("lm_head.weight");                    // zero copy
 //
 // Tensors are read as matrices in the paper's row-vector convention: a 2-d
 // tensor (rows x cols) as RowMatrix<T>; a 1-d tensor of n elements as 1 x n;
