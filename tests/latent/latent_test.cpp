@@ -4,7 +4,9 @@
 // and the cache memory against the formulas.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "kappa/cache/kv_cache.hpp"
@@ -25,7 +27,12 @@ RowMatrix<T> npy(const std::string& name) {
 
 // The golden case's sizes (tests/reference/make_latent_golden.py).
 LatentConfig golden_config(bool compressed) {
-  return {.d_model = 16, .n_heads = 4, .d_head = 8, .d_rope = 4, .d_v = 6, .d_latent = 10,
+  return {.d_model = 16,
+          .n_heads = 4,
+          .d_head = 8,
+          .d_rope = 4,
+          .d_v = 6,
+          .d_latent = 10,
           .d_q_latent = compressed ? 12 : 0};
 }
 constexpr Index kGoldenOffset = 3;
@@ -67,7 +74,9 @@ void expect_close(const RowMatrix<T>& got, const RowMatrix<T>& want, double fact
   ASSERT_EQ(got.rows(), want.rows());
   ASSERT_EQ(got.cols(), want.cols());
   EXPECT_LE(max_scaled_error(got, want, factor * Tol<T>::kRel, factor * Tol<T>::kAbs), 1.0)
-      << "got\n" << got << "\nwant\n" << want;
+      << "got\n"
+      << got << "\nwant\n"
+      << want;
 }
 
 template <class T, class Path>
@@ -128,7 +137,12 @@ TYPED_TEST(LatentTest, HuggingFaceLayoutGivesTheSameLayer) {
 
 // A random layer of another shape (d_v != d_h, more heads, longer sequence).
 LatentConfig random_config(bool compressed) {
-  return {.d_model = 24, .n_heads = 6, .d_head = 5, .d_rope = 6, .d_v = 7, .d_latent = 9,
+  return {.d_model = 24,
+          .n_heads = 6,
+          .d_head = 5,
+          .d_rope = 6,
+          .d_v = 7,
+          .d_latent = 9,
           .d_q_latent = compressed ? 11 : 0};
 }
 
@@ -235,11 +249,16 @@ TEST(LatentCache, DeepSeekV2Table) {
   EXPECT_EQ(e.mha, 2 * 128 * 128 * 60);  // 1,966,080
   EXPECT_EQ(e.gqa, 2 * 8 * 128 * 60);
   EXPECT_EQ(e.mqa, 2 * 128 * 60);
-  EXPECT_EQ(e.mla, 576 * 60);             // 34,560
+  EXPECT_EQ(e.mla, 576 * 60);  // 34,560
   EXPECT_NEAR(static_cast<double>(e.mha) / static_cast<double>(e.mla), 56.888, 1e-3);
   EXPECT_EQ(e.mla * 4, 2 * 128 * 60 * 9);  // (d_c + d_R) = 4.5 d_h: GQA with 2.25 groups
-  const LatentConfig ds{.d_model = 5120, .n_heads = 128, .d_head = 128, .d_rope = 64,
-                        .d_v = 128, .d_latent = 512, .d_q_latent = 1536};
+  const LatentConfig ds{.d_model = 5120,
+                        .n_heads = 128,
+                        .d_head = 128,
+                        .d_rope = 64,
+                        .d_v = 128,
+                        .d_latent = 512,
+                        .d_q_latent = 1536};
   EXPECT_EQ(latent_cache_elements_per_token(ds, 60), e.mla);
 }
 
@@ -247,8 +266,8 @@ TEST(LatentCache, DeepSeekV2Table) {
 // the KV cache (MHA, GQA, MQA) and the latent cache (MLA).
 TEST(LatentCache, LiveCachesAgreeWithTable) {
   const Index n_h = 4, d_h = 8, layers = 1, tokens = 11;
-  const LatentConfig c{.d_model = 32, .n_heads = n_h, .d_head = d_h, .d_rope = 4, .d_v = d_h,
-                       .d_latent = 12};
+  const LatentConfig c{
+      .d_model = 32, .n_heads = n_h, .d_head = d_h, .d_rope = 4, .d_v = d_h, .d_latent = 12};
   const auto e = cache_elements_per_token(n_h, 2, d_h, c.d_latent, c.d_rope, layers);
   const auto kv_bytes = [&](Index kv_heads) {
     KVCache<float> cache(KVCacheConfig{.n_kv_heads = kv_heads, .d_head = d_h});
@@ -286,9 +305,55 @@ TEST(LatentErrors, ShapesAreNamed) {
   EXPECT_THROW(mla.set_weights_from_hf(hf), ShapeError);
   LatentCache<double> other(random_config(true));
   EXPECT_THROW((void)mla.forward_cached(RowMatrix<double>::Zero(1, 16), other), ShapeError);
-  EXPECT_THROW(LatentAttention<double>(LatentConfig{.d_model = 4, .n_heads = 1, .d_head = 2,
-                                                    .d_rope = 3, .d_latent = 2}),
+  EXPECT_THROW(LatentAttention<double>(LatentConfig{
+                   .d_model = 4, .n_heads = 1, .d_head = 2, .d_rope = 3, .d_latent = 2}),
                std::invalid_argument);
+}
+
+// ---- Hardening: sizes whose products overflow are RangeErrors, not UB ------------
+
+TEST(LatentHardening, ExtremeSizesAreRangeErrorsNamingTheValue) {
+  constexpr Index kBig = Index{1} << 62;
+  constexpr Index kMax = std::numeric_limits<Index>::max();
+  // d_c + d_R overflows.
+  EXPECT_THROW((LatentCache<float>(LatentConfig{.d_rope = kMax - 1, .d_latent = kMax - 1})),
+               RangeError);
+  // Storage beyond kMaxElements: RangeError, not std::bad_alloc.
+  EXPECT_THROW((LatentCache<float>(LatentConfig{.d_rope = 2, .d_latent = Index{1} << 39},
+                                   cache::Growable{256})),
+               RangeError);
+  EXPECT_THROW((LatentCache<float, cache::FixedCapacity>(LatentConfig{.d_rope = 2, .d_latent = 8},
+                                                         cache::FixedCapacity{kBig})),
+               RangeError);
+  const LatentConfig ok{.d_model = 16, .n_heads = 4, .d_head = 8, .d_rope = 4, .d_latent = 10};
+  EXPECT_NO_THROW(LatentAttention<float>{ok});
+  LatentConfig c = ok;
+  c.d_head = kBig;  // H d_h overflows
+  EXPECT_THROW(LatentAttention<float>{c}, RangeError);
+  c = ok;
+  c.n_heads = kBig;
+  EXPECT_THROW(LatentAttention<float>{c}, RangeError);
+  c = ok;
+  c.d_v = kBig;
+  EXPECT_THROW(LatentAttention<float>{c}, RangeError);
+  c = ok;
+  c.d_model = kBig;
+  EXPECT_THROW(LatentAttention<float>{c}, RangeError);
+  c = ok;
+  c.scale = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(LatentAttention<float>{c}, std::invalid_argument);
+  std::string msg;
+  try {
+    c = ok;
+    c.d_head = kBig;
+    LatentAttention<float> bad{c};
+  } catch (const RangeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(std::to_string(kBig)), std::string::npos) << msg;
+  EXPECT_THROW((void)cache_elements_per_token(kBig, 8, 128, 512, 64, 60), RangeError);
+  EXPECT_THROW((void)cache_elements_per_token(128, 8, 128, 512, 64, -1), RangeError);
+  EXPECT_THROW((void)latent_cache_elements_per_token(ok, kBig), RangeError);
 }
 
 }  // namespace
