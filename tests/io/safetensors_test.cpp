@@ -315,7 +315,7 @@ TYPED_TEST(SafetensorsWriterTest, RoundTripsInEveryStorage) {
   const RowMatrix<T> c = kappa::testing::random_matrix<T>(1, 1, 3);
   const RowMatrix<T> d = kappa::testing::random_matrix<T>(2, 12, 4);
   for (Storage s : {Storage::kF64, Storage::kF32, Storage::kF16, Storage::kBF16}) {
-    const std::string p = temp_path("roundtrip.safetensors");
+    const std::string p = temp_path("roundtrip" + std::to_string(sizeof(T)) + ".safetensors");
     SafetensorsWriter w;
     w.add("a", a, s);
     w.add("b", b, Storage::kF16, std::vector<std::int64_t>{3});
