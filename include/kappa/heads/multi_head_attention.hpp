@@ -45,6 +45,7 @@
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/heads/grouped_attention.hpp"
 #include "kappa/heads/grouping.hpp"
@@ -589,7 +590,7 @@ class MultiHeadAttention {
   static void project(const ConstMatrixRef<T>& x, const RowMatrix<T>& w, const RowVector<T>& b,
                       RowMatrix<T>& out) {
     out.resize(x.rows(), w.cols());
-    out.noalias() = x * w;  // (N, width)
+    product_into<T>(x, w, out);  // (N, width); decode rows split over the threads
     if (b.size() != 0) out.rowwise() += b;
   }
 
@@ -598,6 +599,7 @@ class MultiHeadAttention {
   void apply_position(RowMatrix<T>& m, Index heads, Index row0, Index rows,
                       Index first_position) const {
     if constexpr (!std::same_as<Position, NoPosition>) {
+      if (rows == 0) return;  // an empty sequence: no block to take (m may have no storage)
       const Index dh = config_.d_head;
       for (Index h = 0; h < heads; ++h) {
         MatrixRef<T> block(m.block(row0, h * dh, rows, dh));

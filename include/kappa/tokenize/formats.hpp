@@ -132,6 +132,9 @@ inline std::optional<std::string> base64_decode(std::string_view text) {
       d = 0;
     }
     if (c < 0 || d < 0) return std::nullopt;
+    // Canonical: the bits the padding leaves unused must be zero ("Q2==" and
+    // "Qw==" would otherwise both spell "C").
+    if ((pad == 2 && (b & 0xF) != 0) || (pad == 1 && (c & 0x3) != 0)) return std::nullopt;
     const std::uint32_t v = (std::uint32_t(a) << 18) | (std::uint32_t(b) << 12) |
                             (std::uint32_t(c) << 6) | std::uint32_t(d);
     out += static_cast<char>(v >> 16);
