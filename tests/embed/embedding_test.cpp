@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kappa/embed/embedding.hpp"
@@ -86,4 +87,27 @@ TYPED_TEST(EmbeddingTest, SeededInitializationIsDeterministic) {
   const double sd = std::sqrt((a.table().template cast<double>().array() - mean).square().mean());
   EXPECT_NEAR(mean, 0.0, 0.014);
   EXPECT_NEAR(sd, 0.5, 0.01);
+}
+
+// ---- Hardening: sizes are validated where they enter --------------------------------
+
+TYPED_TEST(EmbeddingTest, NegativeAndImpossibleSizesAreRangeErrors) {
+  using T = TypeParam;
+  EXPECT_THROW((kappa::Embedding<T>(-1, 4)), kappa::RangeError);
+  EXPECT_THROW((kappa::Embedding<T>(4, -1)), kappa::RangeError);
+  // N_T d overflows int64, or exceeds what kappa allocates: a RangeError
+  // naming the sizes, not std::bad_alloc / std::length_error.
+  constexpr Index kBig = Index{1} << 62;
+  EXPECT_THROW((kappa::Embedding<T>(kBig, 4)), kappa::RangeError);
+  EXPECT_THROW((kappa::Embedding<T>(Index{1} << 32, Index{1} << 32)), kappa::RangeError);
+  EXPECT_THROW((void)kappa::Embedding<T>::random(kBig, 4, 1), kappa::RangeError);
+  EXPECT_THROW((void)kappa::Embedding<T>::random(-3, 4, 1), kappa::RangeError);
+  std::string msg;
+  try {
+    kappa::Embedding<T> e(-1, 4);
+  } catch (const kappa::RangeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("-1"), std::string::npos) << msg;
+  EXPECT_NO_THROW((kappa::Embedding<T>(0, 0)));
 }

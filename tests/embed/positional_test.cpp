@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kappa/embed/positional.hpp"
@@ -68,4 +69,22 @@ TYPED_TEST(PositionalTest, AddAndConcatenateAreCompileTimeChoices) {
 
   using Mismatch = kappa::InputEmbedding<T, kappa::SinusoidalPositions<T>, kappa::AddPositions>;
   EXPECT_THROW(Mismatch(emb, kappa::SinusoidalPositions<T>(4)), kappa::ShapeError);
+}
+
+TYPED_TEST(PositionalTest, OffsetsAndSizesThatWouldOverflowAreRangeErrors) {
+  using T = TypeParam;
+  constexpr Index kMax = std::numeric_limits<Index>::max();
+  const kappa::SinusoidalPositions<T> sin(4);
+  EXPECT_THROW((void)sin.encode(3, kMax - 1), kappa::RangeError);
+  EXPECT_THROW((void)sin.encode(-1), kappa::RangeError);
+  EXPECT_THROW((void)sin.encode(Index{1} << 62), kappa::RangeError);
+  EXPECT_NO_THROW((void)sin.encode(3, kMax - 3));
+  EXPECT_THROW((kappa::SinusoidalPositions<T>(-2)), kappa::RangeError);
+  const kappa::LearnedPositions<T> learned(8, 4, 1);
+  // offset + n - 1 overflows: a RangeError, not UB.
+  EXPECT_THROW((void)learned.encode(kMax, 5), kappa::RangeError);
+  EXPECT_THROW((void)learned.encode(-1, 0), kappa::RangeError);
+  EXPECT_THROW((void)learned.encode(-2), kappa::RangeError);
+  EXPECT_THROW((kappa::LearnedPositions<T>(Index{1} << 62, 4, 1)), kappa::RangeError);
+  EXPECT_THROW((kappa::LearnedPositions<T>(-1, 4, 1)), kappa::RangeError);
 }

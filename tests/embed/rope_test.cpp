@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "kappa/embed/rope.hpp"
@@ -120,4 +122,33 @@ TYPED_TEST(RopeTest, Errors) {
   EXPECT_THROW(rope.apply_heads(x, 4), kappa::ShapeError);  // d_head 4 < d_R 8
   EXPECT_THROW(rope.apply(x, Index{-1}), kappa::RangeError);
   EXPECT_THROW(rope.apply(x, std::vector<Index>{1}), kappa::ShapeError);
+}
+
+TYPED_TEST(RopeTest, PositionsThatWouldOverflowAreRangeErrors) {
+  using T = typename TypeParam::first_type;
+  using C = typename TypeParam::second_type;
+  constexpr Index kMax = std::numeric_limits<Index>::max();
+  const kappa::Rope<T, C> rope(4);
+  RowMatrix<T> x = kappa::testing::random_matrix<T>(3, 8, 5);
+  const RowMatrix<T> before = x;
+  // offset + r overflows for the last rows.
+  EXPECT_THROW(rope.apply(x, kMax - 1), kappa::RangeError);
+  EXPECT_THROW(rope.apply_heads(x, 2, kMax), kappa::RangeError);
+  EXPECT_THROW(rope.apply_heads(x, 2, Index{-1}), kappa::RangeError);
+  EXPECT_THROW((void)rope.rotated(x, kMax), kappa::RangeError);
+  EXPECT_THROW(rope.apply(x, std::vector<Index>{kMax, 0, 1}), kappa::RangeError);
+  EXPECT_EQ(x, before);  // nothing was rotated
+  std::string msg;
+  try {
+    rope.apply(x, kMax);
+  } catch (const kappa::RangeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(std::to_string(kMax)), std::string::npos) << msg;
+  // The last offset that fits is fine.
+  EXPECT_NO_THROW(rope.apply(x, kMax - 3));
+  EXPECT_TRUE(x.allFinite());
+  // A non-finite base is rejected like a non-positive one.
+  EXPECT_THROW((kappa::Rope<T, C>(4, std::numeric_limits<double>::infinity())),
+               std::invalid_argument);
 }

@@ -17,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -33,15 +34,19 @@ namespace kappa {
 template <Scalar T>
 class Embedding {
  public:
-  /// E = 0 (N_T x d). Precondition: vocab_size >= 0, dim >= 0.
-  Embedding(Index vocab_size, Index dim) : table_(RowMatrix<T>::Zero(vocab_size, dim)) {}
+  /// E = 0 (N_T x d).
+  /// \throws RangeError naming the value for a negative size, or when
+  ///         N_T x d exceeds kMaxElements (core/checked.hpp), before allocating.
+  Embedding(Index vocab_size, Index dim)
+      : table_(RowMatrix<T>::Zero(checked_size(vocab_size, dim), dim)) {}
   /// E given.
   explicit Embedding(RowMatrix<T> table) : table_(std::move(table)) {}
 
   /// E_{ti} ~ N(0, stddev^2), deterministic in `seed` (see random.hpp).
   /// PyTorch's nn.Embedding uses stddev 1, GPT-2 0.02.
+  /// \throws RangeError as the constructor.
   static Embedding random(Index vocab_size, Index dim, std::uint64_t seed, double stddev = 1.0) {
-    return Embedding(seeded_normal_matrix<T>(vocab_size, dim, seed, stddev));
+    return Embedding(seeded_normal_matrix<T>(checked_size(vocab_size, dim), dim, seed, stddev));
   }
 
   /// N_T.
@@ -85,6 +90,13 @@ class Embedding {
   }
 
  private:
+  /// Validates N_T and d; returns N_T.
+  static Index checked_size(Index vocab_size, Index dim) {
+    require_nonnegative("Embedding: vocab_size N_T", vocab_size);
+    require_nonnegative("Embedding: dim d", dim);
+    (void)checked_mul("Embedding: table E, N_T x d", vocab_size, dim);
+    return vocab_size;
+  }
   void check(TokenId id) const {
     require_index("token id", id, static_cast<long long>(vocab_size()),
                   "the embedding table E (N_T)");

@@ -27,6 +27,7 @@
 #include <string>
 #include <utility>
 
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -41,24 +42,33 @@ template <Scalar T>
 class SinusoidalPositions {
  public:
   /// d_pos = dim; base b (10000 in the original Transformer).
-  explicit SinusoidalPositions(Index dim, double base = 10000.0) : dim_(dim), base_(base) {}
+  /// \throws RangeError naming dim if it is negative.
+  explicit SinusoidalPositions(Index dim, double base = 10000.0)
+      : dim_(require_nonnegative("SinusoidalPositions: dim", dim)), base_(base) {}
 
   Index dim() const noexcept { return dim_; }
   double base() const noexcept { return base_; }
 
   /// P for positions offset .. offset + n - 1 (n x d_pos).
+  /// \throws RangeError for n < 0, an n x d_pos above kMaxElements, and as
+  ///         encode_into().
   RowMatrix<T> encode(Index n, Index offset = 0) const {
+    require_nonnegative("sinusoidal positions: n", n);
+    (void)checked_mul("sinusoidal positions: P, n x d_pos", n, dim_);
     RowMatrix<T> p(n, dim_);
     encode_into(p, offset);
     return p;
   }
   /// As encode(), into P (its rows give n).
+  /// \throws ShapeError unless P has d_pos columns; RangeError naming the
+  ///         offset if it is negative or offset + n overflows.
   void encode_into(MatrixRef<T> p, Index offset = 0) const {
     require_shapes(p.cols() == dim_, "sinusoidal positions", "P", p.rows(), p.cols(), "(n, d_pos)",
                    p.rows(), dim_, "P must have d_pos columns");
     if (offset < 0)
       throw RangeError("kappa: sinusoidal positions: offset " + std::to_string(offset) +
                        " is negative");
+    (void)checked_add("sinusoidal positions: offset + n", offset, p.rows());
     for (Index i = 0; 2 * i < dim_; ++i) {
       const double inv_freq =
           std::pow(base_, -static_cast<double>(2 * i) / static_cast<double>(dim_));
@@ -90,12 +100,16 @@ class LearnedPositions {
   RowMatrix<T>& table() noexcept { return table_; }
 
   /// Rows offset .. offset + n - 1 of the table. RangeError naming the last
-  /// position and max_positions if it does not exist.
+  /// position and max_positions if it does not exist, or naming n or the
+  /// offset if it is negative.
   RowMatrix<T> encode(Index n, Index offset = 0) const {
-    if (n > 0) {
-      require_index("position", offset, max_positions(), "the learned position table");
-      require_index("position", offset + n - 1, max_positions(), "the learned position table");
-    }
+    require_nonnegative("learned positions: n", n);
+    require_nonnegative("learned positions: offset", offset);
+    if (n == 0) return RowMatrix<T>(0, dim());
+    require_index("position", offset, max_positions(), "the learned position table");
+    // offset < max_positions here, so this cannot overflow unless n is huge.
+    const Index last = checked_add("learned positions: offset + n", offset, n) - 1;
+    require_index("position", last, max_positions(), "the learned position table");
     return table_.middleRows(offset, n);
   }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <numbers>
 
+#include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/matrix.hpp"
 
@@ -56,8 +57,13 @@ class SeededNormal {
 };
 
 /// A rows x cols matrix of N(0, stddev^2) entries from `seed` (row-major order).
+/// \throws RangeError naming the sizes if one is negative or rows x cols
+///         exceeds kMaxElements (core/checked.hpp), before allocating.
 template <Scalar T>
 RowMatrix<T> seeded_normal_matrix(Index rows, Index cols, std::uint64_t seed, double stddev) {
+  require_nonnegative("seeded normal matrix: rows", rows);
+  require_nonnegative("seeded normal matrix: cols", cols);
+  (void)checked_mul("seeded normal matrix: rows x cols", rows, cols);
   SeededNormal g(seed);
   RowMatrix<T> m(rows, cols);
   T* p = m.data();

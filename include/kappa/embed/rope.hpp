@@ -56,8 +56,7 @@ class Rope {
   /// d_R = rotary_dim (even, >= 0; 0 rotates nothing, for callers whose
   /// rotary part is optional); base b > 0. Throws ShapeError for an odd or
   /// negative d_R, std::invalid_argument for base <= 0 or not finite.
-  explicit Rope(Index rotary_dim, double base = 10000.0)
-      : Rope(rotary_dim, base, RopeScaling{}) {}
+  explicit Rope(Index rotary_dim, double base = 10000.0) : Rope(rotary_dim, base, RopeScaling{}) {}
 
   /// RoPE with a frequency rule of real configs (linear, dynamic NTK, llama3,
   /// yarn; see rope_scaling.hpp): theta'_i from rope_frequencies(), and cos,
@@ -91,7 +90,7 @@ class Rope {
   void apply(MatrixRef<T> x, Index offset = 0) const {
     check(x.cols(), "X");
     check_offset(offset, x.rows());
-    const std::vector<double>& f = frequencies_for(offset + x.rows(), dyn_);
+    const std::vector<double>& f = frequencies_for(offset + x.rows(), dyn_scratch());
     for (Index r = 0; r < x.rows(); ++r)
       rotate_row(x.row(r).data(), static_cast<double>(offset + r), f);
   }
@@ -103,8 +102,13 @@ class Rope {
                    x.cols(), "positions", static_cast<Index>(positions.size()), 1,
                    "one position per row");
     Index len = 0;
-    for (Index p : positions) len = std::max(len, p + 1);
-    const std::vector<double>& f = frequencies_for(len, dyn_);
+    for (Index p : positions) {
+      if (p == std::numeric_limits<Index>::max())
+        throw RangeError("kappa: RoPE: position " + std::to_string(p) +
+                         " is too large (the sequence length p + 1 overflows)");
+      len = std::max(len, p + 1);
+    }
+    const std::vector<double>& f = frequencies_for(len, dyn_scratch());
     for (Index r = 0; r < x.rows(); ++r)
       rotate_row(x.row(r).data(), static_cast<double>(positions[static_cast<std::size_t>(r)]), f);
   }
@@ -117,7 +121,7 @@ class Rope {
     const Index d_head = x.cols() / n_heads;
     check(d_head, "a head of X");
     check_offset(offset, x.rows());
-    const std::vector<double>& f = frequencies_for(offset + x.rows(), dyn_);
+    const std::vector<double>& f = frequencies_for(offset + x.rows(), dyn_scratch());
     for (Index r = 0; r < x.rows(); ++r)
       for (Index h = 0; h < n_heads; ++h)
         rotate_row(x.row(r).data() + h * d_head, static_cast<double>(offset + r), f);
@@ -175,7 +179,13 @@ class Rope {
   RopeScaling scaling_{};
   std::vector<double> inv_freq_;  // theta_i (theta'_i under a fixed scaling rule)
   double attention_factor_ = 1.0;
-  static inline thread_local std::vector<double> dyn_{};  // dynamic NTK scratch
+  // Dynamic NTK scratch, one per thread. A function-local thread_local: GCC 12
+  // rejects several `static inline thread_local` members of one class template
+  // in a translation unit ("redefinition of __tls_guard").
+  static std::vector<double>& dyn_scratch() {
+    thread_local std::vector<double> scratch;
+    return scratch;
+  }
 };
 
 }  // namespace kappa
