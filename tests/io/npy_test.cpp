@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,43 @@ TEST(Npy, ErrorMessagesEscapeControlBytesFromTheFile) {
     EXPECT_NE(msg.find(name == std::string("esc_colon.npy") ? "\\x9b" : "\\x1b"), std::string::npos)
         << name << ": " << msg;
   }
+}
+
+// Fuzz finding 3 (tests/fuzz/FINDINGS.md): float64 1e300 read as int64 was
+// UB (float-cast-overflow); integers that do not fit a narrower type wrapped.
+TEST(Npy, ElementsThatDoNotFitAnIntegerTypeAreFormatErrors) {
+  const auto f8 = [](std::vector<double> v) {
+    const std::string shape = "(" + std::to_string(v.size()) + ",)";
+    return make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': " + shape + ", }",
+                    raw<double>(v));
+  };
+  const std::string big = write_file("f8_big.npy", f8({3.0, 1e300}));
+  std::string msg;
+  try {
+    (void)read_npy<std::int64_t>(big);
+  } catch (const kappa::FormatError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("f8_big.npy: byte 136: element 1"), std::string::npos) << msg;
+  EXPECT_THROW((void)read_npy<std::int32_t>(
+                   write_file("f8_nan.npy", f8({std::numeric_limits<double>::quiet_NaN()}))),
+               kappa::FormatError);
+  EXPECT_THROW((void)read_npy<std::int64_t>(
+                   write_file("f8_inf.npy", f8({-std::numeric_limits<double>::infinity()}))),
+               kappa::FormatError);
+  EXPECT_THROW((void)read_npy<std::int64_t>(write_file("f8_2p63.npy", f8({9223372036854775808.0}))),
+               kappa::FormatError);
+  const std::string i8 = write_file(
+      "i8_wide.npy", make_npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }",
+                              raw<std::int64_t>({-1, std::int64_t{1} << 40})));
+  EXPECT_THROW((void)read_npy<std::int32_t>(i8), kappa::FormatError);
+  EXPECT_THROW((void)read_npy<std::uint64_t>(i8), kappa::FormatError);  // -1
+  // Values that fit convert as before; float T takes everything.
+  const auto ok = read_npy<std::int64_t>(write_file("f8_ok.npy", f8({3.0, -2.0, 2.5})));
+  EXPECT_EQ(ok.values, (std::vector<std::int64_t>{3, -2, 2}));
+  EXPECT_EQ(read_npy<std::int64_t>(i8).values,
+            (std::vector<std::int64_t>{-1, std::int64_t{1} << 40}));
+  EXPECT_EQ(read_npy<double>(big).values[1], 1e300);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <bit>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -37,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "kappa/core/checked.hpp"
@@ -286,19 +288,57 @@ U npy_load_element(const char* p, bool little_endian) {
   return u;
 }
 
+/// u converted to T; `ok` false (and T{} returned) when T is an integer type
+/// and u is NaN, infinite or outside T's range, where the conversion would be
+/// undefined behaviour (float to integer) or silently wrap (integer to a
+/// narrower integer). Floating-point T takes every value (out-of-range float64
+/// values become +-inf in float32, as in NumPy).
+template <class T, class U>
+T npy_convert(U u, bool& ok) {
+  ok = true;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if constexpr (std::is_floating_point_v<U>) {
+      const auto v = static_cast<long double>(u);
+      ok = std::isfinite(v) && v > static_cast<long double>(std::numeric_limits<T>::min()) - 1.0L &&
+           v < static_cast<long double>(std::numeric_limits<T>::max()) + 1.0L;
+    } else if constexpr (std::is_signed_v<U>) {
+      ok = u < 0 ? std::is_signed_v<T> &&
+                       static_cast<std::intmax_t>(u) >=
+                           static_cast<std::intmax_t>(std::numeric_limits<T>::min())
+                 : static_cast<std::uintmax_t>(u) <=
+                       static_cast<std::uintmax_t>(std::numeric_limits<T>::max());
+    } else {
+      ok = static_cast<std::uintmax_t>(u) <=
+           static_cast<std::uintmax_t>(std::numeric_limits<T>::max());
+    }
+    if (!ok) return T{};
+  }
+  return static_cast<T>(u);
+}
+
+/// The element at p converted to T; `ok` as in npy_convert.
 template <class T>
-T npy_element(const char* p, const NpyHeader& h) {
+T npy_element(const char* p, const NpyHeader& h, bool& ok) {
   switch (h.type) {
     case NpyType::kFloat32:
-      return static_cast<T>(npy_load_element<float>(p, h.little_endian));
+      return npy_convert<T>(npy_load_element<float>(p, h.little_endian), ok);
     case NpyType::kFloat64:
-      return static_cast<T>(npy_load_element<double>(p, h.little_endian));
+      return npy_convert<T>(npy_load_element<double>(p, h.little_endian), ok);
     case NpyType::kInt32:
-      return static_cast<T>(npy_load_element<std::int32_t>(p, h.little_endian));
+      return npy_convert<T>(npy_load_element<std::int32_t>(p, h.little_endian), ok);
     case NpyType::kInt64:
-      return static_cast<T>(npy_load_element<std::int64_t>(p, h.little_endian));
+      return npy_convert<T>(npy_load_element<std::int64_t>(p, h.little_endian), ok);
   }
+  ok = true;
   return T{};
+}
+
+/// Throws FormatError: element `i` at byte `at` does not fit in T.
+[[noreturn]] inline void npy_fail_value(std::string_view file, std::size_t at, Index i,
+                                        std::string_view type_name) {
+  npy_fail(file, at,
+           "element " + std::to_string(i) + " is NaN, infinite or outside the range of " +
+               std::string(type_name) + ", the type it is read as");
 }
 
 }  // namespace detail
@@ -375,7 +415,8 @@ inline std::string read_file_bytes(const std::string& path) {
 /// Reads the .npy file at `path`, converting its elements to T. Elements come
 /// back in C (row-major) order; a Fortran-order file is reordered.
 /// \throws FormatError naming the file and byte offset for a malformed file
-///         (bad magic, bad header, unsupported dtype, too little data).
+///         (bad magic, bad header, unsupported dtype, too little data), and
+///         for integer T, an element that is NaN, infinite or outside T.
 template <class T>
 NpyArray<T> read_npy(const std::string& path) {
   static_assert(std::is_arithmetic_v<T>, "kappa: read_npy<T> needs an arithmetic T");
@@ -400,8 +441,13 @@ NpyArray<T> read_npy(const std::string& path) {
   a.values.resize(static_cast<std::size_t>(n));
   const char* data = bytes.data() + h.data_offset;
   const std::size_t rank = h.shape.size();
+  const char* type_name = std::is_signed_v<T> ? "a signed integer" : "an unsigned integer";
+  bool ok = true;
   if (!h.fortran_order || rank <= 1) {
-    for (Index i = 0; i < n; ++i) a.values[i] = detail::npy_element<T>(data + i * h.item_size(), h);
+    for (Index i = 0; i < n; ++i) {
+      a.values[i] = detail::npy_element<T>(data + i * h.item_size(), h, ok);
+      if (!ok) detail::npy_fail_value(path, h.data_offset + i * h.item_size(), i, type_name);
+    }
     return a;
   }
   // Fortran order: the first index varies fastest in the file.
@@ -409,7 +455,8 @@ NpyArray<T> read_npy(const std::string& path) {
   for (Index f = 0; f < n; ++f) {
     Index c = 0;
     for (std::size_t d = 0; d < rank; ++d) c = c * h.shape[d] + idx[d];
-    a.values[c] = detail::npy_element<T>(data + f * h.item_size(), h);
+    a.values[c] = detail::npy_element<T>(data + f * h.item_size(), h, ok);
+    if (!ok) detail::npy_fail_value(path, h.data_offset + f * h.item_size(), f, type_name);
     for (std::size_t d = 0; d < rank; ++d) {
       if (++idx[d] < h.shape[d]) break;
       idx[d] = 0;
