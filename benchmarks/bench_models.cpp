@@ -19,6 +19,7 @@
 
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -187,6 +188,54 @@ void BM_Model_Decode_Llama1B_Bf16(benchmark::State& st) {
   decode(st, llama_bf16());
 }
 
+/// Where a decode step's time goes: the attention sub-layers (projections,
+/// the cached attention, W^O), the feed-forward sub-layers, and the logits
+/// (final norm and H E^T), timed separately on the same cache.
+template <class M>
+void decode_split(benchmark::State& st, M& m) {
+  using Clock = std::chrono::steady_clock;
+  kappa::set_num_threads(static_cast<int>(st.range(0)));
+  const auto ids = prompt(kPrompt, m.vocab_size());
+  auto cache = m.make_cache();
+  (void)m.forward_cached(ids, cache, kappa::LogitsFor::kLast);
+  const kappa::TokenId next = 42;
+  double t_attn = 0, t_ffn = 0, t_logits = 0;
+  for (auto _ : st) {
+    RowMatrix<float> x = m.embed(std::span<const kappa::TokenId>(&next, 1), kPrompt);
+    for (std::size_t l = 0; l < m.layers().size(); ++l) {
+      const auto& layer = m.layers()[l];
+      const auto t0 = Clock::now();
+      RowMatrix<float> a = x;
+      layer.norm_attention().apply(a);
+      x += layer.attention().forward_cached(a, cache.layers[l]);
+      const auto t1 = Clock::now();
+      RowMatrix<float> f = x;
+      layer.norm_feed_forward().apply(f);
+      x += layer.feed_forward().forward(f);
+      const auto t2 = Clock::now();
+      t_attn += std::chrono::duration<double>(t1 - t0).count();
+      t_ffn += std::chrono::duration<double>(t2 - t1).count();
+    }
+    const auto t3 = Clock::now();
+    m.final_norm().apply(x);
+    benchmark::DoNotOptimize(m.project(x).data());
+    t_logits += std::chrono::duration<double>(Clock::now() - t3).count();
+    cache.truncate(kPrompt);
+  }
+  const double n = static_cast<double>(st.iterations());
+  st.counters["attention_ms"] = 1e3 * t_attn / n;
+  st.counters["ffn_ms"] = 1e3 * t_ffn / n;
+  st.counters["logits_ms"] = 1e3 * t_logits / n;
+  st.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  kappa::set_num_threads(1);
+}
+void BM_Model_DecodeSplit_Gpt2Small(benchmark::State& st) {
+  decode_split(st, gpt2());
+}
+void BM_Model_DecodeSplit_Gpt2Small_Bf16(benchmark::State& st) {
+  decode_split(st, gpt2_bf16());
+}
+
 /// Ceiling for decode: a memcpy of the GPT-2 weights' bytes.
 void BM_Ceiling_Copy_Gpt2Weights(benchmark::State& st) {
   kappa_bench::memory_copy(st, gpt2().decode_bytes(), static_cast<int>(st.range(0)));
@@ -208,6 +257,16 @@ void BM_Ceiling_Gemm_128x768x3072(benchmark::State& st) {
 BENCHMARK(BM_Model_Prefill_Gpt2Small)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Model_Decode_Gpt2Small)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Model_Decode_Gpt2Small_Bf16)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Model_DecodeSplit_Gpt2Small_Bf16)
     ->Arg(1)
     ->Arg(2)
     ->Unit(benchmark::kMillisecond)
