@@ -25,8 +25,10 @@ RowMatrix<float> random(Index rows, Index cols, int seed) {
 }
 
 void set_rates(benchmark::State& state, double flops, Index n) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 int use_threads(benchmark::State& state) {
@@ -55,7 +57,9 @@ void attention_bench(benchmark::State& state, const Mask& mask, double flop_frac
   state.counters["scratch_MB"] = static_cast<double>(ws.scores.size() * sizeof(float)) / 1e6;
 }
 
-void BM_Attention_Softmax(benchmark::State& state) { attention_bench(state, kappa::NoMask{}, 1.0); }
+void BM_Attention_Softmax(benchmark::State& state) {
+  attention_bench(state, kappa::NoMask{}, 1.0);
+}
 
 // Causal: blocks of queries skip the keys they cannot see, so about half the
 // flops; the rate counts only the (N^2 + N)/2 visible pairs.
@@ -125,7 +129,8 @@ void BM_Attention_EluPlusOne_Causal_LinearTime(benchmark::State& state) {
   use_threads(state);
   const RowMatrix<float> q = random(n, d, 1), k = random(n, d, 2), v = random(n, d, 3);
   for (auto _ : state) {
-    RowMatrix<float> y = kappa::linear_attention(q, k, v, kappa::kernels::EluPlusOne{}, kappa::CausalMask{});
+    RowMatrix<float> y =
+        kappa::linear_attention(q, k, v, kappa::kernels::EluPlusOne{}, kappa::CausalMask{});
     benchmark::DoNotOptimize(y.data());
   }
   // Useful flops of the recurrence: phi(k)^T v rank-1 updates and phi(q) S.
@@ -144,11 +149,18 @@ BENCHMARK(BM_EigenGemm_SameShapes)->Apply(shapes);
 BENCHMARK(BM_Attention_Softmax_Causal)->Apply(shapes);
 BENCHMARK(BM_Attention_Softmax_FullMatrix)->Apply(shapes);
 BENCHMARK(BM_Attention_EluPlusOne_Causal_Quadratic)
-    ->Args({1024, 64, 1})->Args({4096, 64, 1})
-    ->ArgNames({"N", "d", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Args({1024, 64, 1})
+    ->Args({4096, 64, 1})
+    ->ArgNames({"N", "d", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Attention_EluPlusOne_Causal_LinearTime)
-    ->Args({1024, 64, 1})->Args({4096, 64, 1})->Args({16384, 64, 1})
-    ->ArgNames({"N", "d", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Args({1024, 64, 1})
+    ->Args({4096, 64, 1})
+    ->Args({16384, 64, 1})
+    ->ArgNames({"N", "d", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <Eigen/Core>
+
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -31,6 +33,29 @@ inline void memory_copy(benchmark::State& st, std::size_t bytes, int threads) {
   }
   st.counters["GB/s"] =
       benchmark::Counter(double(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// The read ceiling: `bytes` of floats summed (Eigen's vectorized sum) on `threads` threads, one
+/// contiguous slice each. GB/s = bytes read per second: what a memory-bound decode step can at best
+/// reach.
+inline void memory_read(benchmark::State& st, std::size_t bytes, int threads) {
+  const std::size_t n = bytes / sizeof(float);
+  std::vector<float> src(n, 1.0f);
+  float total = 0;
+  for (auto _ : st) {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
+#endif
+    for (int t = 0; t < threads; ++t) {
+      const std::size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+      total +=
+          Eigen::Map<const Eigen::VectorXf>(src.data() + lo, static_cast<Eigen::Index>(hi - lo))
+              .sum();
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  st.counters["GB/s"] = benchmark::Counter(double(n * sizeof(float)) * 1e-9,
+                                           benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace kappa_bench

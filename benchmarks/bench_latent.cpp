@@ -51,8 +51,12 @@ bool set_threads(benchmark::State& st, int threads) {
 }
 
 kappa::LatentConfig latent_config() {
-  return {.d_model = kDModel, .n_heads = kHeads, .d_head = kDHead, .d_rope = kDRope,
-          .d_v = kDHead, .d_latent = kDLatent};
+  return {.d_model = kDModel,
+          .n_heads = kHeads,
+          .d_head = kDHead,
+          .d_rope = kDRope,
+          .d_v = kDHead,
+          .d_latent = kDLatent};
 }
 
 kappa::LatentWeights<T> latent_weights() {
@@ -114,16 +118,22 @@ void BM_DecodeMLA(benchmark::State& st) {
   st.counters["cache_GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-void BM_DecodeMLA_Absorbed(benchmark::State& st) { BM_DecodeMLA<kappa::AbsorbedLatent>(st); }
-void BM_DecodeMLA_Naive(benchmark::State& st) { BM_DecodeMLA<kappa::NaiveLatent>(st); }
+void BM_DecodeMLA_Absorbed(benchmark::State& st) {
+  BM_DecodeMLA<kappa::AbsorbedLatent>(st);
+}
+void BM_DecodeMLA_Naive(benchmark::State& st) {
+  BM_DecodeMLA<kappa::NaiveLatent>(st);
+}
 
 template <class Layer>
 void decode_heads(benchmark::State& st, Index kv_heads) {
   const Index len = st.range(0);
   if (!set_threads(st, static_cast<int>(st.range(1)))) return;
   Layer attn({.d_in = kDModel, .n_heads = kHeads, .d_head = kDHead, .n_kv_heads = kv_heads});
-  const Matrix w_q = random(kDModel, kHeads * kDHead, 2), w_k = random(kDModel, kv_heads * kDHead, 3),
-               w_v = random(kDModel, kv_heads * kDHead, 4), w_o = random(kHeads * kDHead, kDModel, 5);
+  const Matrix w_q = random(kDModel, kHeads * kDHead, 2),
+               w_k = random(kDModel, kv_heads * kDHead, 3),
+               w_v = random(kDModel, kv_heads * kDHead, 4),
+               w_o = random(kHeads * kDHead, kDModel, 5);
   attn.set_weights(w_q, w_k, w_v, w_o);
   kappa::KVCache<T> cache(kappa::KVCacheConfig{.n_kv_heads = kv_heads, .d_head = kDHead});
   cache.reserve(len + 1);
@@ -163,7 +173,8 @@ double prefill_flops(Index n, bool absorbed) {
                dr = kDRope, dc = kDLatent, dv = kDHead;
   const double proj = 2 * N * d * (dc + dr) + 2 * N * d * H * (dh + dr) + 2 * N * H * dv * d;
   if (absorbed) {
-    return proj + 2 * N * H * dh * dc + 2 * P * H * (dc + dr) + 2 * P * H * dc + 2 * N * H * dc * dv;
+    return proj + 2 * N * H * dh * dc + 2 * P * H * (dc + dr) + 2 * P * H * dc +
+           2 * N * H * dc * dv;
   }
   return proj + 2 * N * dc * H * (dh + dv) + 2 * P * H * (dh + dr) + 2 * P * H * dv;
 }
@@ -179,13 +190,18 @@ void BM_PrefillMLA(benchmark::State& st) {
     Matrix y = mla.forward(x);
     benchmark::DoNotOptimize(y.data());
   }
-  st.counters["tokens/s"] = benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(
-      prefill_flops(n, std::is_same_v<Path, kappa::AbsorbedLatent>) * 1e-9,
-      benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["tokens/s"] =
+      benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(prefill_flops(n, std::is_same_v<Path, kappa::AbsorbedLatent>) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
-void BM_PrefillMLA_Absorbed(benchmark::State& st) { BM_PrefillMLA<kappa::AbsorbedLatent>(st); }
-void BM_PrefillMLA_Naive(benchmark::State& st) { BM_PrefillMLA<kappa::NaiveLatent>(st); }
+void BM_PrefillMLA_Absorbed(benchmark::State& st) {
+  BM_PrefillMLA<kappa::AbsorbedLatent>(st);
+}
+void BM_PrefillMLA_Naive(benchmark::State& st) {
+  BM_PrefillMLA<kappa::NaiveLatent>(st);
+}
 
 void BM_PrefillGemm(benchmark::State& st) {
   const Index n = st.range(0);

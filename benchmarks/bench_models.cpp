@@ -120,10 +120,16 @@ std::vector<kappa::TokenId> prompt(Index n, Index vocab) {
   return ids;
 }
 
-/// Parameters that take part in a forward pass (the position table does not).
+/// Flops of a prefill of `tokens` with LogitsFor::kLast: 2 x (layer
+/// parameters) per token (the attention scores are not counted), plus the
+/// output head once.
 template <class M>
-double active_params(const M& m) {
-  return static_cast<double>(m.weight_bytes()) / sizeof(float);
+double prefill_flops(const M& m, Index tokens) {
+  double layer_params = 0;
+  for (const auto& l : m.layers())
+    layer_params += static_cast<double>(l.weight_bytes()) / sizeof(float);
+  return 2.0 * layer_params * static_cast<double>(tokens) +
+         2.0 * static_cast<double>(m.vocab_size() * m.d_model());
 }
 
 constexpr Index kPrompt = 128;
@@ -139,7 +145,7 @@ void prefill(benchmark::State& st, M& m) {
   }
   st.counters["tokens/s"] =
       benchmark::Counter(kPrompt, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * active_params(m) * kPrompt * 1e-9,
+  st.counters["GFLOP/s"] = benchmark::Counter(prefill_flops(m, kPrompt) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   st.counters["peak_MB"] = peak_mb();
   kappa::set_num_threads(1);
@@ -240,6 +246,10 @@ void BM_Model_DecodeSplit_Gpt2Small_Bf16(benchmark::State& st) {
 void BM_Ceiling_Copy_Gpt2Weights(benchmark::State& st) {
   kappa_bench::memory_copy(st, gpt2().decode_bytes(), static_cast<int>(st.range(0)));
 }
+/// Ceiling for decode: a plain read (sum) of the GPT-2 weights' bytes.
+void BM_Ceiling_Read_Gpt2Weights(benchmark::State& st) {
+  kappa_bench::memory_read(st, gpt2().decode_bytes(), static_cast<int>(st.range(0)));
+}
 /// Ceiling for prefill: Eigen GEMM (128 x d) x (d x 4d), d = 768.
 void BM_Ceiling_Gemm_128x768x3072(benchmark::State& st) {
   kappa::set_num_threads(static_cast<int>(st.range(0)));
@@ -267,6 +277,11 @@ BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Model_DecodeSplit_Gpt2Small_Bf16)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Ceiling_Read_Gpt2Weights)
     ->Arg(1)
     ->Arg(2)
     ->Unit(benchmark::kMillisecond)

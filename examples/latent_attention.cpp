@@ -52,10 +52,12 @@ Matrix run(const char* name, const kappa::LatentConfig& c, const kappa::LatentWe
   const auto t2 = std::chrono::steady_clock::now();
   const double pre = std::chrono::duration<double>(t1 - t0).count();
   const double dec = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("%-9s prefill %lld tokens: %8.0f tokens/s   decode %lld tokens: %7.1f tokens/s   cache %.2f MB\n",
-              name, static_cast<long long>(prefill), double(prefill) / pre,
-              static_cast<long long>(x.rows() - prefill), double(x.rows() - prefill) / dec,
-              double(cache.bytes()) / 1e6);
+  std::printf(
+      "%-9s prefill %lld tokens: %8.0f tokens/s   decode %lld tokens: %7.1f tokens/s   cache %.2f "
+      "MB\n",
+      name, static_cast<long long>(prefill), double(prefill) / pre,
+      static_cast<long long>(x.rows() - prefill), double(x.rows() - prefill) / dec,
+      double(cache.bytes()) / 1e6);
   return y;
 }
 
@@ -64,11 +66,13 @@ Matrix run(const char* name, const kappa::LatentConfig& c, const kappa::LatentWe
 int main() {
   print_table();
 
-  const kappa::LatentConfig c{.d_model = 2048, .n_heads = 16, .d_head = 128, .d_rope = 64,
-                              .d_v = 128, .d_latent = 512};
+  const kappa::LatentConfig c{
+      .d_model = 2048, .n_heads = 16, .d_head = 128, .d_rope = 64, .d_v = 128, .d_latent = 512};
   std::mt19937 gen(1);
   std::normal_distribution<float> nd(0.0f, 0.02f);
-  const auto rnd = [&](Index r, Index k) { return Matrix(Matrix::NullaryExpr(r, k, [&] { return nd(gen); })); };
+  const auto rnd = [&](Index r, Index k) {
+    return Matrix(Matrix::NullaryExpr(r, k, [&] { return nd(gen); }));
+  };
   kappa::LatentWeights<float> w;
   w.w_uq = rnd(c.d_model, c.n_heads * c.d_head);
   w.w_qr = rnd(c.d_model, c.n_heads * c.d_rope);

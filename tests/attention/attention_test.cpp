@@ -27,10 +27,12 @@ template <class T>
 void expect_close(const RowMatrix<T>& got, const RowMatrix<T>& want, double rel_scale = 1.0) {
   ASSERT_EQ(got.rows(), want.rows());
   ASSERT_EQ(got.cols(), want.cols());
-  EXPECT_LE(max_scaled_error(got, want, rel_scale * Tolerance<T>::kRel,
-                             rel_scale * Tolerance<T>::kAbs),
-            1.0)
-      << "got\n" << got << "\nwant\n" << want;
+  EXPECT_LE(
+      max_scaled_error(got, want, rel_scale * Tolerance<T>::kRel, rel_scale * Tolerance<T>::kAbs),
+      1.0)
+      << "got\n"
+      << got << "\nwant\n"
+      << want;
 }
 
 // The paper's Figure 3 setting, by hand: three tokens, d = 2, linear kernel.
@@ -75,7 +77,7 @@ TYPED_TEST(AttentionTest, SoftmaxByHand) {
 struct Shape {
   Index n_q, n_kv, d_qk, d_v;
 };
-const Shape kShapes[] = {{1, 1, 1, 1},   {4, 4, 8, 8},    {5, 7, 4, 3},     {7, 5, 6, 2},
+const Shape kShapes[] = {{1, 1, 1, 1},    {4, 4, 8, 8},     {5, 7, 4, 3},      {7, 5, 6, 2},
                          {1, 33, 16, 16}, {130, 130, 8, 5}, {300, 257, 16, 12}};
 
 template <class T, class K, class M>
@@ -89,11 +91,11 @@ void check_against_reference(const K& kernel, const M& mask, double scale,
     const RowMatrix<T> k = random_matrix<T>(s.n_kv, s.d_qk, ++seed);
     const RowMatrix<T> v = random_matrix<T>(s.n_kv, s.d_v, ++seed);
     const double sc = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(s.d_qk));
-    const RowMatrix<T> want = reference_attention<T>(
-        q, k, v, sc, f, exponential,
-        [&](Index i, Index j) { return visible(i, j, s.n_q, s.n_kv); });
-    SCOPED_TRACE(::testing::Message() << "N_Q=" << s.n_q << " N_KV=" << s.n_kv
-                                      << " d_QK=" << s.d_qk << " d_V=" << s.d_v);
+    const RowMatrix<T> want =
+        reference_attention<T>(q, k, v, sc, f, exponential,
+                               [&](Index i, Index j) { return visible(i, j, s.n_q, s.n_kv); });
+    SCOPED_TRACE(::testing::Message() << "N_Q=" << s.n_q << " N_KV=" << s.n_kv << " d_QK=" << s.d_qk
+                                      << " d_V=" << s.d_v);
     expect_close<T>(attention(q, k, v, kernel, mask), want, tol_scale);
     expect_close<T>(attention_details(q, k, v, kernel, mask).output, want, tol_scale);
   }
@@ -111,15 +113,13 @@ TYPED_TEST(AttentionTest, SoftmaxMatchesReference) {
 }
 
 TYPED_TEST(AttentionTest, SlidingWindowAndPaddingMatchReference) {
-  check_against_reference<TypeParam>(
-      kernels::Softmax{}, SlidingWindowMask{.window = 17}, -1, kExp, true,
-      [](Index i, Index j, Index n_q, Index n_kv) {
-        const Index p = n_kv - n_q + i;
-        return j <= p && j > p - 17;
-      });
-  check_against_reference<TypeParam>(
-      kernels::Softmax{}, KeyPaddingMask{Index{1}}, -1, kExp, true,
-      [](Index, Index j, Index, Index) { return j < 1; });
+  check_against_reference<TypeParam>(kernels::Softmax{}, SlidingWindowMask{.window = 17}, -1, kExp,
+                                     true, [](Index i, Index j, Index n_q, Index n_kv) {
+                                       const Index p = n_kv - n_q + i;
+                                       return j <= p && j > p - 17;
+                                     });
+  check_against_reference<TypeParam>(kernels::Softmax{}, KeyPaddingMask{Index{1}}, -1, kExp, true,
+                                     [](Index, Index j, Index, Index) { return j < 1; });
 }
 
 TYPED_TEST(AttentionTest, LinearKernelMatchesReference) {
@@ -130,8 +130,9 @@ TYPED_TEST(AttentionTest, LinearKernelMatchesReference) {
     const RowMatrix<T> q = (random_matrix<T>(s.n_q, s.d_qk, 1).array() + T(1.5)).matrix();
     const RowMatrix<T> k = (random_matrix<T>(s.n_kv, s.d_qk, 2).array() + T(1.5)).matrix();
     const RowMatrix<T> v = random_matrix<T>(s.n_kv, s.d_v, 3);
-    expect_close<T>(attention(q, k, v, kernels::Linear{}),
-                    reference_attention<T>(q, k, v, 1.0, id, false, [](Index, Index) { return true; }));
+    expect_close<T>(
+        attention(q, k, v, kernels::Linear{}),
+        reference_attention<T>(q, k, v, 1.0, id, false, [](Index, Index) { return true; }));
     expect_close<T>(attention(q, k, v, kernels::Linear{}, CausalMask{}),
                     reference_attention<T>(q, k, v, 1.0, id, false, [&](Index i, Index j) {
                       return kCausal(i, j, s.n_q, s.n_kv);
@@ -160,13 +161,13 @@ TYPED_TEST(AttentionTest, EluFeatureMapMatchesReference) {
       RowMatrix<T> p(x.rows(), x.cols());
       for (Index i = 0; i < x.rows(); ++i)
         for (Index j = 0; j < x.cols(); ++j)
-          p(i, j) = x(i, j) > 0 ? x(i, j) + 1 : static_cast<T>(std::exp(static_cast<double>(x(i, j))));
+          p(i, j) =
+              x(i, j) > 0 ? x(i, j) + 1 : static_cast<T>(std::exp(static_cast<double>(x(i, j))));
       return p;
     };
-    const auto want = reference_attention<T>(phi(q), phi(k), v, 1.0, [](long double x) { return x; },
-                                             false, [&](Index i, Index j) {
-                                               return kCausal(i, j, s.n_q, s.n_kv);
-                                             });
+    const auto want = reference_attention<T>(
+        phi(q), phi(k), v, 1.0, [](long double x) { return x; }, false,
+        [&](Index i, Index j) { return kCausal(i, j, s.n_q, s.n_kv); });
     expect_close<T>(attention(q, k, v, kernels::EluPlusOne{}, CausalMask{}), want);
   }
 }
@@ -214,13 +215,16 @@ TYPED_TEST(AttentionTest, HugeLogitsStayFiniteAndCorrect) {
   RowMatrix<T> k = random_matrix<T>(9, 16, 22, 1.0) * T(100);
   const RowMatrix<T> v = random_matrix<T>(9, 3, 23);
   const double max_logit =
-      (0.25 * (q.template cast<double>() * k.template cast<double>().transpose())).cwiseAbs().maxCoeff();
+      (0.25 * (q.template cast<double>() * k.template cast<double>().transpose()))
+          .cwiseAbs()
+          .maxCoeff();
   ASSERT_GT(max_logit, 3000.0);
   const RowMatrix<T> y = attention(q, k, v);
   ASSERT_TRUE(y.allFinite());
   // Against the long-double reference; float's relative error in the logits
   // (~1e-7 of 1e4 ~ 1e-3) moves the weights, hence the looser float bound.
-  const auto want = reference_attention<T>(q, k, v, 0.25, kExp, true, [](Index, Index) { return true; });
+  const auto want =
+      reference_attention<T>(q, k, v, 0.25, kExp, true, [](Index, Index) { return true; });
   expect_close<T>(y, want, std::is_same_v<T, float> ? 2000.0 : 1e4);
 }
 
@@ -230,9 +234,9 @@ TYPED_TEST(AttentionTest, FullyMaskedRowsAreZeroNotNaN) {
   const RowMatrix<T> k = random_matrix<T>(5, 3, 32);
   const RowMatrix<T> v = random_matrix<T>(5, 2, 33);
   const KeyPaddingMask pad(std::vector<Index>{0, 2, 0, 5});
-  for (const RowMatrix<T>& y : {attention(q, k, v, kernels::Softmax{}, pad),
-                                attention(q, k, v, kernels::Linear{}, pad),
-                                attention(q, k, v, kernels::EluPlusOne{}, pad)}) {
+  for (const RowMatrix<T>& y :
+       {attention(q, k, v, kernels::Softmax{}, pad), attention(q, k, v, kernels::Linear{}, pad),
+        attention(q, k, v, kernels::EluPlusOne{}, pad)}) {
     ASSERT_TRUE(y.allFinite());
     EXPECT_TRUE(y.row(0).isZero(0));
     EXPECT_TRUE(y.row(2).isZero(0));
@@ -318,18 +322,21 @@ TYPED_TEST(AttentionTest, FewQueriesOverManyKeysSplitAndRecombine) {
   const auto all = [](Index, Index) { return true; };
   for (Index m : {Index{1}, Index{16}}) {
     const RowMatrix<T> q = random_matrix<T>(m, 8, 93, 4.0);
-    expect_close<T>(attention(q, k, v), reference_attention<T>(q, k, v, 1 / std::sqrt(8.0), kExp, true, all), 10.0);
+    expect_close<T>(attention(q, k, v),
+                    reference_attention<T>(q, k, v, 1 / std::sqrt(8.0), kExp, true, all), 10.0);
     expect_close<T>(attention(q, k, v, kernels::Softmax{.scale = 3.0}),
                     reference_attention<T>(q, k, v, 3.0, kExp, true, all), 100.0);
     const RowMatrix<T> kp = (k.array() + T(5)).matrix(), qp = (q.array() + T(5)).matrix();
     expect_close<T>(attention(qp, kp, v, kernels::Linear{}),
-                    reference_attention<T>(qp, kp, v, 1.0, [](long double x) { return x; }, false, all), 10.0);
+                    reference_attention<T>(
+                        qp, kp, v, 1.0, [](long double x) { return x; }, false, all),
+                    10.0);
     // Causal with the default offset: every query row sees all keys here
     // only if m == 1; with 16 rows the ranges differ and the blocked path runs.
     expect_close<T>(attention(q, k, v, kernels::Softmax{}, CausalMask{}),
-                    reference_attention<T>(q, k, v, 1 / std::sqrt(8.0), kExp, true, [&](Index i, Index j) {
-                      return j <= n_kv - m + i;
-                    }), 10.0);
+                    reference_attention<T>(q, k, v, 1 / std::sqrt(8.0), kExp, true,
+                                           [&](Index i, Index j) { return j <= n_kv - m + i; }),
+                    10.0);
   }
 }
 

@@ -33,8 +33,8 @@ TEST(UserKernel, CauchyKernelMatchesReference) {
   const RowMatrix<double> k = testing::random_matrix<double>(8, 4, 2, 2.0);
   const RowMatrix<double> v = testing::random_matrix<double>(8, 3, 3);
   const auto f = [](long double x) { return 1.0L / (1.0L + (x - 1) * (x - 1)); };
-  const auto want = testing::reference_attention<double>(q, k, v, 0.25, f, false,
-                                                         [](Index i, Index j) { return j <= i + 2; });
+  const auto want = testing::reference_attention<double>(
+      q, k, v, 0.25, f, false, [](Index i, Index j) { return j <= i + 2; });
   const RowMatrix<double> got = attention(q, k, v, user::Cauchy{}, CausalMask{});
   EXPECT_LE(testing::max_scaled_error(got, want, 1e-12, 1e-14), 1.0);
 }

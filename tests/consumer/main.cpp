@@ -10,7 +10,8 @@ int main() {
   q << 1, 0, 0, 1;
   k << 1, 0, 0, 1;
   v << 1, 3;
-  const kappa::RowMatrix<double> y = kappa::attention(q, k, v, kappa::kernels::Softmax{.scale = 1.0});
+  const kappa::RowMatrix<double> y =
+      kappa::attention(q, k, v, kappa::kernels::Softmax{.scale = 1.0});
   // Row 0: weights softmax(1, 0) on values (1, 3).
   const double w = std::exp(1.0) / (std::exp(1.0) + 1.0);
   const double expect = w * 1 + (1 - w) * 3;

@@ -32,8 +32,7 @@ TEST(RequireIndex, NamesIdAndSize) {
     require_index("token id", 50257, 50257, "a vocabulary");
     FAIL() << "no throw";
   } catch (const RangeError& e) {
-    EXPECT_STREQ(e.what(),
-                 "kappa: token id 50257 is out of range for a vocabulary of size 50257");
+    EXPECT_STREQ(e.what(), "kappa: token id 50257 is out of range for a vocabulary of size 50257");
   }
   EXPECT_THROW(require_index("id", -1, 10, "v"), std::out_of_range);
   EXPECT_NO_THROW(require_index("id", 9, 10, "v"));

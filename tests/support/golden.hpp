@@ -23,7 +23,8 @@ inline std::map<std::string, RowMatrix<double>> read_golden(const std::string& p
     std::istringstream head(line);
     std::string name;
     Index rows = 0, cols = 0;
-    if (!(head >> name >> rows >> cols)) throw std::runtime_error("bad header in " + path + ": " + line);
+    if (!(head >> name >> rows >> cols))
+      throw std::runtime_error("bad header in " + path + ": " + line);
     RowMatrix<double> m(rows, cols);
     for (Index i = 0; i < rows; ++i)
       for (Index j = 0; j < cols; ++j)

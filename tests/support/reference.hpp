@@ -66,9 +66,8 @@ using Visibility = std::function<bool(Index, Index)>;
 template <class T>
 RowMatrix<T> reference_attention(const RowMatrix<T>& q, const RowMatrix<T>& k,
                                  const RowMatrix<T>& v, double scale,
-                                 const std::function<long double(long double)>& f,
-                                 bool exponential, const Visibility& visible,
-                                 RowMatrix<T>* weights_out = nullptr) {
+                                 const std::function<long double(long double)>& f, bool exponential,
+                                 const Visibility& visible, RowMatrix<T>* weights_out = nullptr) {
   const Index nq = q.rows(), nkv = k.rows(), dv = v.cols();
   RowMatrix<T> y = RowMatrix<T>::Zero(nq, dv);
   if (weights_out) *weights_out = RowMatrix<T>::Zero(nq, nkv);

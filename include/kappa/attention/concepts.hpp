@@ -47,11 +47,11 @@ concept HasScale = requires(const K& k, Index d) {
 };
 
 template <class K>
-concept HasFeatureMap =
-    requires(const K& k, const ConstMatrixRef<float>& xf, const ConstMatrixRef<double>& xd) {
-      { k.feature_map(xf, FeatureRole::kQuery) } -> std::same_as<RowMatrix<float>>;
-      { k.feature_map(xd, FeatureRole::kKey) } -> std::same_as<RowMatrix<double>>;
-    };
+concept HasFeatureMap = requires(const K& k, const ConstMatrixRef<float>& xf,
+                                 const ConstMatrixRef<double>& xd) {
+  { k.feature_map(xf, FeatureRole::kQuery) } -> std::same_as<RowMatrix<float>>;
+  { k.feature_map(xd, FeatureRole::kKey) } -> std::same_as<RowMatrix<double>>;
+};
 
 /// A kernel applied elementwise to scaled scores: A = f(s Q K^T).
 template <class K>
@@ -73,7 +73,9 @@ concept ShiftInvariantKernel = ScoreKernel<K> && requires {
 
 /// Whether a score kernel offers the vectorized `apply(T*, Index)`.
 template <class K, class T>
-concept HasVectorForm = requires(const K& k, T* x, Index n) { k.apply(x, n); };
+concept HasVectorForm = requires(const K& k, T* x, Index n) {
+  k.apply(x, n);
+};
 
 /// Compile-time check with readable messages; use as
 /// `static_assert(check_kernel<K>())`.
@@ -105,7 +107,8 @@ template <class B>
 concept BoundMask = requires(const B& b, Index i, Index j) {
   { b.range(i) } -> std::same_as<KeyRange>;
   { B::kHasHoles } -> std::convertible_to<bool>;
-} && (!B::kHasHoles || requires(const B& b, Index i, Index j) {
+}
+&&(!B::kHasHoles || requires(const B& b, Index i, Index j) {
   { b.allowed(i, j) } -> std::convertible_to<bool>;
 });
 

@@ -49,7 +49,7 @@ class LinearAttentionState {
     require_shapes(phi_k.cols() == s_.rows() && v.cols() == s_.cols() && k.cols() == d_qk_,
                    "LinearAttentionState::append", "the new (phi(K) | V)", phi_k.cols(), v.cols(),
                    "the state S", s_.rows(), s_.cols(), "widths must not change between calls");
-    s_.noalias() += phi_k.transpose() * v;                       // (m, d_V)
+    s_.noalias() += phi_k.transpose() * v;                          // (m, d_V)
     u_.noalias() += phi_k.transpose() * Vector<T>::Ones(k.rows());  // (m)
     length_ += k.rows();
   }
@@ -61,8 +61,8 @@ class LinearAttentionState {
     require_shapes(q.cols() == d_qk_, "LinearAttentionState::query", "Q", q.rows(), q.cols(),
                    "the keys so far", length_, d_qk_, "Q and K must have the same d_QK");
     const RowMatrix<T> phi_q = kernel_.template feature_map<T>(q, FeatureRole::kQuery);  // (n, m)
-    RowMatrix<T> y = phi_q * s_;        // (n, d_V)
-    const Vector<T> z = phi_q * u_;     // (n)
+    RowMatrix<T> y = phi_q * s_;                                                         // (n, d_V)
+    const Vector<T> z = phi_q * u_;                                                      // (n)
     for (Index i = 0; i < y.rows(); ++i) {
       if (z(i) != T(0)) {
         y.row(i) /= z(i);
@@ -97,11 +97,9 @@ class LinearAttentionState {
 /// Cost O((N_Q + N_KV) m d_V), memory O(m d_V) beyond the inputs.
 /// \throws ShapeError as kappa::attention does.
 template <class DQ, class DK, class DV, class K, class M = NoMask>
-  requires Scalar<typename DQ::Scalar>
-RowMatrix<typename DQ::Scalar> linear_attention(const Eigen::MatrixBase<DQ>& q,
-                                                const Eigen::MatrixBase<DK>& k,
-                                                const Eigen::MatrixBase<DV>& v, const K& kernel,
-                                                const M& mask = {}) {
+requires Scalar<typename DQ::Scalar> RowMatrix<typename DQ::Scalar> linear_attention(
+    const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+    const K& kernel, const M& mask = {}) {
   using T = typename DQ::Scalar;
   static_assert(FeatureMapKernel<K>,
                 "kappa: linear_attention needs a feature-map kernel (one with feature_map(x, "
@@ -124,32 +122,34 @@ RowMatrix<typename DQ::Scalar> linear_attention(const Eigen::MatrixBase<DQ>& q,
     // with its mask. Everything is a GEMM; the state is O(m d_V).
     const auto bound = mask.bind(n_q, n_kv);
     const RowMatrix<T> phi_q = kernel.template feature_map<T>(qr, FeatureRole::kQuery);  // (N_Q, m)
-    const RowMatrix<T> phi_k = kernel.template feature_map<T>(kr, FeatureRole::kKey);   // (N_KV, m)
+    const RowMatrix<T> phi_k = kernel.template feature_map<T>(kr, FeatureRole::kKey);  // (N_KV, m)
     require_shapes(phi_q.cols() == phi_k.cols(), "linear_attention", "phi(Q)", phi_q, "phi(K)",
                    phi_k, "phi(Q) and phi(K) must have equal widths");
     constexpr Index kChunk = 64;
     RowMatrix<T> s = RowMatrix<T>::Zero(phi_k.cols(), vr.cols());  // (m, d_V)
-    RowVector<T> u = RowVector<T>::Zero(phi_k.cols());              // (m)
+    RowVector<T> u = RowVector<T>::Zero(phi_k.cols());             // (m)
     RowMatrix<T> y(n_q, vr.cols());
     Vector<T> z(n_q);
     RowMatrix<T> a;  // the chunk's diagonal block of A
     Index seen = 0;
     const auto absorb = [&](Index end) {  // S += phi(K)^T V, u += phi(K)^T 1 over [seen, end)
       if (end <= seen) return;
-      s.noalias() += phi_k.middleRows(seen, end - seen).transpose() * vr.middleRows(seen, end - seen);
+      s.noalias() +=
+          phi_k.middleRows(seen, end - seen).transpose() * vr.middleRows(seen, end - seen);
       u.noalias() += phi_k.middleRows(seen, end - seen).colwise().sum();
       seen = end;
     };
     for (Index i0 = 0; i0 < n_q; i0 += kChunk) {
       const Index c = std::min(kChunk, n_q - i0);
-      absorb(bound.range(i0).end);                  // keys all rows of the chunk see
+      absorb(bound.range(i0).end);                   // keys all rows of the chunk see
       const Index ke = bound.range(i0 + c - 1).end;  // the chunk's last row sees [0, ke)
       auto y_c = y.middleRows(i0, c);
-      y_c.noalias() = phi_q.middleRows(i0, c) * s;                        // (C, d_V)
+      y_c.noalias() = phi_q.middleRows(i0, c) * s;                           // (C, d_V)
       z.segment(i0, c).noalias() = phi_q.middleRows(i0, c) * u.transpose();  // (C)
       if (ke > seen) {
         const Index span = ke - seen;
-        a.noalias() = phi_q.middleRows(i0, c) * phi_k.middleRows(seen, span).transpose();  // (C, span)
+        a.noalias() =
+            phi_q.middleRows(i0, c) * phi_k.middleRows(seen, span).transpose();  // (C, span)
         for (Index r = 0; r < c; ++r) {
           const Index visible = bound.range(i0 + r).end - seen;
           if (visible < span) a.row(r).tail(span - visible).setZero();

@@ -116,6 +116,7 @@ class KVCache {
     require_shapes(v.cols() == h * dv && v.rows() == k.rows(), "KVCache::append", "v", v.rows(),
                    v.cols(), "the expected shape", k.rows(), h * dv,
                    "v is n x (H_kv d_v), n as in k");
+    if (k.rows() == 0) return;  // nothing to add (and no block of empty storage to take)
     std::vector<ConstMatrixRef<T>> rows;
     rows.reserve(static_cast<std::size_t>(2 * h));
     for (Index g = 0; g < h; ++g) rows.emplace_back(k.middleCols(g * dk, dk));

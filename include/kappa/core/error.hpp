@@ -56,9 +56,9 @@ std::string shape_of(const Eigen::EigenBase<Derived>& m) {
 /// Throws ShapeError unless `ok`, naming both operands' shapes and the rule.
 /// Example message: "kappa: attention: Q is (4 x 8) but K is (5 x 7)
 /// (Q and K must have the same number of columns, d_QK)".
-inline void require_shapes(bool ok, std::string_view what, std::string_view a_name,
-                           Index a_rows, Index a_cols, std::string_view b_name,
-                           Index b_rows, Index b_cols, std::string_view rule) {
+inline void require_shapes(bool ok, std::string_view what, std::string_view a_name, Index a_rows,
+                           Index a_cols, std::string_view b_name, Index b_rows, Index b_cols,
+                           std::string_view rule) {
   if (ok) return;
   std::string msg = "kappa: ";
   msg += what;

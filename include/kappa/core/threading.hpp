@@ -14,7 +14,9 @@ namespace kappa {
 
 /// Sets the number of threads for kappa's parallel loops and Eigen's GEMM.
 /// Has no effect in a build without OpenMP.
-inline void set_num_threads(int n) { Eigen::setNbThreads(n < 1 ? 1 : n); }
+inline void set_num_threads(int n) {
+  Eigen::setNbThreads(n < 1 ? 1 : n);
+}
 
 /// The number of threads kappa's parallel loops use (1 without OpenMP).
 inline int num_threads() {

@@ -180,7 +180,7 @@ class WeightMatrix<T, Bf16Weights> {
       for (Index t = 0; t < kLanes; ++t) part[t] += xr[k + t] * widen_one(e[k + t]);
     float s = 0;
     for (; k < cols_; ++k) s += xr[k] * widen_one(e[k]);
-    for (Index t = 0; t < kLanes; ++t) s += part[t];
+    for (const float p : part) s += p;
     return s;
   }
 

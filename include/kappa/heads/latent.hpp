@@ -68,17 +68,17 @@ concept LatentPath = std::same_as<P, NaiveLatent> || std::same_as<P, AbsorbedLat
 
 /// Sizes of a latent attention layer (DeepSeek-V2 names in brackets).
 struct LatentConfig {
-  Index d_model = 0;     ///< d [hidden_size]
-  Index n_heads = 0;     ///< n_h [num_attention_heads]
-  Index d_head = 0;      ///< d_h, per-head width of Q^C, K^C [qk_nope_head_dim]
-  Index d_rope = 0;      ///< d_R, decoupled RoPE width [qk_rope_head_dim]
-  Index d_v = 0;         ///< per-head value width [v_head_dim]; 0 means d_head
-  Index d_latent = 0;    ///< d_c, KV compression rank [kv_lora_rank]
-  Index d_q_latent = 0;  ///< d_cq, query compression rank [q_lora_rank]; 0 = none
-  double norm_eps = 1e-6;           ///< RMSNorm epsilon [rms_norm_eps]
-  double rope_base = 10000.0;       ///< RoPE base [rope_theta]
-  RopeScaling rope_scaling{};       ///< RoPE frequency rule [rope_scaling], e.g. yarn
-  std::optional<double> scale{};    ///< s; unset means 1/sqrt(d_h + d_R)
+  Index d_model = 0;              ///< d [hidden_size]
+  Index n_heads = 0;              ///< n_h [num_attention_heads]
+  Index d_head = 0;               ///< d_h, per-head width of Q^C, K^C [qk_nope_head_dim]
+  Index d_rope = 0;               ///< d_R, decoupled RoPE width [qk_rope_head_dim]
+  Index d_v = 0;                  ///< per-head value width [v_head_dim]; 0 means d_head
+  Index d_latent = 0;             ///< d_c, KV compression rank [kv_lora_rank]
+  Index d_q_latent = 0;           ///< d_cq, query compression rank [q_lora_rank]; 0 = none
+  double norm_eps = 1e-6;         ///< RMSNorm epsilon [rms_norm_eps]
+  double rope_base = 10000.0;     ///< RoPE base [rope_theta]
+  RopeScaling rope_scaling{};     ///< RoPE frequency rule [rope_scaling], e.g. yarn
+  std::optional<double> scale{};  ///< s; unset means 1/sqrt(d_h + d_R)
 
   [[nodiscard]] Index value_width() const { return d_v > 0 ? d_v : d_head; }
   [[nodiscard]] bool query_compression() const { return d_q_latent > 0; }
@@ -110,10 +110,9 @@ struct CacheElementsPerToken {
 inline CacheElementsPerToken cache_elements_per_token(Index n_heads, Index n_groups, Index d_head,
                                                       Index d_latent, Index d_rope, Index layers) {
   constexpr Index kAny = std::numeric_limits<Index>::max();
-  const Index per_head = checked_mul("cache elements per token: 2 d_h x layers",
-                                     checked_mul("cache elements per token: 2 x d_h", 2, d_head,
-                                                 kAny),
-                                     layers, kAny);
+  const Index per_head =
+      checked_mul("cache elements per token: 2 d_h x layers",
+                  checked_mul("cache elements per token: 2 x d_h", 2, d_head, kAny), layers, kAny);
   return {checked_mul("cache elements per token: n_h x 2 d_h l", n_heads, per_head, kAny),
           checked_mul("cache elements per token: n_g x 2 d_h l", n_groups, per_head, kAny),
           per_head,
@@ -167,7 +166,8 @@ class LatentCache {
   using ConstView = typename Store::ConstView;
 
   explicit LatentCache(const LatentConfig& config, R retention = {})
-      : d_latent_(config.d_latent), d_rope_(config.d_rope),
+      : d_latent_(config.d_latent),
+        d_rope_(config.d_rope),
         store_({checked_width(config)}, retention) {}
 
   /// Tokens appended so far (the position of the next token).
@@ -214,7 +214,6 @@ class LatentCache {
   Store store_;
 };
 
-
 /// Multi-head latent attention (DeepSeek-V2), causal self-attention.
 ///
 /// \tparam T        float or double
@@ -240,8 +239,10 @@ template <Scalar T, LatentPath Path = AbsorbedLatent, class RopeConvention = Int
 class LatentAttention {
  public:
   explicit LatentAttention(LatentConfig config)
-      : c_(checked(config)), rope_(c_.d_rope, c_.rope_base, c_.rope_scaling),
-        scale_(static_cast<T>(c_.scale.value_or(1.0 / std::sqrt(static_cast<double>(c_.d_head + c_.d_rope))))) {}
+      : c_(checked(config)),
+        rope_(c_.d_rope, c_.rope_base, c_.rope_scaling),
+        scale_(static_cast<T>(
+            c_.scale.value_or(1.0 / std::sqrt(static_cast<double>(c_.d_head + c_.d_rope))))) {}
 
   [[nodiscard]] const LatentConfig& config() const { return c_; }
 
@@ -387,7 +388,8 @@ class LatentAttention {
                    m.cols(), "expected", rows, cols, "see LatentConfig");
   }
   void check_input(const ConstMatrixRef<T>& x) const {
-    if (!has_weights_) throw std::logic_error("kappa: LatentAttention: set_weights() was not called");
+    if (!has_weights_)
+      throw std::logic_error("kappa: LatentAttention: set_weights() was not called");
     require_shapes(x.cols() == c_.d_model, "LatentAttention", "X", x.rows(), x.cols(),
                    "(N x d_model)", x.rows(), c_.d_model, "X must have d_model columns");
   }
@@ -398,9 +400,9 @@ class LatentAttention {
     if (c_.query_compression()) {
       RowMatrix<T> c_q = x * w_.w_dq;  // (N, d_cq)
       q_norm_.apply(c_q);
-      q.noalias() = c_q * w_q_all_;    // (N, H (d_h + d_R))
+      q.noalias() = c_q * w_q_all_;  // (N, H (d_h + d_R))
     } else {
-      q.noalias() = x * w_q_all_;      // (N, H (d_h + d_R))
+      q.noalias() = x * w_q_all_;  // (N, H (d_h + d_R))
     }
     rope_.apply_heads(q.rightCols(c_.n_heads * c_.d_rope), c_.n_heads, first_position);
     return q;
@@ -417,10 +419,10 @@ class LatentAttention {
   }
 
   RowMatrix<T> attend_naive(const RowMatrix<T>& q, const ConstMatrixRef<T>& kv) const {
-    const Index n_q = q.rows(), n_kv = kv.rows(), h_n = c_.n_heads, dh = c_.d_head,
-                dr = c_.d_rope, dv = c_.value_width(), dc = c_.d_latent;
+    const Index n_q = q.rows(), n_kv = kv.rows(), h_n = c_.n_heads, dh = c_.d_head, dr = c_.d_rope,
+                dv = c_.value_width(), dc = c_.d_latent;
     const auto c_kv = kv.leftCols(dc);
-    RowMatrix<T> o(n_q, h_n * dv);           // [O_1 ... O_H]
+    RowMatrix<T> o(n_q, h_n * dv);  // [O_1 ... O_H]
     RowMatrix<T> q_h(n_q, dh + dr), k_h(n_kv, dh + dr), v_h(n_kv, dv);
     AttentionWorkspace<T> ws;
     const kernels::Softmax softmax{.scale = static_cast<double>(scale_)};
@@ -444,9 +446,10 @@ class LatentAttention {
     for (Index h = 0; h < h_n; ++h) {
       q_abs.middleCols(h * w, dc).noalias() =
           q.middleCols(h * dh, dh) * w_.w_uk.middleCols(h * dh, dh).transpose();  // (N_Q, d_c)
-      q_abs.middleCols(h * w + dc, dr) = q.middleCols(h_n * dh + h * dr, dr);      // (N_Q, d_R)
+      q_abs.middleCols(h * w + dc, dr) = q.middleCols(h_n * dh + h * dr, dr);     // (N_Q, d_R)
     }
-    const Eigen::Map<const RowMatrix<T>> q_stacked(q_abs.data(), n_q * h_n, w);  // (N_Q H, d_c + d_R)
+    const Eigen::Map<const RowMatrix<T>> q_stacked(q_abs.data(), n_q * h_n,
+                                                   w);  // (N_Q H, d_c + d_R)
     RowMatrix<T> o_lat(n_q, h_n * dc);  // viewed as (N_Q H, d_c): row i H + h = head h of token i
     Eigen::Map<RowMatrix<T>> o_stacked(o_lat.data(), n_q * h_n, dc);
     AttentionWorkspace<T> ws;

@@ -635,9 +635,12 @@ class MultiHeadAttention {
     }
     RowMatrix<T> y(q.rows(), config_.n_heads * dv);  // (N_Q, H d_v)
     const auto from_kv = [&](Index b, Index g) {
+      using Pair = std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>;
       const Index r0 = kv_off[b], n = kv_off[b + 1] - kv_off[b];
-      return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(k.block(r0, g * dh, n, dh),
-                                                             v.block(r0, g * dv, n, dv));
+      if (n == 0)  // an empty sequence: no block of a matrix that may have no storage
+        return Pair(Eigen::Map<const RowMatrix<T>>(nullptr, 0, dh),
+                    Eigen::Map<const RowMatrix<T>>(nullptr, 0, dv));
+      return Pair(k.block(r0, g * dh, n, dh), v.block(r0, g * dv, n, dv));
     };
     attend_all(q, q_off, from_kv, y, mask);
     RowMatrix<T> out;

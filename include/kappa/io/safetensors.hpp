@@ -820,7 +820,7 @@ class SafetensorsFile {
     };
     std::vector<Span> spans;
     for (const auto& [name, entry] : header.items()) {
-      const std::int64_t at = key_at.count(name) ? key_at[name] : 8;
+      const std::int64_t at = key_at.contains(name) ? key_at[name] : 8;
       if (name == "__metadata__") {
         if (!entry.is_object())
           fail(at, "", "\"__metadata__\" must be an object of strings, got " + describe(entry));
@@ -1185,7 +1185,7 @@ class SafetensorsWriter {
                   "kappa: SafetensorsWriter::add writes float or double matrices");
     static_assert(std::endian::native == std::endian::little,
                   "kappa: the safetensors writer assumes a little-endian host");
-    if (name == "__metadata__" || entries_.count(name)) {
+    if (name == "__metadata__" || entries_.contains(name)) {
       throw FormatError("kappa: safetensors: writer: tensor " + detail::quoted(name) +
                         " is added twice or uses a reserved name");
     }

@@ -145,7 +145,7 @@ class BpeModel {
       }
       if (rank > std::numeric_limits<TokenId>::max())
         detail::format_error(name, line_no, "rank " + std::string(r) + " is too large");
-      entries.push_back({std::move(*bytes), static_cast<TokenId>(rank), line_no});
+      entries.push_back({*bytes, static_cast<TokenId>(rank), line_no});
     }
     const Entry* last = nullptr;  // the largest rank
     for (const Entry& e : entries)
@@ -495,7 +495,7 @@ class BpeModel {
                           " is not a token (byte-level BPE needs all 256)");
       byte_id_[static_cast<std::size_t>(b)] = id;
     }
-    byte_pairs_.assign(256 * 256, detail::Merge{});
+    byte_pairs_.assign(std::size_t{256} * 256, detail::Merge{});
     vocab_size_ = tokens_.size();
   }
   /// Adds merge (a, b) -> c with the given priority. RangeError if a, b or c

@@ -109,6 +109,7 @@ class CharTokenizer {
       return x.valid != y.valid ? x.valid : x.code_point < y.code_point;
     });
     std::vector<std::string> tokens;
+    tokens.reserve(chars.size());
     for (const auto& [t, n] : chars) tokens.push_back(t);
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
       return a.second != b.second ? a.second > b.second : a.first < b.first;

@@ -243,7 +243,7 @@ inline TokenId json_id(const nlohmann::json& v, long long bound, std::string_vie
 
 /// v as an id when it is a plain integer in [0, bound), else nullopt (then
 /// json_id gives the error).
-inline std::optional<TokenId> plain_id(const nlohmann::json& v, long long bound) noexcept {
+inline std::optional<TokenId> plain_id(const nlohmann::json& v, long long bound) {
   if (!v.is_number_unsigned()) return std::nullopt;
   const std::uint64_t id = v.get<std::uint64_t>();
   if (id >= static_cast<std::uint64_t>(bound)) return std::nullopt;
@@ -333,7 +333,7 @@ class HfTokenizer {
   /// Loads tokenizer.json, with the BOS/EOS settings of tokenizer_config
   /// (a tokenizer_config.json path) when given.
   static HfTokenizer from_tokenizer_json(const std::string& path,
-                                         std::optional<std::string> tokenizer_config = {},
+                                         const std::optional<std::string>& tokenizer_config = {},
                                          Normalization normalization = Normalization::kReject) {
     return load_tokenizer_json(path, tokenizer_config, std::nullopt, normalization);
   }
@@ -342,7 +342,7 @@ class HfTokenizer {
   /// given: its bos/eos/unk/pad tokens and added_tokens_decoder entries are
   /// the added tokens.
   static HfTokenizer from_gpt2_files(const std::string& vocab_json, const std::string& merges_txt,
-                                     std::optional<std::string> tokenizer_config = {}) {
+                                     const std::optional<std::string>& tokenizer_config = {}) {
     return load_gpt2(vocab_json, merges_txt, tokenizer_config, std::nullopt);
   }
 
