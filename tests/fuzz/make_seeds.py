@@ -187,6 +187,16 @@ def main():
     write("safetensors", "empty", safetensors({}))
     write("safetensors", "f8", safetensors({"q": ("F8_E4M3", (4,), b"\x00\x38\x7f\xff")}))
 
+    # ---- hf_json: the first byte picks the reader (even: tokenizer.json,
+    # odd: config.json); the tiny reference models' files.
+    models = os.path.join(ROOT, "tests", "data", "models")
+    for d in ["llama", "qwen2", "gpt2", "deepseek_v2", "mistral"]:
+        with open(os.path.join(models, d, "tokenizer.json"), "rb") as f:
+            write("hf_json", "tokenizer_" + d, b"\x00" + f.read())
+    for d in ["llama", "mistral", "qwen2", "llama3-scaled", "llama-dynamic", "deepseek_v2", "gpt2"]:
+        with open(os.path.join(models, d, "config.json"), "rb") as f:
+            write("hf_json", "config_" + d, b"\x01" + f.read())
+
 
 if __name__ == "__main__":
     main()

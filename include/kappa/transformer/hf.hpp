@@ -66,6 +66,8 @@ class Config {
     } catch (const nlohmann::json::parse_error& e) {
       throw FormatError("kappa: " + path.string() + ": byte " + std::to_string(e.byte) +
                         ": not valid JSON (" + e.what() + ")");
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double: 1e400
+      throw FormatError("kappa: " + path.string() + ": not valid JSON (" + e.what() + ")");
     }
     if (!j.is_object())
       throw FormatError("kappa: " + path.string() + ": the top level is not an object");

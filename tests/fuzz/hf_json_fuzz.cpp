@@ -1,0 +1,91 @@
+// Fuzz target: the Hugging Face JSON readers - tokenizer.json (with the
+// tokenizer.json loader of include/kappa/tokenize/hf_tokenizer.hpp) and
+// config.json (kappa::hf::Config with the LLaMA-layout and rope_scaling
+// parsers of include/kappa/transformer/hf.hpp).
+//
+// Input: the first byte picks the reader, the rest is the file, handed over
+// as an in-memory file (memfd) so the real path-taking API runs. Properties:
+//   * loading either succeeds or throws kappa::FormatError (never another
+//     exception type, a crash or a sanitizer report);
+//   * a tokenizer that loads round-trips a few fixed strings
+//     (decode(encode(x)) == x without added specials) and gives ids inside
+//     its vocabulary;
+//   * a config that parses gives sizes inside the bounds the parser states.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fuzz_common.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/transformer/hf.hpp"
+
+namespace {
+
+class MemFile {
+ public:
+  MemFile() : fd_(memfd_create("kappa-fuzz-hf-json", 0)) {
+    KAPPA_FUZZ_CHECK(fd_ >= 0, "memfd_create failed");
+  }
+  ~MemFile() { close(fd_); }
+  MemFile(const MemFile&) = delete;
+  MemFile& operator=(const MemFile&) = delete;
+  void assign(std::string_view bytes) const {
+    KAPPA_FUZZ_CHECK(ftruncate(fd_, 0) == 0, "ftruncate failed");
+    KAPPA_FUZZ_CHECK(
+        pwrite(fd_, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()),
+        "pwrite failed");
+  }
+  [[nodiscard]] std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+ private:
+  int fd_;
+};
+
+void tokenizer_json(const std::string& path) {
+  try {
+    const auto tok = kappa::tokenize::HfTokenizer::from_tokenizer_json(
+        path, std::nullopt, kappa::tokenize::Normalization::kAssumeNormalized);
+    for (const std::string_view text :
+         {"Hello world", "  a\n\nb 12345", "caf\xc3\xa9 \xe4\xb8\xad"}) {
+      const std::vector<kappa::TokenId> ids = tok.encode(text, kappa::tokenize::AddSpecial::kNo,
+                                                         kappa::tokenize::SpecialTokens::kAsText);
+      for (const kappa::TokenId id : ids)
+        KAPPA_FUZZ_CHECK(id >= 0 && static_cast<std::size_t>(id) < tok.vocab_size(),
+                         "an id outside the vocabulary");
+      KAPPA_FUZZ_CHECK(tok.decode(ids) == text, "decode(encode(x)) != x");
+    }
+  } catch (const kappa::FormatError&) {
+  }
+}
+
+void config_json(const std::string& path) {
+  try {
+    const kappa::hf::Config c = kappa::hf::Config::read(path);
+    const kappa::hf::LlamaSizes s = kappa::hf::llama_sizes(c, "llama");
+    KAPPA_FUZZ_CHECK(s.d >= 1 && s.n_head >= 1 && s.n_kv >= 1 && s.n_head % s.n_kv == 0 &&
+                         s.d_head >= 2 && s.d_head % 2 == 0 && s.vocab >= 1,
+                     "sizes outside the parser's bounds");
+    (void)kappa::hf::parse_rope_scaling(c, s.max_pos);
+  } catch (const kappa::FormatError&) {
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::string_view in = kappa::fuzz::as_text(data, size);
+  const unsigned which = kappa::fuzz::take_byte(in);
+  static const MemFile file;
+  file.assign(in);
+  if (which % 2 == 0) {
+    tokenizer_json(file.path());
+  } else {
+    config_json(file.path());
+  }
+  return 0;
+}
