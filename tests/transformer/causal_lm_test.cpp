@@ -4,8 +4,11 @@
 // decoding, batches and greedy continuations.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kappa/transformer/hf.hpp"
 #include "transformer/model_data.hpp"
@@ -173,6 +176,22 @@ TEST(CausalLmStorage, Bf16WeightStorageIsCloseToF32) {
     auto cache = bf16.make_cache();
     const RowMatrix<float> all = bf16.forward(ids);
     EXPECT_LE(scaled_error(bf16.forward_cached(ids, cache), all.cast<double>()), 2e-5);
+  }
+}
+
+// One call loads the model and its tokenizer; the prompt's ids are the
+// independent reference tokenizer's, and the logits those of the reference.
+TEST(HfLoad, OneCallLoadsModelAndTokenizer) {
+  for (const std::string name : {"gpt2", "llama", "deepseek_v2"}) {
+    SCOPED_TRACE(name);
+    const auto loaded = hf::load<double>(model_dir(name));
+    EXPECT_EQ(static_cast<Index>(loaded.tokenizer.vocab_size()), loaded.model.vocab_size());
+    std::ifstream in(model_dir(name) / "reference" / "tokens.json");
+    const nlohmann::json tokens = nlohmann::json::parse(in);
+    const std::vector<TokenId> ids = loaded.tokenizer.encode(tokens["texts"][0].get<std::string>());
+    EXPECT_EQ(ids, tokens["ids"][0].get<std::vector<TokenId>>());
+    const std::vector<TokenId> ref_ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
+    EXPECT_LE(scaled_error(loaded.model.forward(ref_ids), read_ref(name, "logits")), 1e-10);
   }
 }
 

@@ -149,6 +149,42 @@ TEST(DecoderOnlyLayer, PlacementsFollowTheirEquations) {
   EXPECT_THROW((void)pre.forward(RowMatrix<double>::Zero(2, d + 1)), ShapeError);
 }
 
+// The encoder-decoder's decoder layer on a packed batch of (target, memory)
+// pairs equals each pair alone, and cached decoding equals the full pass.
+TEST(DecoderLayer, BatchesAndCachedDecodingEqualTheFullPass) {
+  const Index d = 8;
+  const auto mha = [&](unsigned seed) {
+    MultiHeadAttention<double> a({.d_in = d, .n_heads = 2});
+    a.set_weights(random_matrix(d, d, seed, 0.3), random_matrix(d, d, seed + 1, 0.3),
+                  random_matrix(d, d, seed + 2, 0.3), random_matrix(d, d, seed + 3, 0.3));
+    return a;
+  };
+  Mlp<double, Relu> ffn(d, 16);
+  ffn.set_weights(random_matrix(d, 16, 40, 0.3), random_matrix(1, 16, 41),
+                  random_matrix(16, d, 42, 0.3), random_matrix(1, d, 43));
+  const LayerNorm<double> n1(d), n2(random_matrix(1, d, 44), random_matrix(1, d, 45)), n3(d);
+  const DecoderLayer<double, MultiHeadAttention<double>, MultiHeadAttention<double>,
+                     LayerNorm<double>, Mlp<double, Relu>, PostNorm>
+      layer(mha(50), mha(60), n1, n2, n3, ffn);
+  const RowMatrix<double> x = random_matrix(7, d, 70), m = random_matrix(9, d, 71);
+  // Target 0: rows 0..3 over memory rows 0..4; target 1: rows 4..6 over 5..8.
+  const RowMatrix<double> packed =
+      layer.forward(SequenceBatch<double>{x, {4, 3}}, SequenceBatch<double>{m, {5, 4}});
+  EXPECT_LT((packed.topRows(4) - layer.forward(x.topRows(4), m.topRows(5))).cwiseAbs().maxCoeff(),
+            1e-13);
+  EXPECT_LT((packed.bottomRows(3) - layer.forward(x.bottomRows(3), m.bottomRows(4)))
+                .cwiseAbs()
+                .maxCoeff(),
+            1e-13);
+  auto cache = layer.make_cache();
+  RowMatrix<double> rows(7, d);
+  rows.topRows(2) = layer.forward_cached(x.topRows(2), m, cache);
+  for (Index i = 2; i < 7; ++i) rows.row(i) = layer.forward_cached(x.row(i), m, cache);
+  EXPECT_LT((rows - layer.forward(x, m)).cwiseAbs().maxCoeff(), 1e-13);
+  EXPECT_THROW((void)layer.forward(SequenceBatch<double>{x, {4, 3}}, SequenceBatch<double>{m, {9}}),
+               ShapeError);
+}
+
 // bfloat16 storage: the products equal the dense products with the rounded
 // weights, on the decode (few rows) and prefill (many rows) paths, and the
 // rounding is to nearest even.

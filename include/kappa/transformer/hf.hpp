@@ -40,6 +40,7 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/embed/rope_scaling.hpp"
 #include "kappa/io/safetensors.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/transformer/architectures.hpp"
 
 namespace kappa::hf {
@@ -688,6 +689,26 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
   if (type == "mistral" && c.has("sliding_window"))
     return CausalLM<T, S>(load_mistral_sliding<T, S>(c, ckpt), type);
   return CausalLM<T, S>(load_llama<T, S>(c, ckpt), type);
+}
+
+/// What one call loads from a Hugging Face directory: the model, its
+/// tokenizer and the directory it came from.
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+struct LoadedCausalLM {
+  CausalLM<T, S> model;
+  tokenize::HfTokenizer tokenizer;
+  std::filesystem::path directory;
+};
+
+/// One call: config.json, the weights and the tokenizer (tokenizer.json, or
+/// vocab.json + merges.txt, with tokenizer_config.json's BOS/EOS).
+/// \throws as load_causal_lm() and HfTokenizer::from_directory().
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+LoadedCausalLM<T, S> load(const std::filesystem::path& dir, tokenize::Normalization normalization =
+                                                                tokenize::Normalization::kReject) {
+  CausalLM<T, S> model = load_causal_lm<T, S>(dir);
+  tokenize::HfTokenizer tok = tokenize::HfTokenizer::from_directory(dir.string(), normalization);
+  return {std::move(model), std::move(tok), dir};
 }
 
 /// Loads a BERT directory (model_type bert).

@@ -360,6 +360,22 @@ class DecoderLayer {
         x, [&](ConstMatrixRef<T> h) { return self_.forward(h, CausalMask{}); },
         [&](ConstMatrixRef<T> h) { return cross_.forward_cross(h, memory, memory_mask); });
   }
+  /// B target sequences over their B encoder outputs, packed (see
+  /// SequenceBatch): target b attends causally to itself and crosses to
+  /// memory b only. Row for row equal to forward() of each pair alone.
+  /// \throws ShapeError if the batches differ in B.
+  [[nodiscard]] RowMatrix<T> forward(const SequenceBatch<T>& x,
+                                     const SequenceBatch<T>& memory) const {
+    (void)x.offsets();
+    return run(
+        x.rows,
+        [&](ConstMatrixRef<T> h) {
+          return self_.forward(SequenceBatch<T>{h, x.lengths}, CausalMask{});
+        },
+        [&](ConstMatrixRef<T> h) {
+          return cross_.forward_cross(SequenceBatch<T>{h, x.lengths}, memory, NoMask{});
+        });
+  }
   [[nodiscard]] Cache make_cache() const { return Ops::make_cache(self_, CausalMask{}); }
   /// New target tokens (n, d) continuing the sequence in `cache`, over M.
   [[nodiscard]] RowMatrix<T> forward_cached(ConstMatrixRef<T> x, ConstMatrixRef<T> memory,
