@@ -340,6 +340,7 @@ class MultiHeadAttention {
     check_input("MultiHeadAttention::forward_cached", "x", x, config_.d_in, "d_in");
     check_cache("MultiHeadAttention::forward_cached", cache);
     const Index n = x.rows(), t0 = cache.length();
+    if (n == 0) return RowMatrix<T>(0, config_.d_out);  // no new tokens: the cache is unchanged
     const Index h_kv = config_.n_kv_heads, dh = config_.d_head, dv = config_.d_v;
     RowMatrix<T> q, k, v;
     project(x, w_q_, b_q_, q);  // (n, H d_head)
