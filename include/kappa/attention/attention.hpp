@@ -365,6 +365,8 @@ bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixR
 ///
 /// \param q  Q, N_Q x d_QK      \param k  K, N_KV x d_QK
 /// \param v  V, N_KV x d_V      \param y  Y, N_Q x d_V (output)
+/// \param ws  scratch buffers, reused across calls
+/// \param kernel  f_kappa      \param mask  which keys each query row sees
 /// \throws ShapeError when the shapes do not fit (the message names both),
 ///         std::invalid_argument when a score kernel's scale is not finite,
 ///         and whatever the mask's bind() throws.

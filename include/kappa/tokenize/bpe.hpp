@@ -404,7 +404,7 @@ class BpeModel {
 
   // ---- saving ----------------------------------------------------------------
 
-  /// tiktoken's rank file: "<base64 bytes> <id>\n" per mergeable token, by id.
+  /// tiktoken's rank file: `<base64 bytes> <id>\n` per mergeable token, by id.
   std::string to_tiktoken() const {
     std::string out;
     for (std::size_t id = 0; id < tokens_.size(); ++id) {

@@ -43,7 +43,7 @@ class CharTokenizer {
   static constexpr std::size_t kMaxCorpusChars = 32;
 
   /// From a list of tokens (each of 1..max_chars characters; duplicates and
-  /// empty strings are errors). Ids: 0 is <unk>, then the list in order.
+  /// empty strings are errors). Ids: 0 is `<unk>`, then the list in order.
   /// Throws std::invalid_argument on a bad list or max_chars < 1.
   CharTokenizer(const std::vector<std::string>& tokens, std::size_t max_chars = 2)
       : max_chars_(max_chars) {
@@ -65,7 +65,7 @@ class CharTokenizer {
 
   /// From a corpus: every character of the corpus (sorted by code point),
   /// then the most frequent strings of 2..K consecutive characters (ties by
-  /// byte order) until the vocabulary (with <unk>) has `vocab_size` tokens
+  /// byte order) until the vocabulary (with `<unk>`) has `vocab_size` tokens
   /// or no string occurs twice. Throws RangeError if max_chars exceeds
   /// kMaxCorpusChars.
   static CharTokenizer from_corpus(std::string_view corpus, std::size_t vocab_size,

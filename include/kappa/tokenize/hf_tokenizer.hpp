@@ -104,11 +104,13 @@
 
 namespace kappa::tokenize {
 
-/// Qwen2's pattern: cl100k_base's with single numbers instead of 1 to 3:
-/// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
-/// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+/// Qwen2's pattern: cl100k_base's with single numbers instead of 1 to 3 (one
+/// regex, split over two lines here):
 ///
-/// At a \p{N} character the earlier alternatives of cl100k's pattern cannot
+///     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+///     \s*[\r\n]+|\s+(?!\S)|\s+
+///
+/// At a `\p{N}` character the earlier alternatives of cl100k's pattern cannot
 /// match (a contraction starts with ', a letter run needs a letter or a
 /// non-number prefix), so both patterns take their number alternative there;
 /// everywhere else they are the same.

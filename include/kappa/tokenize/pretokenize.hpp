@@ -168,7 +168,8 @@ inline Ch space_then_other(std::string_view s, const Ch& c) noexcept {
 }  // namespace detail
 
 /// GPT-2's pattern (r50k_base, p50k_base):
-/// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+///
+///     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 struct Gpt2Split {
   static std::size_t next(std::string_view s, std::size_t i) noexcept {
     using namespace detail;
@@ -186,8 +187,10 @@ struct Gpt2Split {
   }
 };
 
-/// cl100k_base's pattern: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
-/// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+/// cl100k_base's pattern (one regex, split over two lines here):
+///
+///     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+///     \s*[\r\n]+|\s+(?!\S)|\s+
 struct Cl100kSplit {
   static std::size_t next(std::string_view s, std::size_t i) noexcept {
     using namespace detail;

@@ -28,9 +28,9 @@ enum class CharClass : std::uint8_t {
   kLt = 3,      ///< titlecase letter
   kLm = 4,      ///< modifier letter
   kLo = 5,      ///< other letter (CJK ideographs, Arabic, ...)
-  kMark = 6,    ///< \p{M}: Mn, Mc, Me (combining marks)
-  kNumber = 7,  ///< \p{N}: Nd, Nl, No
-  kSpace = 8,   ///< \s: the White_Space property
+  kMark = 6,    ///< `\p{M}`: Mn, Mc, Me (combining marks)
+  kNumber = 7,  ///< `\p{N}`: Nd, Nl, No
+  kSpace = 8,   ///< `\s`: the White_Space property
 };
 
 /// A set of classes as a bit mask (bit c for CharClass c).
@@ -43,7 +43,7 @@ constexpr ClassMask mask_of(CharClass c) {
 
 inline constexpr ClassMask kLetterMask = mask_of(CharClass::kLu) | mask_of(CharClass::kLl) |
                                          mask_of(CharClass::kLt) | mask_of(CharClass::kLm) |
-                                         mask_of(CharClass::kLo);  ///< \p{L}
+                                         mask_of(CharClass::kLo);  ///< `\p{L}`
 
 namespace detail {
 

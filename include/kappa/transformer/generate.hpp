@@ -369,7 +369,7 @@ struct SamplingParams {
 
 /// xoshiro256** (Blackman and Vigna) seeded through splitmix64: the same seed
 /// gives the same numbers on every platform and compiler (unlike the
-/// distributions of <random>). Each sequence owns one; draws are made on the
+/// distributions of `<random>`). Each sequence owns one; draws are made on the
 /// calling thread in a fixed order, so the thread count never changes them.
 class Rng {
  public:
