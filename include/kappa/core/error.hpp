@@ -1,7 +1,7 @@
 // kappa/core/error.hpp - the exception types for bad user input, and the
 // helpers that build their messages.
 //
-// Three tiers (see DESIGN.md): type misuse fails a concept/static_assert;
+// Three tiers (see docs/design.md): type misuse fails a concept/static_assert;
 // internal invariants use KAPPA_ASSERT (compiled out with NDEBUG); bad user
 // input at an API boundary throws one of the types below, with a message that
 // names what was wrong (both shapes, the id and the size, the file and byte).
