@@ -89,6 +89,44 @@ TYPED_TEST(EmbeddingTest, SeededInitializationIsDeterministic) {
   EXPECT_NEAR(sd, 0.5, 0.01);
 }
 
+// Embedding(N_T, d) is E = 0 until set; init_random() draws it in place from
+// the same stream as random().
+TYPED_TEST(EmbeddingTest, ZeroStartAndInitRandomInPlace) {
+  using T = TypeParam;
+  kappa::Embedding<T> emb(200, 100);
+  EXPECT_TRUE(emb.table().isZero(0));
+  emb.init_random(42, 0.5);
+  EXPECT_EQ(emb.table(), kappa::Embedding<T>::random(200, 100, 42, 0.5).table());
+  emb.init_random(43);
+  EXPECT_EQ(emb.table(), kappa::Embedding<T>::random(200, 100, 43).table());
+  EXPECT_EQ(emb.vocab_size(), 200);
+  EXPECT_EQ(emb.dim(), 100);
+}
+
+// A single id gives its row as a 1 x d matrix (what a decode step feeds to a
+// layer's forward), equal to the lookup of a one-element sequence.
+TYPED_TEST(EmbeddingTest, SingleTokenLookup) {
+  using T = TypeParam;
+  const auto emb = kappa::Embedding<T>::random(7, 4, 9);
+  for (TokenId id = 0; id < 7; ++id) {
+    const RowMatrix<T> x = emb.lookup(id);
+    ASSERT_EQ(x.rows(), 1);
+    ASSERT_EQ(x.cols(), 4);
+    EXPECT_EQ(x, RowMatrix<T>(emb.table().row(id)));
+    EXPECT_EQ(x, emb.lookup(std::vector<TokenId>{id}));
+  }
+  for (TokenId bad : {TokenId{7}, TokenId{-1}}) {
+    try {
+      (void)emb.lookup(bad);
+      FAIL() << "no exception for id " << bad;
+    } catch (const kappa::RangeError& e) {
+      EXPECT_EQ(std::string(e.what()), "kappa: token id " + std::to_string(bad) +
+                                           " is out of range for the embedding table E (N_T) of "
+                                           "size 7");
+    }
+  }
+}
+
 // ---- Hardening: sizes are validated where they enter --------------------------------
 
 TYPED_TEST(EmbeddingTest, NegativeAndImpossibleSizesAreRangeErrors) {

@@ -67,6 +67,11 @@ TYPED_TEST(PositionalTest, AddAndConcatenateAreCompileTimeChoices) {
   EXPECT_EQ(RowMatrix<T>(x_cat.leftCols(6)), x);
   EXPECT_EQ(RowMatrix<T>(x_cat.rightCols(3)), cat.positions().table().middleRows(1, 5));
 
+  // One token at position `offset`: the row of the sequence's result.
+  EXPECT_EQ(add(TokenId{4}, 4), RowMatrix<T>(x_add.row(2)));
+  EXPECT_EQ(cat(TokenId{5}, 5), RowMatrix<T>(x_cat.row(4)));
+  EXPECT_THROW((void)add(TokenId{20}), kappa::RangeError);
+
   using Mismatch = kappa::InputEmbedding<T, kappa::SinusoidalPositions<T>, kappa::AddPositions>;
   EXPECT_THROW(Mismatch(emb, kappa::SinusoidalPositions<T>(4)), kappa::ShapeError);
 }

@@ -31,6 +31,11 @@ namespace kappa {
 ///   auto emb = kappa::Embedding<float>::random(50257, 768, /*seed=*/42, 0.02);
 ///   kappa::RowMatrix<float> x = emb.lookup(ids);          // (N, 768)
 ///   kappa::RowMatrix<float> logits = emb.logits(x);       // (N, 50257)
+///   kappa::RowMatrix<float> x1 = emb.lookup(id);          // one token: (1, 768)
+///
+/// Embedding(N_T, d) starts with E = 0, so every lookup is zero until the
+/// table is set (table(), the constructor from E) or drawn with random() /
+/// init_random(seed).
 template <Scalar T>
 class Embedding {
  public:
@@ -47,6 +52,12 @@ class Embedding {
   /// \throws RangeError as the constructor.
   static Embedding random(Index vocab_size, Index dim, std::uint64_t seed, double stddev = 1.0) {
     return Embedding(seeded_normal_matrix<T>(checked_size(vocab_size, dim), dim, seed, stddev));
+  }
+
+  /// Redraws E in place as random(N_T, d, seed, stddev) would:
+  /// E_{ti} ~ N(0, stddev^2), deterministic in `seed`.
+  void init_random(std::uint64_t seed, double stddev = 1.0) {
+    table_ = seeded_normal_matrix<T>(table_.rows(), table_.cols(), seed, stddev);
   }
 
   /// N_T.
@@ -68,6 +79,13 @@ class Embedding {
     RowMatrix<T> x(static_cast<Index>(ids.size()), dim());
     lookup_into(ids, x);
     return x;
+  }
+  /// X = E_id as a 1 x d matrix, the input of one decode step (a matrix, so
+  /// it passes to forward() and forward_cached() as it is). Throws RangeError
+  /// naming id and N_T if 0 <= id < N_T fails.
+  RowMatrix<T> lookup(TokenId id) const {
+    check(id);
+    return table_.row(id);
   }
   /// As lookup(), into a caller-provided X (N x d); ShapeError if X has
   /// another shape.

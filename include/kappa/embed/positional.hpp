@@ -185,6 +185,11 @@ class InputEmbedding {
     Combine::combine(x, p, out);
     return out;
   }
+  /// X' for the single token id at position offset (1 x dim()), e.g. one
+  /// decode step. RangeError naming id and N_T if it is out of range.
+  RowMatrix<T> operator()(TokenId id, Index offset = 0) const {
+    return (*this)(std::span<const TokenId>(&id, 1), offset);
+  }
 
  private:
   Embedding<T> tokens_;

@@ -1,74 +1,10 @@
 // kappa/embed/random.hpp - the seeded generator behind kappa's deterministic
 // initializations (embedding tables, learned positions).
 //
-// The stream is specified exactly, so that the same seed gives the same
-// numbers on every platform and standard library (std::normal_distribution
-// does not promise that), and so that a reference script can reproduce it
-// (tests/reference/make_embed_golden.py):
-//   splitmix64:  s += 0x9E3779B97F4A7C15; z = s;
-//                z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
-//                z = (z ^ (z >> 27)) * 0x94D049BB133111EB;  return z ^ (z >> 31)
-//   uniform:     u = ((z >> 11) + 1) * 2^-53, in (0, 1]
-//   normal pair: Box-Muller, r = sqrt(-2 ln u1), (r cos 2 pi u2, r sin 2 pi u2)
-// Matrices are filled in row-major order with stddev * (z0, z1, z0, z1, ...).
+// The generator (SeededNormal, seeded_normal_matrix, seeded_uniform_matrix,
+// seeded_projection) lives in kappa/core/random.hpp, where the layers of nn/
+// and heads/ reach it too; its file comment specifies the stream exactly.
+// This header is kept so that existing includes go on working.
 #pragma once
 
-#include <cmath>
-#include <cstdint>
-#include <numbers>
-
-#include "kappa/core/checked.hpp"
-#include "kappa/core/concepts.hpp"
-#include "kappa/core/matrix.hpp"
-
-namespace kappa {
-
-/// splitmix64 with Box-Muller normals; see the file comment.
-class SeededNormal {
- public:
-  explicit SeededNormal(std::uint64_t seed) noexcept : state_(seed) {}
-
-  std::uint64_t next_u64() noexcept {
-    state_ += 0x9E3779B97F4A7C15ull;
-    std::uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  /// Uniform in (0, 1].
-  double uniform() noexcept { return static_cast<double>((next_u64() >> 11) + 1) * 0x1.0p-53; }
-  /// Standard normal N(0, 1).
-  double normal() noexcept {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = uniform(), u2 = uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * std::numbers::pi * u2;
-    spare_ = r * std::sin(a);
-    has_spare_ = true;
-    return r * std::cos(a);
-  }
-
- private:
-  std::uint64_t state_;
-  double spare_ = 0;
-  bool has_spare_ = false;
-};
-
-/// A rows x cols matrix of N(0, stddev^2) entries from `seed` (row-major order).
-/// \throws RangeError naming the sizes if one is negative or rows x cols
-///         exceeds kMaxElements (core/checked.hpp), before allocating.
-template <Scalar T>
-RowMatrix<T> seeded_normal_matrix(Index rows, Index cols, std::uint64_t seed, double stddev) {
-  require_nonnegative("seeded normal matrix: rows", rows);
-  require_nonnegative("seeded normal matrix: cols", cols);
-  (void)checked_mul("seeded normal matrix: rows x cols", rows, cols);
-  SeededNormal g(seed);
-  RowMatrix<T> m(rows, cols);
-  T* p = m.data();
-  for (Index k = 0; k < rows * cols; ++k) p[k] = static_cast<T>(stddev * g.normal());
-  return m;
-}
-
-}  // namespace kappa
+#include "kappa/core/random.hpp"
