@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "kappa/core/random.hpp"
+#include "kappa/nn/feed_forward.hpp"
 #include "kappa/nn/norms.hpp"
 
 namespace kappa {
@@ -101,6 +103,73 @@ TEST(RMSNorm, NonFiniteEpsIsRejected) {
   EXPECT_THROW(RMSNorm<double>(3, std::numeric_limits<double>::infinity()), std::invalid_argument);
   EXPECT_THROW(RMSNorm<double>(3, std::numeric_limits<double>::quiet_NaN()), std::invalid_argument);
   EXPECT_THROW(RMSNorm<double>(-1), kappa::RangeError);
+}
+
+// ---- Feed-forward layers: zero start and seeded random initialization ------------
+
+// Entries of a projection W (fan_in x fan_out) from init_random:
+// U(-a, a], a = sqrt(3 / fan_in), mean 0, variance 1 / fan_in. Over n entries
+// the mean square has relative standard deviation sqrt(0.8 / n) (for a
+// uniform w, Var(w^2) / E[w^2]^2 = 9/5 - 1), the mean sd sqrt(1 / (fan_in n)):
+// both are checked to 5 sd.
+template <class M>
+void expect_projection_init(const char* name, const M& w, Index fan_in) {
+  SCOPED_TRACE(name);
+  const double n = static_cast<double>(w.size()), var = 1.0 / static_cast<double>(fan_in);
+  const auto wd = w.template cast<double>();
+  EXPECT_LE(std::abs(wd.mean()), 5 * std::sqrt(var / n));
+  EXPECT_NEAR(wd.array().square().mean() / var, 1.0, 5 * std::sqrt(0.8 / n));
+  EXPECT_LE(wd.cwiseAbs().maxCoeff(), std::sqrt(3.0 / static_cast<double>(fan_in)));
+}
+
+TEST(FeedForwardInit, MlpStartsAtZeroAndInitRandomIsSeeded) {
+  Mlp<float, GeluTanh> a(64, 256), b(64, 256), other(64, 256);
+  const RowMatrix<float> x = seeded_normal_matrix<float>(300, 64, 1, 1.0);
+  EXPECT_TRUE(a.forward(x).isZero(0)) << "the documented zero start";
+  a.set_weights(RowMatrix<float>::Zero(64, 256), RowVector<float>::Ones(256),
+                RowMatrix<float>::Zero(256, 64), RowVector<float>::Ones(64));
+  a.init_random(9);
+  b.init_random(9);
+  other.init_random(10);
+  EXPECT_EQ(a.w_1().dense(), b.w_1().dense());
+  EXPECT_EQ(a.w_2().dense(), b.w_2().dense());
+  EXPECT_GT((a.w_1().dense() - other.w_1().dense()).cwiseAbs().maxCoeff(), 0.1f);
+  expect_projection_init("W_1", a.w_1().dense(), 64);
+  expect_projection_init("W_2", a.w_2().dense(), 256);
+  EXPECT_EQ(a.forward(x), b.forward(x)) << "biases are removed";
+  // Outputs of order 1 for inputs of order 1: X W_1 has unit variance, the
+  // GELU keeps E[gelu(z)^2] = 0.43 of it (z ~ N(0, 1)), W_2 keeps that:
+  // measured mean square in [0.2, 1].
+  const RowMatrix<float> y = a.forward(x);
+  const double ms = y.cast<double>().squaredNorm() / static_cast<double>(y.size());
+  EXPECT_GE(ms, 0.2);
+  EXPECT_LE(ms, 1.0);
+}
+
+TEST(FeedForwardInit, SwiGluStartsAtZeroAndInitRandomIsSeeded) {
+  SwiGlu<double> a(64, 192), b(64, 192), other(64, 192);
+  SwiGlu<double, Bf16Weights> half(64, 192);
+  const RowMatrix<double> x = seeded_normal_matrix<double>(300, 64, 2, 1.0);
+  EXPECT_TRUE(a.forward(x).isZero(0)) << "the documented zero start";
+  a.init_random(5);
+  b.init_random(5);
+  other.init_random(6);
+  half.init_random(5);
+  EXPECT_EQ(a.w_gate_up().dense(), b.w_gate_up().dense());
+  EXPECT_EQ(a.w_down().dense(), b.w_down().dense());
+  EXPECT_GT((a.w_down().dense() - other.w_down().dense()).cwiseAbs().maxCoeff(), 0.1);
+  expect_projection_init("W_gate", a.w_gate_up().dense().leftCols(192), 64);
+  expect_projection_init("W_up", a.w_gate_up().dense().rightCols(192), 64);
+  expect_projection_init("W_down", a.w_down().dense(), 192);
+  // The same draws whatever the storage (bfloat16 rounds them: 2^-8 relative).
+  EXPECT_LE((half.w_down().dense() - a.w_down().dense()).cwiseAbs().maxCoeff(),
+            a.w_down().dense().cwiseAbs().maxCoeff() / 128);
+  // E[(silu(g) u)^2] = E[silu(g)^2] = 0.36 for g, u ~ N(0, 1) independent;
+  // measured mean square in [0.15, 1].
+  const RowMatrix<double> y = a.forward(x);
+  const double ms = y.squaredNorm() / static_cast<double>(y.size());
+  EXPECT_GE(ms, 0.15);
+  EXPECT_LE(ms, 1.0);
 }
 
 }  // namespace

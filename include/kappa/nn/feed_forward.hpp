@@ -15,6 +15,7 @@
 // the bytes a decode step reads.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -22,6 +23,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/random.hpp"
 #include "kappa/core/weight_storage.hpp"
 #include "kappa/nn/activations.hpp"
 
@@ -46,6 +48,8 @@ void add_bias(RowMatrix<T>& x, const RowVector<T>& b) {
 /// ffn.set_weights(w_1, b_1, w_2, b_2);
 /// kappa::RowMatrix<float> y = ffn.forward(x);          // (N, 768)
 /// ```
+/// A freshly constructed Mlp has zero weights, so its output is zero until
+/// set_weights() or init_random(seed) is called.
 template <Scalar T, class Act = Relu, WeightStoragePolicy Storage = DenseWeights>
 class Mlp {
   static_assert(Activation<Act, T>,
@@ -74,6 +78,19 @@ class Mlp {
     b_1_ = std::move(b_1);
     w_2_ = WeightMatrix<T, Storage>(std::move(w_2));
     b_2_ = std::move(b_2);
+  }
+
+  /// Draws W_1 then W_2 from one SeededNormal(seed) stream and removes the
+  /// biases: each W (fan_in x fan_out) has entries W_ij ~ U(-a, a],
+  /// a = sqrt(3 / fan_in), i.e. mean 0 and variance 1 / fan_in
+  /// (seeded_projection, core/random.hpp), so X W_1 keeps the scale of X and
+  /// F(X) is of order 1 for X of order 1. The same seed gives the same
+  /// weights on every platform.
+  void init_random(std::uint64_t seed) {
+    SeededNormal g(seed);
+    RowMatrix<T> w_1 = seeded_projection<T>(d_model(), d_ff(), g);
+    RowMatrix<T> w_2 = seeded_projection<T>(d_ff(), d_model(), g);
+    set_weights(std::move(w_1), {}, std::move(w_2), {});
   }
 
   /// F(X) for X (N, d); returns (N, d). \throws ShapeError unless X has d columns.
@@ -108,6 +125,13 @@ class Mlp {
 };
 
 /// Gated MLP (act(X W_gate) * (X W_up)) W_down; no biases (as in LLaMA).
+///
+/// ```cpp
+/// kappa::SwiGlu<float> ffn(4096, 14336);   // Mistral 7B
+/// ffn.init_random(/*seed=*/1);             // or set_weights(w_gate, w_up, w_down)
+/// ```
+/// A freshly constructed GatedMlp has zero weights, so its output is zero
+/// until set_weights() or init_random(seed) is called.
 template <Scalar T, class Act = Silu, WeightStoragePolicy Storage = DenseWeights>
 class GatedMlp {
   static_assert(Activation<Act, T>,
@@ -137,6 +161,17 @@ class GatedMlp {
     gate_up.rightCols(d_ff()) = w_up;
     w_gate_up_ = WeightMatrix<T, Storage>(std::move(gate_up));
     w_down_ = WeightMatrix<T, Storage>(std::move(w_down));
+  }
+
+  /// Draws W_gate, W_up, then W_down from one SeededNormal(seed) stream: each
+  /// W (fan_in x fan_out) has entries W_ij ~ U(-a, a], a = sqrt(3 / fan_in),
+  /// i.e. mean 0 and variance 1 / fan_in (seeded_projection,
+  /// core/random.hpp). The same seed gives the same weights on every platform.
+  void init_random(std::uint64_t seed) {
+    SeededNormal g(seed);
+    const RowMatrix<T> w_gate = seeded_projection<T>(d_model(), d_ff(), g);
+    const RowMatrix<T> w_up = seeded_projection<T>(d_model(), d_ff(), g);
+    set_weights(w_gate, w_up, seeded_projection<T>(d_ff(), d_model(), g));
   }
 
   /// F(X) for X (N, d); returns (N, d). \throws ShapeError unless X has d columns.
