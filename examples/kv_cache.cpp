@@ -52,7 +52,7 @@ void print_memory_table() {
         {"MHA", m.n_heads}, {"GQA", m.n_kv_heads}, {"MQA", 1}};
     for (const auto& [form, h_kv] : forms) {
       const kappa::KVCacheConfig c{.n_kv_heads = h_kv, .d_head = m.d_head};
-      const std::size_t per_token = kappa::kv_cache_bytes_per_token(c, m.layers, bf16);
+      const std::size_t per_token = kappa::KVCache<float>::bytes_per_token(c, m.layers, bf16);
       std::printf("%-12s %-4s %5ld %10s %12s\n", m.name, form, static_cast<long>(h_kv),
                   human(double(per_token)).c_str(), human(double(per_token) * context).c_str());
     }
@@ -60,8 +60,9 @@ void print_memory_table() {
   // Mistral-7B v0.1 attends over a sliding window of 4096 tokens: a ring of
   // W tokens (cache::SlidingWindow) caps the cache whatever the context.
   const kappa::KVCacheConfig mistral{.n_kv_heads = 8, .d_head = 128};
-  std::printf("Mistral-7B with a 4096-token sliding window: %s for any context\n\n",
-              human(double(kappa::kv_cache_bytes_per_token(mistral, 32, bf16)) * 4096).c_str());
+  std::printf(
+      "Mistral-7B with a 4096-token sliding window: %s for any context\n\n",
+      human(double(kappa::KVCache<float>::bytes_per_token(mistral, 32, bf16)) * 4096).c_str());
 }
 
 using T = float;

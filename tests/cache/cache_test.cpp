@@ -192,17 +192,35 @@ TYPED_TEST(CacheTest, SlidingWindowRollbackWorksOnlyWhileNothingNeededWasEvicted
 TEST(CacheMemory, BytesPerTokenIsTwoHkvDheadLayersSizeof) {
   // LLaMA-3-70B: 80 layers, 8 kv heads of d_head 128, bf16 (2 bytes).
   const kappa::KVCacheConfig gqa{.n_kv_heads = 8, .d_head = 128};
-  EXPECT_EQ(kappa::kv_cache_bytes_per_token(gqa, 80, 2), 2u * 8 * 128 * 80 * 2);  // 320 KiB
-  EXPECT_EQ(kappa::kv_cache_bytes_per_token(gqa, 80, 2), 327680u);
+  using C = KVCache<float>;
+  EXPECT_EQ(C::bytes_per_token(gqa, 80, 2), 2u * 8 * 128 * 80 * 2);  // 320 KiB
+  EXPECT_EQ(C::bytes_per_token(gqa, 80, 2), 327680u);
   const kappa::KVCacheConfig mha{.n_kv_heads = 64, .d_head = 128};
   const kappa::KVCacheConfig mqa{.n_kv_heads = 1, .d_head = 128};
-  EXPECT_EQ(kappa::kv_cache_bytes_per_token(mha, 80, 2),
-            8 * kappa::kv_cache_bytes_per_token(gqa, 80, 2));
-  EXPECT_EQ(kappa::kv_cache_bytes_per_token(gqa, 80, 2),
-            8 * kappa::kv_cache_bytes_per_token(mqa, 80, 2));
-  EXPECT_EQ(KVCache<float>::bytes_per_token(gqa, 80), 2u * 8 * 128 * 80 * 4);
+  EXPECT_EQ(C::bytes_per_token(mha, 80, 2), 8 * C::bytes_per_token(gqa, 80, 2));
+  EXPECT_EQ(C::bytes_per_token(gqa, 80, 2), 8 * C::bytes_per_token(mqa, 80, 2));
+  // Without bytes_per_scalar the cache's own scalar, without layers one layer.
+  EXPECT_EQ(C::bytes_per_token(gqa, 80), 2u * 8 * 128 * 80 * 4);
+  EXPECT_EQ(KVCache<double>::bytes_per_token(gqa, 80), 2u * 8 * 128 * 80 * 8);
+  EXPECT_EQ(C::bytes_per_token(gqa), 2u * 8 * 128 * 4);
   // d_v may differ from d_head.
   EXPECT_EQ(KVCache<double>::bytes_per_token({.n_kv_heads = 2, .d_head = 3, .d_v = 5}), 2u * 8 * 8);
+}
+
+// One name for one quantity: a cache object's bytes_per_token() is the static
+// one for one layer in its own scalar, and bytes() is stored() times it.
+TEST(CacheMemory, MemberBytesPerTokenAgreesWithTheStaticOneAndBytes) {
+  const kappa::KVCacheConfig cfg{.n_kv_heads = 3, .d_head = 4, .d_v = 6};
+  KVCache<float> f(cfg);
+  KVCache<double, cache::SlidingWindow> w(cfg, {2});
+  EXPECT_EQ(f.bytes_per_token(), 3u * (4 + 6) * sizeof(float));
+  EXPECT_EQ(f.bytes_per_token(), KVCache<float>::bytes_per_token(cfg));
+  EXPECT_EQ(f.bytes_per_token(), f.store().bytes_per_token());
+  EXPECT_EQ(w.bytes_per_token(), 3u * (4 + 6) * sizeof(double));
+  f.append(RowMatrix<float>::Zero(5, 12), RowMatrix<float>::Zero(5, 18));
+  w.append(RowMatrix<double>::Zero(5, 12), RowMatrix<double>::Zero(5, 18));
+  EXPECT_EQ(f.bytes(), 5 * f.bytes_per_token());
+  EXPECT_EQ(w.bytes(), 2 * w.bytes_per_token());  // the window holds 2 tokens
 }
 
 TEST(CacheMemory, LiveBytesFollowTheLength) {
@@ -283,9 +301,9 @@ TEST(CacheHardening, ExtremeSizesAreRangeErrorsNotOverflowOrBadAlloc) {
   KVCache<float> c({.n_kv_heads = 1, .d_head = 64});
   EXPECT_THROW(c.reserve(kBig), kappa::RangeError);
   // Bytes per token that do not fit: RangeError, not a wrapped size_t.
-  EXPECT_THROW((void)kappa::kv_cache_bytes_per_token({.n_kv_heads = kBig, .d_head = 4}, 80, 2),
+  EXPECT_THROW((void)KVCache<float>::bytes_per_token({.n_kv_heads = kBig, .d_head = 4}, 80, 2),
                kappa::RangeError);
-  EXPECT_THROW((void)kappa::kv_cache_bytes_per_token({.n_kv_heads = 8, .d_head = 4}, -1, 2),
+  EXPECT_THROW((void)KVCache<float>::bytes_per_token({.n_kv_heads = 8, .d_head = 4}, -1, 2),
                kappa::RangeError);
 }
 

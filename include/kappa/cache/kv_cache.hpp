@@ -36,26 +36,6 @@ struct KVCacheConfig {
   [[nodiscard]] Index value_width() const { return d_v > 0 ? d_v : d_head; }
 };
 
-/// Bytes of KV cache per token: H_kv (d_head + d_v) x layers x bytes_per_scalar,
-/// which is 2 x H_kv x d_head x layers x sizeof(storage) when d_v = d_head.
-/// \throws RangeError naming the values if a size is negative or the product
-///         does not fit in int64.
-inline std::size_t kv_cache_bytes_per_token(const KVCacheConfig& c, Index layers,
-                                            std::size_t bytes_per_scalar) {
-  constexpr Index kAny = std::numeric_limits<Index>::max();
-  const Index width =
-      checked_add("KV cache bytes per token: d_head + d_v", c.d_head, c.value_width(), kAny);
-  const Index per_layer =
-      checked_mul("KV cache bytes per token: H_kv x (d_head + d_v)", c.n_kv_heads, width, kAny);
-  const Index scalars =
-      checked_mul("KV cache bytes per token: scalars per layer x layers", per_layer, layers, kAny);
-  if (bytes_per_scalar > static_cast<std::size_t>(kAny))
-    throw RangeError("kappa: KV cache bytes per token: bytes per scalar " +
-                     std::to_string(bytes_per_scalar) + " is too large");
-  return static_cast<std::size_t>(checked_mul("KV cache bytes per token: scalars x bytes", scalars,
-                                              static_cast<Index>(bytes_per_scalar), kAny));
-}
-
 /// One layer's KV cache: K_g and V_g for each key/value head g, stored in T.
 /// \tparam R  retention policy: cache::Growable, cache::FixedCapacity or
 ///            cache::SlidingWindow (see token_store.hpp).
@@ -82,15 +62,36 @@ class KVCache {
   /// Position of the oldest stored token.
   [[nodiscard]] Index first_position() const { return store_.first_position(); }
   [[nodiscard]] Index capacity() const { return store_.capacity(); }
-  /// Bytes of the live rows: stored() x bytes_per_token(config, 1, sizeof(T)).
+  /// Bytes of the live rows: stored() x bytes_per_token().
   [[nodiscard]] std::size_t bytes() const { return store_.bytes(); }
   /// Bytes allocated: capacity() tokens.
   [[nodiscard]] std::size_t capacity_bytes() const { return store_.capacity_bytes(); }
+  /// Bytes this cache holds per token: H_kv (d_head + d_v) sizeof(T).
+  [[nodiscard]] std::size_t bytes_per_token() const { return store_.bytes_per_token(); }
 
-  /// Bytes per token of a model of `layers` such layers, stored in T:
-  /// 2 x H_kv x d_head x layers x sizeof(T) when d_v = d_head.
-  static std::size_t bytes_per_token(const KVCacheConfig& c, Index layers = 1) {
-    return kv_cache_bytes_per_token(c, layers, sizeof(T));
+  /// Bytes of KV cache per token for a model of `layers` layers of this
+  /// shape, each scalar stored in `bytes_per_scalar` bytes (sizeof(T) unless
+  /// given, e.g. 2 for a 16-bit cache): H_kv (d_head + d_v) x layers x
+  /// bytes_per_scalar, which is 2 H_kv d_head layers bytes_per_scalar when
+  /// d_v = d_head. The same name and shape as LatentCache::bytes_per_token;
+  /// an object's bytes_per_token() is this with layers = 1, sizeof(T).
+  /// \throws RangeError naming the values if a size is negative or the
+  ///         product does not fit in int64.
+  static std::size_t bytes_per_token(const KVCacheConfig& c, Index layers = 1,
+                                     std::size_t bytes_per_scalar = sizeof(T)) {
+    constexpr Index kAny = std::numeric_limits<Index>::max();
+    const Index width =
+        checked_add("KV cache bytes per token: d_head + d_v", c.d_head, c.value_width(), kAny);
+    const Index per_layer =
+        checked_mul("KV cache bytes per token: H_kv x (d_head + d_v)", c.n_kv_heads, width, kAny);
+    const Index scalars = checked_mul("KV cache bytes per token: scalars per layer x layers",
+                                      per_layer, layers, kAny);
+    if (bytes_per_scalar > static_cast<std::size_t>(kAny))
+      throw RangeError("kappa: KV cache bytes per token: bytes per scalar " +
+                       std::to_string(bytes_per_scalar) + " is too large");
+    return static_cast<std::size_t>(checked_mul("KV cache bytes per token: scalars x bytes",
+                                                scalars, static_cast<Index>(bytes_per_scalar),
+                                                kAny));
   }
 
   /// K_g: stored() x d_head, a view into the storage (row order as in TokenStore).

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <span>
@@ -50,6 +51,7 @@
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/random.hpp"
 #include "kappa/embed/rope.hpp"
 #include "kappa/embed/rope_scaling.hpp"
 #include "kappa/heads/grouping.hpp"
@@ -191,14 +193,24 @@ class LatentCache {
   /// Rolls back to the first len tokens. \throws RangeError if len > length().
   void truncate(Index len) { store_.truncate(len); }
   void reset() { store_.reset(); }
-  /// Bytes of the live rows: length x (d_c + d_R) x sizeof(T).
+  /// Bytes of the live rows: length x bytes_per_token().
   [[nodiscard]] std::size_t bytes() const { return store_.bytes(); }
+  /// Bytes this cache holds per token: (d_c + d_R) sizeof(T).
   [[nodiscard]] std::size_t bytes_per_token() const { return store_.bytes_per_token(); }
-  /// Bytes per token of a latent cache for `layers` layers stored in
-  /// `bytes_per_scalar`-byte scalars: (d_c + d_R) x layers x bytes_per_scalar.
-  static std::size_t bytes_per_token(const LatentConfig& c, Index layers,
+  /// Bytes per token of a latent cache for a model of `layers` layers, each
+  /// scalar stored in `bytes_per_scalar` bytes (sizeof(T) unless given):
+  /// (d_c + d_R) x layers x bytes_per_scalar. The same name and shape as
+  /// KVCache::bytes_per_token. \throws RangeError naming the values if
+  /// one is negative or the product does not fit in int64.
+  static std::size_t bytes_per_token(const LatentConfig& c, Index layers = 1,
                                      std::size_t bytes_per_scalar = sizeof(T)) {
-    return static_cast<std::size_t>(latent_cache_elements_per_token(c, layers)) * bytes_per_scalar;
+    constexpr Index kAny = std::numeric_limits<Index>::max();
+    if (bytes_per_scalar > static_cast<std::size_t>(kAny))
+      throw RangeError("kappa: latent cache bytes per token: bytes per scalar " +
+                       std::to_string(bytes_per_scalar) + " is too large");
+    return static_cast<std::size_t>(checked_mul("latent cache bytes per token: elements x bytes",
+                                                latent_cache_elements_per_token(c, layers),
+                                                static_cast<Index>(bytes_per_scalar), kAny));
   }
 
  private:
@@ -235,6 +247,10 @@ class LatentCache {
 /// auto y0 = mla.forward_cached(prompt, cache);   // prefill (N x d)
 /// auto y1 = mla.forward_cached(next_token, cache);  // one decode step (1 x d)
 /// ```
+/// A freshly constructed layer holds no weights: forward calls throw
+/// std::logic_error until set_weights(), set_weights_from_hf() or
+/// init_random(seed) is called. The rotary width is LatentConfig::d_rope
+/// (DeepSeek's qk_rope_head_dim); the layer builds its RoPE from it.
 template <Scalar T, LatentPath Path = AbsorbedLatent, class RopeConvention = Interleaved>
 class LatentAttention {
  public:
@@ -318,6 +334,34 @@ class LatentAttention {
     set_weights(std::move(w));
   }
 
+  /// Draws every weight from the seed: W^DQ (with query compression only),
+  /// W^UQ (or W^Q), W^QR, W^DKV, W^UK, W^UV, W^KR, W^O in that order from one
+  /// SeededNormal(seed) stream, each W (fan_in x fan_out) with entries
+  /// W_ij ~ U(-a, a], a = sqrt(3 / fan_in): mean 0, variance 1 / fan_in
+  /// (seeded_projection, core/random.hpp); the RMSNorm gains are 1. c_KV is
+  /// normalized, so K^C_h and V_h have unit-variance entries, and for X with
+  /// independent unit-variance entries so has Y for a single token. The same
+  /// seed gives the same weights on every platform.
+  void init_random(std::uint64_t seed) {
+    SeededNormal g(seed);
+    const Index d = c_.d_model, h = c_.n_heads, dv = c_.value_width();
+    const Index q_in = c_.query_compression() ? c_.d_q_latent : d;
+    LatentWeights<T> w;
+    if (c_.query_compression()) {
+      w.w_dq = seeded_projection<T>(d, c_.d_q_latent, g);
+      w.q_norm = RowVector<T>::Ones(c_.d_q_latent);
+    }
+    w.w_uq = seeded_projection<T>(q_in, h * c_.d_head, g);
+    w.w_qr = seeded_projection<T>(q_in, h * c_.d_rope, g);
+    w.w_dkv = seeded_projection<T>(d, c_.d_latent, g);
+    w.kv_norm = RowVector<T>::Ones(c_.d_latent);
+    w.w_uk = seeded_projection<T>(c_.d_latent, h * c_.d_head, g);
+    w.w_uv = seeded_projection<T>(c_.d_latent, h * dv, g);
+    w.w_kr = seeded_projection<T>(d, c_.d_rope, g);
+    w.w_o = seeded_projection<T>(h * dv, d, g);
+    set_weights(std::move(w));
+  }
+
   [[nodiscard]] const LatentWeights<T>& weights() const { return w_; }
 
   /// The cache rows [c_KV | k^R] of x (N x d), tokens at positions
@@ -353,11 +397,20 @@ class LatentAttention {
 
  private:
   static LatentConfig checked(LatentConfig c) {
-    if (c.d_model < 1 || c.n_heads < 1 || c.d_head < 1 || c.d_latent < 1 || c.d_rope < 2 ||
-        c.d_rope % 2 != 0 || c.d_v < 0 || c.d_q_latent < 0) {
+    if (c.d_rope < 2 || c.d_rope % 2 != 0) {
+      throw ShapeError(
+          "kappa: LatentAttention: the rotary width d_rope (d_R, "
+          "qk_rope_head_dim) must be even and >= 2, got " +
+          std::to_string(c.d_rope));
+    }
+    if (c.d_model < 1 || c.n_heads < 1 || c.d_head < 1 || c.d_latent < 1 || c.d_v < 0 ||
+        c.d_q_latent < 0) {
       throw std::invalid_argument(
-          "kappa: LatentConfig needs d_model, n_heads, d_head, d_latent >= 1, an even d_rope >= 2 "
-          "and d_v, d_q_latent >= 0");
+          "kappa: LatentConfig needs d_model, n_heads, d_head, d_latent >= 1 and d_v, "
+          "d_q_latent >= 0, got d_model " +
+          std::to_string(c.d_model) + ", n_heads " + std::to_string(c.n_heads) + ", d_head " +
+          std::to_string(c.d_head) + ", d_latent " + std::to_string(c.d_latent) + ", d_v " +
+          std::to_string(c.d_v) + ", d_q_latent " + std::to_string(c.d_q_latent));
     }
     // Every width and matrix the layer forms, checked once so that no later
     // product of sizes can overflow (RangeError naming the values).

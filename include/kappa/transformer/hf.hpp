@@ -585,6 +585,9 @@ class CausalLM {
     [[nodiscard]] std::size_t bytes() const {
       return std::visit([](const auto& x) { return x.bytes(); }, c);
     }
+    [[nodiscard]] std::size_t bytes_per_token() const {
+      return std::visit([](const auto& x) { return x.bytes_per_token(); }, c);
+    }
     void reset() {
       std::visit([](auto& x) { x.reset(); }, c);
     }

@@ -90,6 +90,13 @@ class DecoderLM {
       for (const LayerCache& c : layers) b += c.bytes();
       return b;
     }
+    /// Bytes cached per stored token over all layers: the sum of the layers'
+    /// bytes_per_token() (bytes() is this times the tokens stored).
+    [[nodiscard]] std::size_t bytes_per_token() const {
+      std::size_t b = 0;
+      for (const LayerCache& c : layers) b += c.bytes_per_token();
+      return b;
+    }
     /// Rolls back to the first `len` tokens (e.g. to retry a continuation).
     /// \throws as the layer caches' truncate() for len outside [0, length()].
     void truncate(Index len) {
