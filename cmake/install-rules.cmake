@@ -25,3 +25,28 @@ install(FILES "${PROJECT_BINARY_DIR}/kappaConfig.cmake"
         DESTINATION "${kappa_config_dir}" COMPONENT kappa_Development)
 install(EXPORT kappaTargets NAMESPACE kappa:: DESTINATION "${kappa_config_dir}"
         COMPONENT kappa_Development)
+
+# pkg-config, for builds without CMake: `pkg-config --cflags kappa` gives the
+# include directories of kappa, Eigen and nlohmann/json (compile with
+# -std=c++20; the BLAS and OpenMP options are CMake-only). Header-only, so the
+# file is architecture-independent: share/pkgconfig.
+# The prefix is found from the file's own place (pkg-config's ${pcfiledir}), so
+# `cmake --install --prefix <p>` and moved install trees work too.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_DATADIR}")
+  set(kappa_pc_prefix "${CMAKE_INSTALL_PREFIX}")
+  cmake_path(ABSOLUTE_PATH CMAKE_INSTALL_INCLUDEDIR BASE_DIRECTORY "${CMAKE_INSTALL_PREFIX}"
+             OUTPUT_VARIABLE kappa_pc_includedir)
+else()
+  file(RELATIVE_PATH kappa_pc_up "/${CMAKE_INSTALL_DATADIR}/pkgconfig" "/")
+  string(REGEX REPLACE "/$" "" kappa_pc_up "${kappa_pc_up}")
+  set(kappa_pc_prefix "\${pcfiledir}/${kappa_pc_up}")
+  set(kappa_pc_includedir "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
+configure_file("${PROJECT_SOURCE_DIR}/cmake/kappa.pc.in" "${PROJECT_BINARY_DIR}/kappa.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/kappa.pc" DESTINATION "${CMAKE_INSTALL_DATADIR}/pkgconfig"
+        COMPONENT kappa_Development)
+
+# The license and the change log go with the headers.
+install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" "${PROJECT_SOURCE_DIR}/CHANGELOG.md"
+        "${PROJECT_SOURCE_DIR}/README.md" DESTINATION "${CMAKE_INSTALL_DOCDIR}"
+        COMPONENT kappa_Development)

@@ -11,6 +11,11 @@ endif()
 option(KAPPA_BUILD_TESTS "Build kappa's tests" ${kappa_dev_default})
 option(KAPPA_BUILD_BENCHMARKS "Build kappa's benchmarks" ${kappa_dev_default})
 option(KAPPA_BUILD_EXAMPLES "Build kappa's examples" ${kappa_dev_default})
+# Install rules (headers, CMake package, pkg-config file, LICENSE): on when kappa
+# is the top-level project. A parent project that adds kappa with
+# add_subdirectory()/FetchContent gets none of them unless it sets this ON
+# (it must, if it installs and exports its own targets that link kappa::kappa).
+option(KAPPA_INSTALL "Generate kappa's install rules" ${kappa_dev_default})
 option(KAPPA_USE_BLAS "Let Eigen hand large products to a BLAS (EIGEN_USE_BLAS)" OFF)
 option(KAPPA_USE_OPENMP "Let Eigen and kappa use OpenMP threads" OFF)
 # libFuzzer targets in tests/fuzz (needs clang and KAPPA_BUILD_TESTS); never

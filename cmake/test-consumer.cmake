@@ -1,10 +1,13 @@
 # Run by ctest (test kappa.install_consumer): installs kappa into a temporary
 # prefix, then builds and runs tests/consumer twice, once finding kappa with
-# find_package(kappa REQUIRED) in that prefix and once with add_subdirectory.
+# find_package(kappa REQUIRED) in that prefix and once with add_subdirectory;
+# then compiles it once more with the flags of the installed pkg-config file.
+# Also checks that the prefix holds the license and version header, and that a
+# parent using add_subdirectory installs none of kappa's files by default.
 foreach(var KAPPA_BUILD_DIR KAPPA_SOURCE_DIR WORK_DIR GENERATOR CXX)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "test-consumer.cmake: ${var} is not set")
-  endif()
+endif()
 endforeach()
 
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -14,11 +17,17 @@ function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
-  endif()
+endif()
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
 
 run("${CMAKE_COMMAND}" --install "${KAPPA_BUILD_DIR}" --prefix "${prefix}")
+foreach(f include/kappa/kappa.hpp include/kappa/version.hpp share/doc/kappa/LICENSE
+          share/doc/kappa/CHANGELOG.md share/pkgconfig/kappa.pc share/kappa/cmake/kappaConfig.cmake)
+  if(NOT EXISTS "${prefix}/${f}")
+    message(FATAL_ERROR "the install prefix lacks ${f}")
+endif()
+endforeach()
 
 # 1. find_package(kappa) from the install prefix.
 run("${CMAKE_COMMAND}" -S "${KAPPA_SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/fp" -G "${GENERATOR}"
@@ -38,4 +47,33 @@ run("${WORK_DIR}/sub/app")
 if(EXISTS "${WORK_DIR}/sub/kappa/tests")
   message(FATAL_ERROR "add_subdirectory(kappa) built kappa's tests: the options must default OFF")
 endif()
+run("${CMAKE_COMMAND}" --install "${WORK_DIR}/sub" --prefix "${WORK_DIR}/sub-prefix")
+if(NOT EXISTS "${WORK_DIR}/sub-prefix/bin/app" OR EXISTS "${WORK_DIR}/sub-prefix/include/kappa")
+  message(FATAL_ERROR "add_subdirectory(kappa): the parent's install must hold its app and none of kappa's files (KAPPA_INSTALL defaults OFF)")
+endif()
 message(STATUS "add_subdirectory consumer: OK")
+
+# 3. pkg-config: the installed kappa.pc gives the include flags.
+find_program(PKG_CONFIG_EXE NAMES pkg-config pkgconf)
+if(NOT PKG_CONFIG_EXE)
+  message(FATAL_ERROR "pkg-config is missing (Debian/Ubuntu: apt-get install pkg-config)")
+endif()
+
+set(ENV{PKG_CONFIG_PATH} "${prefix}/share/pkgconfig")
+run("${PKG_CONFIG_EXE}" --cflags kappa)
+string(STRIP "${last_output}" cflags)
+# The first -I is kappa's own; it must resolve to the prefix the files went to.
+string(REGEX MATCH "-I([^ ]+)" kappa_flag "${cflags}")
+file(REAL_PATH "${CMAKE_MATCH_1}" pc_include)
+file(REAL_PATH "${prefix}/include" want_include)
+if(NOT pc_include STREQUAL want_include)
+  message(FATAL_ERROR "pkg-config --cflags kappa gave '${cflags}': its -I is not ${want_include}")
+endif()
+run("${PKG_CONFIG_EXE}" --modversion kappa)
+string(STRIP "${last_output}" pc_version)
+separate_arguments(cflag_list UNIX_COMMAND "${cflags}")
+run("${CXX}" -std=c++20 -O1 ${cflag_list} "-DCONSUMER_EXPECTED_VERSION=\"${pc_version}\""
+    "${KAPPA_SOURCE_DIR}/tests/consumer/main.cpp" -o "${WORK_DIR}/pc-app")
+run("${WORK_DIR}/pc-app")
+message(STATUS "pkg-config consumer (${pc_version}): OK")
+

@@ -7,6 +7,7 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/core/threading.hpp"
+#include "kappa/version.hpp"
 
 #include "kappa/attention/attention.hpp"
 #include "kappa/attention/concepts.hpp"

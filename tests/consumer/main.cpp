@@ -1,9 +1,11 @@
 // A downstream program: one softmax attention call through the installed
-// package. Exits non-zero if the weights do not behave.
+// package. Exits non-zero if the weights do not behave or if the headers'
+// version is not the one the build system found.
 #include <kappa/kappa.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 int main() {
   kappa::RowMatrix<double> q(2, 2), k(2, 2), v(2, 1);
@@ -15,6 +17,13 @@ int main() {
   // Row 0: weights softmax(1, 0) on values (1, 3).
   const double w = std::exp(1.0) / (std::exp(1.0) + 1.0);
   const double expect = w * 1 + (1 - w) * 3;
-  std::printf("y(0) = %.12f (expected %.12f)\n", y(0, 0), expect);
+  std::printf("kappa %s: y(0) = %.12f (expected %.12f)\n", KAPPA_VERSION_STRING, y(0, 0), expect);
+#ifdef CONSUMER_EXPECTED_VERSION
+  if (std::string_view(CONSUMER_EXPECTED_VERSION) != kappa::version_string) {
+    std::printf("version mismatch: build system %s, headers %s\n", CONSUMER_EXPECTED_VERSION,
+                KAPPA_VERSION_STRING);
+    return 1;
+  }
+#endif
   return std::abs(y(0, 0) - expect) < 1e-12 ? 0 : 1;
 }
