@@ -2,14 +2,20 @@
 // Encode throughput of the reference tokenizers on the same bytes as
 // bench_tokenize, side by side with kappa's figures.
 //
-//   node benchmarks/tokenize_peers.cjs [path/to/bench_tokenize] [--reps N]
+//   cmake --build --preset bench --target bench_tokenize tokenize-peers
+//   node benchmarks/tokenize_peers.cjs [path/to/bench_tokenize] [--reps N] [--build DIR]
 //
-// Peers (installed by tests/tokenize/peer/setup.sh in tests/tokenize/peer):
+// DIR is the build directory (default: the one holding the bench_tokenize
+// given, else build/bench): the peers are the npm packages that its target
+// tokenize-peers installs in DIR/tokenize-peers, the vocabulary files those
+// that cmake extracts into DIR/vocab.
+// Peers:
 //   tiktoken  @dqbd/tiktoken: tiktoken's Rust core compiled to WebAssembly,
 //             encode_ordinary() on gpt2, cl100k_base, o200k_base;
 //   HF        @anush008/tokenizers: Hugging Face tokenizers' native Rust
-//             binding, with a GPT-2 tokenizer.json built from encoder.json +
-//             vocab.bpe (peer.cjs export). Its BPE keeps a word cache.
+//             binding, with a GPT-2 tokenizer.json built in memory from
+//             encoder.json + vocab.bpe (as tests/tokenize/peer/peer.cjs
+//             does). Its BPE keeps a word cache.
 // Inputs: tests/data/tokenize/bench/{english,cjk}.txt repeated (whole
 // copies) to at least 1 MiB, exactly as bench_tokenize builds them.
 // Each figure is the median MB/s (10^6 bytes) of N timed runs (default 5)
@@ -24,16 +30,28 @@ const path = require("path");
 const { execFileSync } = require("child_process");
 
 const root = path.resolve(__dirname, "..");
-const peerDir = path.join(root, "tests", "tokenize", "peer");
-const req = (m) => require(require.resolve(m, { paths: [peerDir] }));
 
 const args = process.argv.slice(2);
 let reps = 5;
 let benchBinary = null;
+let buildDir = null;
 for (let i = 0; i < args.length; ++i) {
   if (args[i] === "--reps") reps = Number(args[++i]);
+  else if (args[i] === "--build") buildDir = path.resolve(args[++i]);
   else benchBinary = args[i];
 }
+// <build>/benchmarks/bench_tokenize -> <build>
+if (buildDir === null) {
+  buildDir = benchBinary ? path.resolve(path.dirname(benchBinary), "..") : path.join(root, "build", "bench");
+}
+const peerDir = path.join(buildDir, "tokenize-peers");
+const vocabDir = path.join(buildDir, "vocab");
+if (!fs.existsSync(path.join(peerDir, "node_modules"))) {
+  console.error(`no tokenize peers in ${peerDir}: cmake --build ${buildDir} --target tokenize-peers`);
+  process.exit(1);
+}
+const req = (m) => require(require.resolve(m, { paths: [peerDir] }));
+const { hfTokenizerJson } = require(path.join(root, "tests", "tokenize", "peer", "peer.cjs"));
 
 function input(which) {
   const one = fs.readFileSync(path.join(root, "tests", "data", "tokenize", "bench", `${which}.txt`));
@@ -71,8 +89,9 @@ async function main() {
   const rows = [];  // [encoding, text, tiktoken, hf, kappa]
   const { get_encoding } = req("@dqbd/tiktoken");
   const { Tokenizer } = req("@anush008/tokenizers");
-  const hfJson = path.join(peerDir, "vocab", "gpt2-tokenizer.json");
-  const hf = fs.existsSync(hfJson) ? Tokenizer.fromFile(hfJson) : null;
+  const hf = Tokenizer.fromString(hfTokenizerJson(
+    fs.readFileSync(path.join(vocabDir, "gpt2", "encoder.json"), "utf8"),
+    fs.readFileSync(path.join(vocabDir, "gpt2", "vocab.bpe"), "utf8")));
   const encodings = [["gpt2", "Gpt2"], ["cl100k_base", "Cl100k"], ["o200k_base", "O200k"]];
   for (const [enc, benchName] of encodings) {
     const tt = get_encoding(enc);
@@ -80,7 +99,7 @@ async function main() {
       const { text, bytes } = inputs[which];
       const ttRate = await measure(() => tt.encode_ordinary(text), bytes);
       let hfRate = null;
-      if (enc === "gpt2" && hf) {
+      if (enc === "gpt2") {
         const n = (await hf.encode(text)).getIds().length;
         const m = tt.encode_ordinary(text).length;
         if (n !== m) console.error(`note: HF gives ${n} tokens, tiktoken ${m} on ${which}`);

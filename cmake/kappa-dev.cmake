@@ -28,3 +28,7 @@ function(kappa_optimized target)
   endif()
   target_compile_definitions(${target} PRIVATE NDEBUG)
 endfunction()
+
+# The real vocabularies, extracted into the build tree (KAPPA_VOCAB_DIR), and
+# the optional target tokenize-peers.
+include("${CMAKE_CURRENT_LIST_DIR}/kappa-vocab.cmake")

@@ -4,7 +4,7 @@
 // embedding matrix E, adds sinusoidal positions, and prints the shapes.
 //
 //   tokenize --char "Attention is all you need"
-//   tokenize --gpt2 tests/tokenize/peer/vocab/gpt2 --json "hello world"   # [31373, 995]
+//   tokenize --gpt2 build/test/vocab/gpt2 --json "hello world"   # [31373, 995]
 //   tokenize --tiktoken cl100k_base.tiktoken --file README.md
 //   echo "the cat sat on the mat" | tokenize --word
 #include <cerrno>

