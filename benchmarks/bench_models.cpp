@@ -76,7 +76,7 @@ std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
   std::vector<kappa::LlamaLayer<float, S>> layers;
   for (Index l = 0; l < L; ++l) {
     kappa::LlamaAttention<float> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
-                                      {}, kappa::Rope<float>(dh, 500000.0));
+                                      kappa::RopeOptions{.base = 500000.0});
     attn.set_weights(fill(d, H * dh, 10 * l + 1), fill(d, Hkv * dh, 10 * l + 2),
                      fill(d, Hkv * dh, 10 * l + 3), fill(H * dh, d, 10 * l + 4));
     kappa::SwiGlu<float, S> mlp(d, F);

@@ -96,7 +96,7 @@ TYPED_TEST(HeadsGolden, HuggingFaceGroupedQueryWithRepeatKv) {
 TYPED_TEST(HeadsGolden, HuggingFaceGroupedQueryWithRope) {
   using T = TypeParam;
   using Layer = kappa::GroupedQueryAttention<T, kappa::kernels::Softmax, kappa::Rope<T>>;
-  Layer attn({.d_in = 32, .n_heads = 8, .d_head = 8, .n_kv_heads = 2}, {}, kappa::Rope<T>(8));
+  Layer attn({.d_in = 32, .n_heads = 8, .d_head = 8, .n_kv_heads = 2});  // Rope over d_head
   attn.set_weights_from_hf(load<T>("gqa_rope_q_proj"), load<T>("gqa_rope_k_proj"),
                            load<T>("gqa_rope_v_proj"), load<T>("gqa_rope_o_proj"));
   const RowMatrix<T> x = load<T>("gqa_rope_x");

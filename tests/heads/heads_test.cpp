@@ -3,11 +3,14 @@
 // weight layouts and errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "kappa/core/random.hpp"
+#include "kappa/embed/rope.hpp"
 #include "kappa/heads/multi_head_attention.hpp"
 #include "support/heads_reference.hpp"
 #include "support/test_position.hpp"
@@ -182,7 +185,7 @@ TYPED_TEST(HeadsTest, PositionalPolicyIsAppliedPerHeadFromPositionZero) {
   const auto w = random_heads_weights<T>(d, d, h, h_kv, dh, dh, d, true, 61);
   const FirstPairRotation rot{0.4};
   kappa::GroupedQueryAttention<T, kappa::kernels::Softmax, FirstPairRotation> attn(
-      {.d_in = d, .n_heads = h, .d_head = dh, .n_kv_heads = h_kv}, {}, rot);
+      {.d_in = d, .n_heads = h, .d_head = dh, .n_kv_heads = h_kv}, rot);
   set_all(attn, w);
   const RowMatrix<T> x = random_matrix<T>(8, d, 6);
   const RowMatrix<T> want = reference_heads(x, x, w, h, h_kv, dh, dh, 1.0 / std::sqrt(double(dh)),
@@ -368,6 +371,139 @@ TYPED_TEST(HeadsTest, GroupedAttentionOnProjectedInputsMatchesPerHeadAttention) 
   EXPECT_LE(max_scaled_error(y_last, RowMatrix<T>(y_full.bottomRows(1)), Tolerance<T>::kRel,
                              Tolerance<T>::kAbs),
             1.0);
+}
+
+}  // namespace
+
+// ---- Construction and initialization -------------------------------------------
+
+namespace {
+
+using kappa::Index;
+using kappa::RowMatrix;
+
+// Entries of a projection W (fan_in x fan_out) from init_random:
+// U(-a, a], a = sqrt(3 / fan_in), mean 0, variance 1 / fan_in. Over n entries
+// the mean square has relative standard deviation sqrt(0.8 / n) (for a
+// uniform w, Var(w^2) / E[w^2]^2 = 9/5 - 1), the mean sd sqrt(1 / (fan_in n)):
+// both are checked to 5 sd.
+template <class M>
+void expect_projection_init(const char* name, const M& w, Index fan_in) {
+  SCOPED_TRACE(name);
+  const double n = static_cast<double>(w.size()), var = 1.0 / static_cast<double>(fan_in);
+  const auto wd = w.template cast<double>();
+  EXPECT_LE(std::abs(wd.mean()), 5 * std::sqrt(var / n));
+  EXPECT_NEAR(wd.array().square().mean() / var, 1.0, 5 * std::sqrt(0.8 / n));
+  EXPECT_LE(wd.cwiseAbs().maxCoeff(), std::sqrt(3.0 / static_cast<double>(fan_in)));
+}
+
+template <class T>
+class HeadsInitTest : public ::testing::Test {};
+TYPED_TEST_SUITE(HeadsInitTest, Scalars);
+
+TYPED_TEST(HeadsInitTest, FreshLayerIsZeroAndInitRandomIsSeeded) {
+  using T = TypeParam;
+  using Gqa = kappa::GroupedQueryAttention<T>;
+  const kappa::HeadsConfig c{.d_in = 64, .n_heads = 8, .d_head = 16, .n_kv_heads = 2, .d_v = 12};
+  Gqa a(c), b(c), other(c);
+  const RowMatrix<T> x = kappa::seeded_normal_matrix<T>(5, 64, 1, 1.0);
+  EXPECT_TRUE(a.forward(x).isZero(0)) << "the documented zero start";
+  a.set_biases(kappa::RowVector<T>::Ones(128), {}, {}, kappa::RowVector<T>::Ones(64));
+  a.init_random(42);
+  b.init_random(42);
+  other.init_random(43);
+  EXPECT_EQ(a.b_q().size(), 0) << "init_random removes the biases";
+  EXPECT_EQ(a.b_o().size(), 0);
+  EXPECT_EQ(a.w_q(), b.w_q());
+  EXPECT_EQ(a.w_k(), b.w_k());
+  EXPECT_EQ(a.w_v(), b.w_v());
+  EXPECT_EQ(a.w_o(), b.w_o());
+  EXPECT_GT((a.w_q() - other.w_q()).cwiseAbs().maxCoeff(), T(0.1));
+  EXPECT_GT((a.w_o() - other.w_o()).cwiseAbs().maxCoeff(), T(0.1));
+  expect_projection_init("W^Q", a.w_q(), 64);
+  expect_projection_init("W^K", a.w_k(), 64);
+  expect_projection_init("W^V", a.w_v(), 64);
+  expect_projection_init("W^O", a.w_o(), 8 * 12);
+  // The stream is specified: W^Q's first entry is a (2 u - 1) of the first
+  // splitmix64 draw from the seed, whatever T.
+  kappa::SeededNormal g(42);
+  EXPECT_EQ(a.w_q()(0, 0), static_cast<T>(std::sqrt(3.0 / 64) * g.symmetric()));
+}
+
+// For one token attention returns V, so [Y_1 ... Y_H] repeats each V_g G
+// times and E[Y_ij^2] = E[x^2] = 1 over the weights; over 256 single-token
+// sequences the measured mean square lies in [0.5, 2]. A causal sequence
+// averages values: smaller, but far from zero.
+TYPED_TEST(HeadsInitTest, RandomlyInitializedLayerGivesOutputsOfOrderOne) {
+  using T = TypeParam;
+  const kappa::HeadsConfig c{.d_in = 64, .n_heads = 8, .d_head = 16, .n_kv_heads = 2};
+  kappa::GroupedQueryAttention<T> attn(c);
+  attn.init_random(7);
+  const RowMatrix<T> x = kappa::seeded_normal_matrix<T>(256, 64, 2, 1.0);
+  const kappa::SequenceBatch<T> singles{x, std::vector<Index>(256, 1)};
+  const RowMatrix<T> y = attn.forward(singles);
+  const double ms = y.template cast<double>().squaredNorm() / static_cast<double>(y.size());
+  EXPECT_GE(ms, 0.5);
+  EXPECT_LE(ms, 2.0);
+  const RowMatrix<T> yc = attn.forward(x.topRows(32), kappa::CausalMask{});
+  const double rms =
+      std::sqrt(yc.template cast<double>().squaredNorm() / static_cast<double>(yc.size()));
+  EXPECT_GT(rms, 0.05);
+  EXPECT_LT(rms, 2.0);
+}
+
+// The rotary width comes from HeadsConfig: with no positional argument or with
+// RopeOptions the layer builds Rope for d_head itself; a Rope passed as it is
+// needs no placeholder kernel. All spellings give the same layer.
+TYPED_TEST(HeadsInitTest, RopeWidthIsDerivedFromTheHeadWidth) {
+  using T = TypeParam;
+  using Attn = kappa::GroupedQueryAttention<T, kappa::kernels::Softmax, kappa::Rope<T>>;
+  const kappa::HeadsConfig c{.d_in = 32, .n_heads = 4, .d_head = 8, .n_kv_heads = 2};
+  Attn derived(c);
+  Attn with_base(c, kappa::RopeOptions{.base = 500000.0});
+  Attn partial(c, kappa::RopeOptions{.base = 500000.0, .rotary_dim = 4});
+  Attn given(c, kappa::Rope<T>(8, 500000.0));
+  Attn given_with_kernel(c, kappa::kernels::Softmax{}, kappa::Rope<T>(8, 500000.0));
+  EXPECT_EQ(derived.position().rotary_dim(), 8);
+  EXPECT_EQ(derived.position().base(), 10000.0);
+  EXPECT_EQ(with_base.position().rotary_dim(), 8);
+  EXPECT_EQ(with_base.position().base(), 500000.0);
+  EXPECT_EQ(partial.position().rotary_dim(), 4);
+  for (Attn* a : {&derived, &with_base, &partial, &given, &given_with_kernel}) a->init_random(3);
+  const RowMatrix<T> x = kappa::seeded_normal_matrix<T>(6, 32, 4, 1.0);
+  const RowMatrix<T> y = with_base.forward(x, kappa::CausalMask{});
+  EXPECT_EQ(given.forward(x, kappa::CausalMask{}), y);
+  EXPECT_EQ(given_with_kernel.forward(x, kappa::CausalMask{}), y);
+  // The base and the rotary width matter: the other layers differ.
+  EXPECT_GT((derived.forward(x, kappa::CausalMask{}) - y).cwiseAbs().maxCoeff(), T(1e-3));
+  EXPECT_GT((partial.forward(x, kappa::CausalMask{}) - y).cwiseAbs().maxCoeff(), T(1e-3));
+}
+
+TEST(HeadsErrors, RopeWiderThanTheHeadIsAShapeErrorAtConstruction) {
+  using Attn = kappa::GroupedQueryAttention<float, kappa::kernels::Softmax, kappa::Rope<float>>;
+  const kappa::HeadsConfig c{.d_in = 32, .n_heads = 4, .d_head = 8, .n_kv_heads = 2};
+  std::string msg;
+  try {
+    Attn bad(c, kappa::Rope<float>(16));
+  } catch (const kappa::ShapeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("d_R = 16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d_head = 8"), std::string::npos) << msg;
+  EXPECT_THROW(Attn(c, kappa::kernels::Softmax{}, kappa::Rope<float>(10)), kappa::ShapeError);
+  msg.clear();
+  try {
+    Attn bad(c, kappa::RopeOptions{.rotary_dim = 12});
+  } catch (const kappa::ShapeError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("rotary_dim = 12"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d_head = 8"), std::string::npos) << msg;
+  // An odd head width cannot take a whole-head RoPE.
+  EXPECT_THROW(Attn({.d_in = 12, .n_heads = 4, .d_head = 3, .n_kv_heads = 2}), kappa::ShapeError);
+  // Partial rotary (d_R < d_head, GPT-NeoX) and no rotation (d_R = 0) are fine.
+  EXPECT_NO_THROW(Attn(c, kappa::Rope<float>(2)));
+  EXPECT_NO_THROW(Attn(c, kappa::Rope<float>(0)));
 }
 
 }  // namespace

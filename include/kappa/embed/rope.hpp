@@ -46,6 +46,18 @@ struct RotateHalf {};
 /// RoPE pairs channel 2i with 2i + 1 (GPT-J, RoFormer, Meta's LLaMA).
 struct Interleaved {};
 
+/// How an attention layer builds its RoPE for its own head width (see
+/// Rope::for_head): the layer knows d_head, so it is not given twice.
+/// ```cpp
+/// kappa::GroupedQueryAttention<float, kappa::kernels::Softmax, kappa::Rope<float>> attn(
+///     config, kappa::RopeOptions{.base = 500000.0});   // LLaMA 3: d_R = d_head
+/// ```
+struct RopeOptions {
+  double base = 10000.0;  ///< b [rope_theta]
+  RopeScaling scaling{};  ///< frequency rule [rope_scaling]; kind kNone for plain RoPE
+  Index rotary_dim = 0;   ///< d_R; 0 means the whole head (d_R = d_head)
+};
+
 /// Rotary position embedding; see the file comment.
 template <Scalar T, class Convention = RotateHalf>
 class Rope {
@@ -53,6 +65,24 @@ class Rope {
                 "Rope: Convention must be kappa::RotateHalf or kappa::Interleaved");
 
  public:
+  /// What a layer passes to for_head().
+  using Options = RopeOptions;
+
+  /// RoPE for heads of width d_head: d_R = options.rotary_dim, or d_head when
+  /// it is 0. MultiHeadAttention calls this when given RopeOptions (or no
+  /// positional argument), so the rotary width is derived, not repeated.
+  /// 	hrows ShapeError naming both widths if d_R > d_head; as the
+  ///         constructor for an odd d_R, the base and the scaling.
+  static Rope for_head(Index d_head, const RopeOptions& options = {}) {
+    const Index d_r = options.rotary_dim > 0 ? options.rotary_dim : d_head;
+    if (options.rotary_dim < 0 || d_r > d_head) {
+      throw ShapeError("kappa: RoPE for heads of d_head = " + std::to_string(d_head) +
+                       ": RopeOptions::rotary_dim = " + std::to_string(options.rotary_dim) +
+                       " must be 0 (the whole head) or between 1 and d_head");
+    }
+    return Rope(d_r, options.base, options.scaling);
+  }
+
   /// d_R = rotary_dim (even, >= 0; 0 rotates nothing, for callers whose
   /// rotary part is optional); base b > 0. Throws ShapeError for an odd or
   /// negative d_R, std::invalid_argument for base <= 0 or not finite.

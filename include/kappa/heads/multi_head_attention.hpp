@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <concepts>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,12 +47,29 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/random.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/heads/grouped_attention.hpp"
 #include "kappa/heads/grouping.hpp"
 #include "kappa/heads/positional.hpp"
 
 namespace kappa {
+
+namespace detail {
+/// An options type no argument converts to: the PositionOptions of a
+/// positional policy that is not built per head width.
+struct NoPositionOptions {
+  explicit NoPositionOptions(int /*unusable*/) {}
+};
+template <class P>
+struct PositionOptionsOf {
+  using type = NoPositionOptions;
+};
+template <HeadWidthPosition P>
+struct PositionOptionsOf<P> {
+  using type = typename P::Options;
+};
+}  // namespace detail
 
 /// Sizes of a multi-head attention layer. Zeros mean the defaults noted.
 struct HeadsConfig {
@@ -113,8 +131,10 @@ struct SequenceBatch {
 /// attn.set_weights(w_q, w_k, w_v, w_o);
 /// kappa::RowMatrix<float> y = attn.forward(x, kappa::CausalMask{});   // (N, 512)
 /// ```
-/// Weights start at zero. A layer object is read-only during forward calls,
-/// so several threads may call them at once.
+/// A freshly constructed layer has zero weights, so its output is zero until
+/// the weights are set (set_weights, set_weights_from_hf, ...) or drawn with
+/// init_random(seed). A layer object is read-only during forward calls, so
+/// several threads may call them at once.
 template <Scalar T, class Kernel = kernels::Softmax, HeadGrouping Grouping = MultiHead,
           class Position = NoPosition>
 class MultiHeadAttention {
@@ -127,18 +147,86 @@ class MultiHeadAttention {
   using GroupingType = Grouping;
   using PositionType = Position;
 
-  /// A layer of the given sizes with zero weights and no biases.
+  /// The options a positional policy built per head width takes
+  /// (kappa::RopeOptions for kappa::Rope); an unusable type otherwise.
+  using PositionOptions = typename detail::PositionOptionsOf<Position>::type;
+
+  /// A layer of the given sizes with zero weights and no biases. The
+  /// positional policy is Position{}, or for one built per head width
+  /// (HeadWidthPosition, e.g. kappa::Rope) Position::for_head(d_head): RoPE
+  /// over the whole head with base 10000.
   /// \throws std::invalid_argument for non-positive sizes, d_head = 0 with
   ///         n_heads not dividing d_in, or an H_kv the grouping does not allow;
   ///         RangeError naming the values for more than kMaxHeads heads or a
   ///         product of sizes (a width such as H d_head, or a weight matrix)
   ///         above kMaxElements (core/checked.hpp).
-  explicit MultiHeadAttention(HeadsConfig config, Kernel kernel = {}, Position position = {})
+  explicit MultiHeadAttention(HeadsConfig config,
+                              Kernel kernel = {}) requires(std::default_initializable<Position> ||
+                                                           HeadWidthPosition<Position>)
+      : config_(resolve(config)), kernel_(std::move(kernel)), position_(default_position(config_)) {
+    init();
+  }
+
+  /// A layer with the given kernel and positional policy.
+  /// \throws as above; ShapeError naming both widths if the policy reports
+  ///         a rotary width (WidthReportingPosition, e.g. Rope's d_R) above
+  ///         d_head. A smaller one is partial rotary (GPT-NeoX's rotary_pct):
+  ///         the columns past it pass unchanged.
+  explicit MultiHeadAttention(HeadsConfig config, Kernel kernel, Position position)
       : config_(resolve(config)), kernel_(std::move(kernel)), position_(std::move(position)) {
-    w_q_ = RowMatrix<T>::Zero(config_.d_in, config_.n_heads * config_.d_head);
-    w_k_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_head);
-    w_v_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_v);
-    w_o_ = RowMatrix<T>::Zero(config_.n_heads * config_.d_v, config_.d_out);
+    init();
+  }
+
+  /// A layer with the default kernel and the given positional policy (no
+  /// placeholder kernel argument): `Attn attn(config, kappa::Rope<float>(d_r))`.
+  /// \throws as the constructor above.
+  explicit MultiHeadAttention(HeadsConfig config,
+                              Position position) requires(!std::same_as<Position, NoPosition> &&
+                                                          !std::same_as<Position, Kernel>)
+      : config_(resolve(config)), kernel_{}, position_(std::move(position)) {
+    init();
+  }
+
+  /// A layer whose positional policy it builds for its own head width:
+  /// Position::for_head(d_head, options), e.g.
+  /// `Attn attn(config, kappa::RopeOptions{.base = 500000.0})` - the rotary
+  /// width is derived from HeadsConfig, not given twice.
+  /// \throws as the first constructor; as Position::for_head (Rope: ShapeError
+  ///         naming both widths if options.rotary_dim > d_head).
+  explicit MultiHeadAttention(HeadsConfig config,
+                              const PositionOptions& options) requires HeadWidthPosition<Position>
+      : config_(resolve(config)),
+        kernel_{},
+        position_(Position::for_head(config_.d_head, options)) {
+    init();
+  }
+  /// As above, with a kernel.
+  explicit MultiHeadAttention(HeadsConfig config, Kernel kernel,
+                              const PositionOptions& options) requires HeadWidthPosition<Position>
+      : config_(resolve(config)),
+        kernel_(std::move(kernel)),
+        position_(Position::for_head(config_.d_head, options)) {
+    init();
+  }
+
+  /// Draws every weight from the seed and removes the biases: W^Q, W^K, W^V,
+  /// W^O in that order from one SeededNormal(seed) stream, each W (fan_in x
+  /// fan_out) with entries W_ij ~ U(-a, a], a = sqrt(3 / fan_in), i.e. mean 0
+  /// and variance 1 / fan_in (seeded_projection, core/random.hpp). For X
+  /// with independent unit-variance entries, Q, K and V then have
+  /// unit-variance entries, and so has Y for a single token (Y = X W^V W^O).
+  /// The same seed gives the same weights on every platform.
+  void init_random(std::uint64_t seed) {
+    SeededNormal g(seed);
+    const HeadsConfig& c = config_;
+    w_q_ = seeded_projection<T>(c.d_in, c.n_heads * c.d_head, g);
+    w_k_ = seeded_projection<T>(c.d_kv_in, c.n_kv_heads * c.d_head, g);
+    w_v_ = seeded_projection<T>(c.d_kv_in, c.n_kv_heads * c.d_v, g);
+    w_o_ = seeded_projection<T>(c.n_heads * c.d_v, c.d_out, g);
+    b_q_.resize(0);
+    b_k_.resize(0);
+    b_v_.resize(0);
+    b_o_.resize(0);
   }
 
   /// The sizes, with every default resolved.
@@ -502,6 +590,33 @@ class MultiHeadAttention {
   }
 
  private:
+  static Position default_position(const HeadsConfig& c) {
+    if constexpr (HeadWidthPosition<Position>) {
+      return Position::for_head(c.d_head, PositionOptions{});
+    } else {
+      return Position{};
+    }
+  }
+
+  /// Checks the positional policy's width and allocates the zero weights.
+  void init() {
+    if constexpr (WidthReportingPosition<Position>) {
+      const Index d_r = static_cast<Index>(position_.rotary_dim());
+      if (d_r > config_.d_head) {
+        throw ShapeError("kappa: MultiHeadAttention: the positional policy rotates d_R = " +
+                         std::to_string(d_r) + " columns per head but the heads are d_head = " +
+                         std::to_string(config_.d_head) +
+                         " wide (HeadsConfig::d_head); d_R must be at most d_head. Build it for "
+                         "d_head, or pass its options (kappa::RopeOptions) and let the layer "
+                         "build it");
+      }
+    }
+    w_q_ = RowMatrix<T>::Zero(config_.d_in, config_.n_heads * config_.d_head);
+    w_k_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_head);
+    w_v_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_v);
+    w_o_ = RowMatrix<T>::Zero(config_.n_heads * config_.d_v, config_.d_out);
+  }
+
   static HeadsConfig resolve(HeadsConfig c) {
     if (c.d_in < 1 || c.n_heads < 1) {
       throw std::invalid_argument("kappa: MultiHeadAttention: d_in and n_heads must be >= 1, got " +
@@ -637,7 +752,8 @@ class MultiHeadAttention {
     RowMatrix<T> y(q.rows(), config_.n_heads * dv);  // (N_Q, H d_v)
     const auto from_kv = [&](Index b, Index g) {
       using Pair = std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>;
-      const Index r0 = kv_off[b], n = kv_off[b + 1] - kv_off[b];
+      const auto sb = static_cast<std::size_t>(b);  // a sequence index, >= 0
+      const Index r0 = kv_off[sb], n = kv_off[sb + 1] - kv_off[sb];
       if (n == 0)  // an empty sequence: no block of a matrix that may have no storage
         return Pair(Eigen::Map<const RowMatrix<T>>(nullptr, 0, dh),
                     Eigen::Map<const RowMatrix<T>>(nullptr, 0, dv));

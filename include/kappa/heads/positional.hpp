@@ -13,9 +13,14 @@
 // decoding token t rotates by position t exactly as the full pass would. K is
 // stored in the cache after the policy was applied.
 //
-// kappa::Rope<T> (include/kappa/embed/rope.hpp) is the rotary policy:
-//   kappa::GroupedQueryAttention<float, kernels::Softmax, kappa::Rope<float>>
-//       attn(config, {}, kappa::Rope<float>(d_head));
+// kappa::Rope<T> (include/kappa/embed/rope.hpp) is the rotary policy. The
+// layer knows d_head, so it builds the Rope itself unless given one:
+//   using Attn = kappa::GroupedQueryAttention<float, kernels::Softmax, kappa::Rope<float>>;
+//   Attn a(config);                                        // d_R = d_head, base 10000
+//   Attn b(config, kappa::RopeOptions{.base = 500000.0});  // d_R = d_head, LLaMA 3's base
+//   Attn c(config, kappa::Rope<float>(d_r));               // explicit; d_r <= d_head is
+//                                                          // checked at construction
+// (a kernel argument, when one is needed, goes before the positional one).
 // Hugging Face LLaMA checkpoints pair channels (i, i + d_head/2): use
 // Rope<T, RotateHalf> (the default) with their q_proj/k_proj as they are.
 #pragma once
@@ -34,6 +39,21 @@ namespace kappa {
 template <class P, class T>
 concept PositionalPolicy = requires(const P& p, MatrixRef<T> x, Index pos) {
   p.apply(x, pos);
+};
+
+/// A positional policy that the layer can build for its own head width:
+/// `static P for_head(Index d_head, const P::Options&)` (kappa::Rope).
+template <class P>
+concept HeadWidthPosition = requires(Index d_head, const typename P::Options& options) {
+  { P::for_head(d_head, options) } -> std::same_as<P>;
+};
+
+/// A positional policy that reports how many columns of a head it changes
+/// (`rotary_dim()`, kappa::Rope's d_R): the layer checks it against d_head
+/// when it is constructed.
+template <class P>
+concept WidthReportingPosition = requires(const P& p) {
+  { p.rotary_dim() } -> std::convertible_to<Index>;
 };
 
 /// No positional information inside attention (positions were added to the
