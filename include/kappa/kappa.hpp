@@ -6,6 +6,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/random.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/version.hpp"
 
