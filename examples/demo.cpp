@@ -7,8 +7,14 @@
 // first with the linear kernel f(x) = x (the paper's Figure 3), then with the
 // scaled exponential (softmax), and once more with a causal mask. Everything
 // is seeded, so the output is the same on every run.
+//
+// Usage: demo [--svg PATH]
+// The three weight matrices Z^-1 A are also drawn side by side as a heatmap,
+// the paper's Figure 3, written to PATH (default: figure3.svg in the current
+// directory).
 #include <kappa/kappa.hpp>
 
+#include <exception>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -16,6 +22,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "heatmap_svg.hpp"
 
 namespace {
 
@@ -57,21 +65,43 @@ void print(const std::string& title, const Matrix& m, const std::vector<std::str
   std::cout << "\n";
 }
 
+// Prints A, Z, Z^-1 A and Y; returns the weights Z^-1 A.
 template <class Kernel, class Mask>
-void attention_layer(const std::string& name, const Matrix& q, const Matrix& k, const Matrix& v,
-                     const std::vector<std::string>& tokens, const Kernel& kernel,
-                     const Mask& mask) {
+Matrix attention_layer(const std::string& name, const Matrix& q, const Matrix& k, const Matrix& v,
+                       const std::vector<std::string>& tokens, const Kernel& kernel,
+                       const Mask& mask) {
   std::cout << "==== " << name << " ====\n\n";
   const auto d = kappa::attention_details(q, k, v, kernel, mask);
   print("A = f(s Q K^T)   (rows: queries, columns: keys)", d.scores, tokens, tokens);
   print("Z = diag(row sums of A)", Matrix(d.normalizer), tokens);
   print("Z^-1 A   (attention weights; each row sums to 1)", d.weights, tokens, tokens);
   print("Y = Z^-1 A V", d.output, tokens);
+  return d.weights;
 }
 
-}  // namespace
+// The paper's Figure 3: the weights as heatmaps, tokens on both axes. The
+// linear kernel's weights are signed (a diverging map centred on 0), the
+// softmax weights lie in [0, 1] (one sequential map and colour bar for both).
+heatmap::Figure figure3(const std::string& sentence, const std::vector<std::string>& tokens,
+                        const Matrix& linear, const Matrix& softmax, const Matrix& causal) {
+  heatmap::Figure fig;
+  fig.title = "Attention weights Z\u207b\u00b9A for \u201c" + sentence + "\u201d";
+  fig.x_label = "key j";
+  fig.y_label = "query i";
+  fig.masked_legend = "masked by the causal mask (j > i): weight 0";
+  fig.panels.push_back({"linear kernel f(x) = x, s = 1", linear, tokens, tokens,
+                        heatmap::Scale::symmetric(linear, "weight (signed)")});
+  const heatmap::Scale unit{0, 1, heatmap::Colormap::kViridis, "attention weight"};
+  fig.panels.push_back({"softmax, s = 1/\u221ad_QK", softmax, tokens, tokens, unit});
+  const auto n = static_cast<Index>(tokens.size());
+  heatmap::Mask above(n, n);
+  for (Index i = 0; i < n; ++i)
+    for (Index j = 0; j < n; ++j) above(i, j) = j > i;
+  fig.panels.push_back({"softmax, causal mask", causal, tokens, tokens, unit, above});
+  return fig;
+}
 
-int main() {
+int run(const std::string& svg_path) {
   const std::string sentence = "the cat sat on the mat";
   const std::vector<std::string> tokens = split_words(sentence);
 
@@ -107,15 +137,44 @@ int main() {
   print("K = X W^K", k, tokens);
   print("V = X W^V", v, tokens);
 
-  attention_layer("linear kernel f(x) = x (Figure 3), s = 1", q, k, v, tokens,
-                  kappa::kernels::Linear{}, kappa::NoMask{});
+  const Matrix linear = attention_layer("linear kernel f(x) = x (Figure 3), s = 1", q, k, v, tokens,
+                                        kappa::kernels::Linear{}, kappa::NoMask{});
   std::cout << "(With the linear kernel the weights can be negative, and Z can be\n"
                " small: a row with Z = 0 would give a zero output row.)\n\n";
-  attention_layer("scaled exponential (softmax), s = 1/sqrt(d_QK)", q, k, v, tokens,
-                  kappa::kernels::Softmax{}, kappa::NoMask{});
-  attention_layer("softmax with a causal mask (token j sees tokens 0..j)", q, k, v, tokens,
-                  kappa::kernels::Softmax{}, kappa::CausalMask{});
+  const Matrix softmax = attention_layer("scaled exponential (softmax), s = 1/sqrt(d_QK)", q, k, v,
+                                         tokens, kappa::kernels::Softmax{}, kappa::NoMask{});
+  const Matrix causal =
+      attention_layer("softmax with a causal mask (token j sees tokens 0..j)", q, k, v, tokens,
+                      kappa::kernels::Softmax{}, kappa::CausalMask{});
   std::cout << "For Softmax kappa subtracts each row's maximum before exp: the A and Z\n"
                "printed are exp(-m_i) times the textbook ones, the weights are exact.\n";
+  heatmap::write_svg(figure3(sentence, tokens, linear, softmax, causal), svg_path);
+  std::cout << "Figure 3 (the three Z^-1 A as heatmaps): " << svg_path << "\n";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string svg_path = "figure3.svg";
+  for (int i = 1; i < argc; ++i) {
+    const std::string opt = argv[i];
+    if (opt == "--help" || opt == "-h") {
+      std::cout << "usage: demo [--svg PATH]   (PATH default: figure3.svg)\n";
+      return 0;
+    }
+    if (opt == "--svg" && i + 1 < argc) {
+      svg_path = argv[++i];
+    } else {
+      std::cerr << "demo: unknown option or missing value: " << opt
+                << "\nusage: demo [--svg PATH]\n";
+      return 2;
+    }
+  }
+  try {
+    return run(svg_path);
+  } catch (const std::exception& e) {
+    std::cerr << "demo: " << e.what() << "\n";
+    return 1;
+  }
 }
