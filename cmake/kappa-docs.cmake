@@ -10,19 +10,22 @@ if(NOT KAPPA_BUILD_DOCS)
   return()
 endif()
 
-# 1.9 for WARN_AS_ERROR = FAIL_ON_WARNINGS; CI uses Debian 12's 1.9.4.
+# 1.9 for WARN_AS_ERROR = FAIL_ON_WARNINGS; CI uses Debian 12's 1.9.4. Python
+# runs docs/file_comment_filter.py, which turns each header's file comment
+# into its documentation.
 find_package(Doxygen 1.9 QUIET OPTIONAL_COMPONENTS dot)
-if(NOT DOXYGEN_FOUND)
+find_package(Python3 QUIET COMPONENTS Interpreter)
+if(NOT DOXYGEN_FOUND OR NOT Python3_Interpreter_FOUND)
   # Configuring still succeeds (the library does not need Doxygen); only the
   # target fails, saying how to get it.
   add_custom_target(
     docs
     COMMAND ${CMAKE_COMMAND} -E echo
-            "kappa: the docs target needs Doxygen 1.9 or newer, and CMake did not find it."
+            "kappa: the docs target needs Doxygen 1.9 or newer and Python 3; CMake found Doxygen: ${DOXYGEN_FOUND}, Python 3: ${Python3_Interpreter_FOUND}."
     COMMAND ${CMAKE_COMMAND} -E echo
-            "  Debian/Ubuntu:  sudo apt-get install -y doxygen graphviz   (graphviz is optional)"
+            "  Debian/Ubuntu:  sudo apt-get install -y doxygen python3 graphviz   (graphviz is optional)"
     COMMAND ${CMAKE_COMMAND} -E echo
-            "  elsewhere:      install Doxygen, then re-run CMake (or pass -DDOXYGEN_EXECUTABLE=<path>)"
+            "  elsewhere:      install them, then re-run CMake (or pass -DDOXYGEN_EXECUTABLE=<path>, -DPython3_EXECUTABLE=<path>)"
     COMMAND ${CMAKE_COMMAND} -E false
     VERBATIM)
   return()
