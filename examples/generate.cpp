@@ -26,15 +26,40 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kappa/core/threading.hpp"
 #include "kappa/io/npy.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/utf8.hpp"
 #include "kappa/transformer/generate.hpp"
 #include "kappa/transformer/hf.hpp"
 
 namespace {
+
+// Text for a terminal: bytes that are not valid UTF-8 (a model may emit half a
+// character, and a random model emits little else) and control characters
+// other than newline and tab are shown as \xNN instead of corrupting the
+// screen. Output to a pipe or file stays byte-exact.
+std::string for_terminal(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const kappa::tokenize::Utf8Char c = kappa::tokenize::decode_utf8(text, i);
+    const bool control = c.valid && (c.code_point < 0x20 || c.code_point == 0x7F) &&
+                         c.code_point != '\n' && c.code_point != '\t';
+    if (c.valid && !control) {
+      out.append(text.substr(i, c.length));
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(c.code_point));
+      out += hex;
+    }
+    i += c.length;
+  }
+  return out;
+}
 
 struct Args {
   std::string model, prompt, logits_file;
@@ -167,10 +192,12 @@ int run(const Args& a) {
     const kappa::RowMatrix<float> logits = lm.forward(prompt_ids);  // (N, N_T)
     kappa::io::write_npy(a.logits_file, logits);
   }
+  const bool tty = isatty(fileno(stdout)) != 0;
   const kappa::Generation g = kappa::generate(
       lm, tok, std::span<const kappa::TokenId>(prompt_ids), opt, [&](std::string_view piece) {
         if (!a.json) {
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          const std::string shown = tty ? for_terminal(piece) : std::string(piece);
+          std::fwrite(shown.data(), 1, shown.size(), stdout);
           std::fflush(stdout);
         }
         return true;
