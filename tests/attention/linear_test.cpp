@@ -18,7 +18,7 @@ using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(LinearAttentionTest, Scalars);
 
 template <class T>
-void expect_close(const RowMatrix<T>& got, const RowMatrix<T>& want) {
+void expect_linear_close(const RowMatrix<T>& got, const RowMatrix<T>& want) {
   ASSERT_EQ(got.rows(), want.rows());
   ASSERT_EQ(got.cols(), want.cols());
   EXPECT_LE(max_scaled_error(got, want, 20 * Tolerance<T>::kRel, 20 * Tolerance<T>::kAbs), 1.0);
@@ -29,8 +29,8 @@ TYPED_TEST(LinearAttentionTest, EqualsQuadraticWithoutMask) {
   for (Index n_kv : {1, 7, 64, 200}) {
     const RowMatrix<T> q = random_matrix<T>(13, 8, 1), k = random_matrix<T>(n_kv, 8, 2);
     const RowMatrix<T> v = random_matrix<T>(n_kv, 5, 3);
-    expect_close<T>(linear_attention(q, k, v, kernels::EluPlusOne{}),
-                    attention(q, k, v, kernels::EluPlusOne{}));
+    expect_linear_close<T>(linear_attention(q, k, v, kernels::EluPlusOne{}),
+                           attention(q, k, v, kernels::EluPlusOne{}));
   }
 }
 
@@ -41,10 +41,11 @@ TYPED_TEST(LinearAttentionTest, EqualsQuadraticCausalAnyOffset) {
   const RowMatrix<T> k = random_matrix<T>(300, 6, 4), v = random_matrix<T>(300, 3, 5);
   for (Index n_q : {1, 10, 40, 130, 300, 355}) {
     const RowMatrix<T> q = random_matrix<T>(n_q, 6, 6);
-    expect_close<T>(linear_attention(q, k, v, kernels::EluPlusOne{}, CausalMask{}),
-                    attention(q, k, v, kernels::EluPlusOne{}, CausalMask{}));
-    expect_close<T>(linear_attention(q, k, v, kernels::EluPlusOne{}, CausalMask{.offset = 3}),
-                    attention(q, k, v, kernels::EluPlusOne{}, CausalMask{.offset = 3}));
+    expect_linear_close<T>(linear_attention(q, k, v, kernels::EluPlusOne{}, CausalMask{}),
+                           attention(q, k, v, kernels::EluPlusOne{}, CausalMask{}));
+    expect_linear_close<T>(
+        linear_attention(q, k, v, kernels::EluPlusOne{}, CausalMask{.offset = 3}),
+        attention(q, k, v, kernels::EluPlusOne{}, CausalMask{.offset = 3}));
   }
 }
 
@@ -67,7 +68,7 @@ TYPED_TEST(LinearAttentionTest, RecurrentStateEqualsCausalForward) {
   }
   EXPECT_EQ(state.length(), n);
   EXPECT_EQ(state.bytes(), sizeof(T) * 4 * (2 + 1));  // m (d_V + 1), m = d_QK = 4
-  expect_close<T>(y, full);
+  expect_linear_close<T>(y, full);
 }
 
 TEST(LinearAttentionErrors, ShapesAreChecked) {

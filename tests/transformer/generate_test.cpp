@@ -364,7 +364,7 @@ TEST(TextStream, StopStringsAcrossTokenBoundaries) {
 
 // ---- Generation with the reference models ------------------------------------------------
 
-const std::vector<std::string> kCausalModels = {
+const std::vector<std::string> kGenerateModels = {
     "gpt2",          "gpt2-f16",     "gpt2-prefixed",      "llama",         "llama-bf16",
     "llama-sharded", "llama-linear", "llama-dynamic",      "llama3-scaled", "mistral",
     "qwen2",         "deepseek_v2",  "deepseek_v2-noqlora"};
@@ -385,7 +385,7 @@ TYPED_TEST_SUITE(GenerateGreedy, Scalars);
 // equal the reference's uncached PyTorch loop on every tiny causal model.
 TYPED_TEST(GenerateGreedy, MatchesTheReferenceOnEveryModel) {
   using T = TypeParam;
-  for (const std::string& name : kCausalModels) {
+  for (const std::string& name : kGenerateModels) {
     SCOPED_TRACE(name);
     const hf::CausalLM<T> lm = hf::load_causal_lm<T>(model_dir(name));
     const std::vector<TokenId> prompt = reference_prompt(name), expected = reference_greedy(name);
