@@ -223,8 +223,9 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
     y.middleRows(r0, rows).setZero();
     return;
   }
-  if (static_cast<Index>(scores_buf.size()) < rows * span) scores_buf.resize(rows * span);
-  if (static_cast<Index>(z_buf.size()) < rows) z_buf.resize(rows);
+  const auto n_scores = static_cast<std::size_t>(rows * span);  // both >= 0
+  if (scores_buf.size() < n_scores) scores_buf.resize(n_scores);
+  if (z_buf.size() < static_cast<std::size_t>(rows)) z_buf.resize(static_cast<std::size_t>(rows));
   Eigen::Map<RowMatrix<T>> a(scores_buf.data(), rows, span);
   a.noalias() = (q_scale * qs.middleRows(r0, rows)) *
                 ks.middleRows(keys.begin, span).transpose();  // (rows, span)
@@ -232,8 +233,9 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
                  static_cast<T*>(nullptr));
   auto y_block = y.middleRows(r0, rows);
   y_block.noalias() = a * v.middleRows(keys.begin, span);  // (rows, d_V)
+  const T* const z = z_buf.data();
   for (Index r = 0; r < rows; ++r) {
-    const T zr = z_buf[r];
+    const T zr = z[r];
     if (zr != T(0)) {
       y_block.row(r) *= T(1) / zr;
     } else {
@@ -283,7 +285,8 @@ bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixR
     ws.split_y.resize(v.cols(), m * n_chunks);  // [y_c0 | y_c1 | ...], (d_V, m) each
     ws.split_mz.resize(2 * n_chunks, m);        // rows 2c: m_c, 2c + 1: z_c
     const int threads = static_cast<int>(std::min<Index>(num_threads(), n_chunks));
-    if (static_cast<int>(ws.split_scores.size()) < threads) ws.split_scores.resize(threads);
+    if (ws.split_scores.size() < static_cast<std::size_t>(threads))
+      ws.split_scores.resize(static_cast<std::size_t>(threads));
     auto chunk = [&](Index c, Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>& sc) {
       const Index b0 = keys.begin + c * kSplitKeys;
       const Index len = std::min(kSplitKeys, keys.end - b0);
@@ -330,7 +333,8 @@ bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixR
 #ifdef _OPENMP
     if (threads > 1) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-      for (Index c = 0; c < n_chunks; ++c) chunk(c, ws.split_scores[omp_get_thread_num()]);
+      for (Index c = 0; c < n_chunks; ++c)
+        chunk(c, ws.split_scores[static_cast<std::size_t>(omp_get_thread_num())]);
     } else
 #endif
     {
@@ -392,7 +396,7 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
 
   auto run = [&](const ConstMatrixRef<T>& qs, T q_scale, const ConstMatrixRef<T>& ks) {
 #ifdef _OPENMP
-    const int threads = std::min<Index>(num_threads(), n_blocks);
+    const int threads = static_cast<int>(std::min<Index>(num_threads(), n_blocks));
     if (threads > 1) {
 #pragma omp parallel num_threads(threads)
       {

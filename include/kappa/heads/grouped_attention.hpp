@@ -92,14 +92,15 @@ void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index
   const Index n_seq = static_cast<Index>(q_off.size()) - 1;
   const Index grp = n_heads / n_kv_heads;
   const Index tasks = n_seq * n_kv_heads;
+  const Index* const off = q_off.data();  // indexed by Index b, as the sequences are
   // Validate the mask for every sequence up front: nothing may throw inside
   // the parallel region.
   for (Index b = 0; b < n_seq; ++b) {
-    (void)mask.bind(q_off[b + 1] - q_off[b], kv(b, 0).first.rows());
+    (void)mask.bind(off[b + 1] - off[b], kv(b, 0).first.rows());
   }
   const auto task = [&](Index t, HeadsScratch<T>& s) {
     const Index b = t / n_kv_heads, g = t % n_kv_heads;
-    const Index r0 = q_off[b], n = q_off[b + 1] - q_off[b];
+    const Index r0 = off[b], n = off[b + 1] - off[b];
     const auto kvg = kv(b, g);
     attend_group<T>(ConstMatrixRef<T>(q.middleRows(r0, n)), g, kvg.first, kvg.second,
                     MatrixRef<T>(y.middleRows(r0, n)), grp, kernel, mask, s);

@@ -443,10 +443,13 @@ NpyArray<T> read_npy(const std::string& path) {
   const std::size_t rank = h.shape.size();
   const char* type_name = std::is_signed_v<T> ? "a signed integer" : "an unsigned integer";
   bool ok = true;
+  const std::size_t item = h.item_size();
+  T* const out = a.values.data();
   if (!h.fortran_order || rank <= 1) {
     for (Index i = 0; i < n; ++i) {
-      a.values[i] = detail::npy_element<T>(data + i * h.item_size(), h, ok);
-      if (!ok) detail::npy_fail_value(path, h.data_offset + i * h.item_size(), i, type_name);
+      const std::size_t at = static_cast<std::size_t>(i) * item;  // i >= 0
+      out[i] = detail::npy_element<T>(data + at, h, ok);
+      if (!ok) detail::npy_fail_value(path, h.data_offset + at, i, type_name);
     }
     return a;
   }
@@ -455,8 +458,9 @@ NpyArray<T> read_npy(const std::string& path) {
   for (Index f = 0; f < n; ++f) {
     Index c = 0;
     for (std::size_t d = 0; d < rank; ++d) c = c * h.shape[d] + idx[d];
-    a.values[c] = detail::npy_element<T>(data + f * h.item_size(), h, ok);
-    if (!ok) detail::npy_fail_value(path, h.data_offset + f * h.item_size(), f, type_name);
+    const std::size_t at = static_cast<std::size_t>(f) * item;  // f >= 0
+    out[c] = detail::npy_element<T>(data + at, h, ok);
+    if (!ok) detail::npy_fail_value(path, h.data_offset + at, f, type_name);
     for (std::size_t d = 0; d < rank; ++d) {
       if (++idx[d] < h.shape[d]) break;
       idx[d] = 0;
@@ -503,7 +507,7 @@ void write_npy(const std::string& path, const Eigen::MatrixBase<Derived>& m) {
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   const RowMatrix<T> rm = m;  // C order
   out.write(reinterpret_cast<const char*>(rm.data()),
-            static_cast<std::streamsize>(rm.size() * sizeof(T)));
+            static_cast<std::streamsize>(rm.size()) * static_cast<std::streamsize>(sizeof(T)));
   if (!out) throw FormatError("kappa: npy: " + path + ": write failed");
 }
 

@@ -488,7 +488,8 @@ class SafetensorsFile {
   template <class T>
   [[nodiscard]] bool can_view(std::string_view name) const {
     const TensorInfo& t = info(name);
-    return t.dtype == stored_dtype<T>() && t.file_offset % alignof(T) == 0;
+    return t.dtype == stored_dtype<T>() &&
+           t.file_offset % static_cast<std::int64_t>(alignof(T)) == 0;
   }
 
   /// Zero-copy view of tensor `name` as a rows() x cols() row-major matrix

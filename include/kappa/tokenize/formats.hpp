@@ -95,10 +95,14 @@ inline std::string base64_encode(std::string_view bytes) {
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
+  // Byte j, widened unsigned before it is shifted (an unsigned char shifts as an int).
+  const auto byte = [&](std::size_t j) {
+    return std::uint32_t{static_cast<unsigned char>(bytes[j])};
+  };
   for (std::size_t i = 0; i < bytes.size(); i += 3) {
-    std::uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 2]);
+    std::uint32_t v = byte(i) << 16;
+    if (i + 1 < bytes.size()) v |= byte(i + 1) << 8;
+    if (i + 2 < bytes.size()) v |= byte(i + 2);
     out += kAlphabet[(v >> 18) & 63];
     out += kAlphabet[(v >> 12) & 63];
     out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';

@@ -948,8 +948,9 @@ class HfTokenizer {
       if (!bytes || bytes->empty())
         detail::hf_error(where(), "", "token string has a character outside GPT-2's byte alphabet");
       m.add_token(*bytes, id, spec.vocab_where, 0);
-      if (static_cast<std::size_t>(id) >= mergeable.size()) mergeable.resize(id + 1, false);
-      mergeable[static_cast<std::size_t>(id)] = true;
+      const auto slot = static_cast<std::size_t>(id);  // 0 <= id < bound
+      if (slot >= mergeable.size()) mergeable.resize(slot + 1, false);
+      mergeable[slot] = true;
     }
     m.finish_tokens(spec.vocab_where);
     // Merges: the last position of a repeated pair is its priority.
