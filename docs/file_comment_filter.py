@@ -21,11 +21,14 @@ docs/Doxyfile.in), rewrites that block as documentation of the file:
     (backslash, <, >, @, &, #, %) are escaped outside "quotes" and `code`,
     so \\p{L}, (\\x1b) or Rope<T> are printed as written rather than read
     as commands or tags;
-  * the `#pragma once` line becomes `/// \\file`;
-  * in every `///` comment, a dot that does not end a sentence ("e.g. ",
-    "et al. ", "0 .. n") gets Doxygen's "\\ " after it, so the brief
-    description (the first sentence) is not cut there, and the words "file
-    comment" become a link to the header's page.
+  * the `#pragma once` line becomes `/// \\file`.
+
+The `///` comments of the declarations are Doxygen markup already; in them
+(convert_doc_comments) an indented example or equation after a blank line or
+a colon becomes a <pre> block, a dot that does not end a sentence ("e.g. ",
+"et al. ", "0 .. n") is marked so that the brief description (the first
+sentence) is not cut there, and the words "file comment" link to the
+header's page.
 
 Every output line corresponds to one input line, so Doxygen's line numbers
 (warnings, "Definition at line N") stay those of the header. The headers
@@ -66,33 +69,31 @@ def keep_sentence(t):
     return RANGE_DOTS.sub("..&nbsp;", t)
 
 
+def no_explicit_link(t):
+    """'::name' without a scope before it (as in 'Embedding<float>::random')
+    is Doxygen's explicit link request; '\\::' prints it as written."""
+    return re.sub(r"(?<![\w\\])::", r"\\::", t)
+
+
 def escape_text(s):
     """Text line: keep Doxygen from reading commands, tags and links."""
-    return outside_quotes(s, lambda t: keep_sentence(re.sub(r"([\\<>@&#%])", r"\\\1", t)))
+    return outside_quotes(
+        s, lambda t: keep_sentence(no_explicit_link(re.sub(r"([\\<>@&#%])", r"\\\1", t))))
 
 
-def protect_doc_line(line, in_fence, header):
-    """A `///` line of a declaration's comment, in prose (not in ``` fences or
-    indented code): dots that do not end a sentence are marked, and "file
-    comment" links to the header's page."""
-    m = re.match(r"^(\s*///<?)( ?)(\S.*)?$", line.rstrip("\n"))
-    if in_fence or not m or m.group(3) is None:
-        return line
-
-    def prose(t):
-        t = keep_sentence(t)
-        if header:
-            t = t.replace("file comment", '\\ref %s "file comment"' % header)
-        return t
-
-    return m.group(1) + m.group(2) + outside_quotes(m.group(3), prose) + "\n"
+def prose(t, header):
+    """Text of a `///` comment: abbreviation dots, and the file comment link."""
+    t = keep_sentence(t)
+    if header:
+        t = t.replace("file comment", '\\ref %s "file comment"' % header)
+    return t
 
 
 def escape_pre(s):
     """Inside <pre>: HTML-escape, and escape Doxygen's command characters."""
 
     def esc(t):
-        t = t.replace("\\", "\\\\").replace("@", "\\@")
+        t = no_explicit_link(t.replace("\\", "\\\\").replace("@", "\\@"))
         return t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
     return outside_quotes(s, esc)
@@ -155,14 +156,89 @@ def convert(lines, header=None):
         out[-1] += "</pre>"
     result = [line + "\n" for line in out]
     result.append("/// \\file\n")
-    in_fence = False
-    for line in lines[end + 1:]:
-        if line.lstrip().startswith("///") and "```" in line:
-            in_fence = not in_fence
-            result.append(line)
+    return result + convert_doc_comments(lines[end + 1:], header)
+
+
+DOC_LINE = re.compile(r"^(\s*///)(?!<)(.*)$")
+COMMAND = re.compile(r"^\s*[\\@](param|tparam|throws?|exception|returns?|retval|pre|post|note|"
+                     r"warning|sa|see|since|deprecated)\b")
+LIST_ITEM = re.compile(r"^( *)(?:[*-]|\d+\.) ")
+
+
+def convert_doc_comments(lines, header):
+    """The `///` comments of the declarations. They are Doxygen markup
+    already; only three things change:
+      * a run of lines indented by two or more extra spaces (an inline
+        equation or code example) becomes a <pre> block, unless it continues
+        a \\param/\\throws/... paragraph or a list item, or sits in a ```
+        fence or \\code block;
+      * dots that do not end a sentence are marked (keep_sentence);
+      * "file comment" links to the header's page.
+    """
+    out = []
+    literal = False  # inside ``` or \code ... \endcode: untouched
+    pre_open = False
+    command_paragraph = False
+    list_indent = None
+    previous = ""  # the text of the previous comment line
+    for line in lines:
+        m = DOC_LINE.match(line.rstrip("\n"))
+        if not m:
+            if pre_open:
+                out[-1] = out[-1].rstrip("\n") + "</pre>\n"
+                pre_open = False
+            literal = command_paragraph = False
+            list_indent = None
+            previous = ""
+            out.append(line)
+            continue
+        prefix, content = m.group(1), m.group(2)
+        if "```" in content or re.search(r"[\\@](code|endcode|verbatim|endverbatim)\b", content):
+            if re.search(r"```|[\\@](code|verbatim)\b", content):
+                literal = not literal if "```" in content else True
+            if re.search(r"[\\@](endcode|endverbatim)\b", content):
+                literal = False
+            out.append(line)
+            continue
+        if literal:
+            out.append(line)
+            continue
+        indent = len(content) - len(content.lstrip(" "))
+        if not content.strip():
+            kind = "blank"
+            command_paragraph = False
+            list_indent = None
+        elif indent <= 2:
+            kind = "text"
+            if COMMAND.match(content):
+                command_paragraph = True
+            item = LIST_ITEM.match(content)
+            list_indent = len(item.group(0)) if item else (list_indent if indent else None)
+        elif command_paragraph or (list_indent is not None and indent <= list_indent + 1):
+            kind = "text"  # continuation of a \param/\throws paragraph or a list item
+        elif pre_open or not previous or previous.endswith(":"):
+            kind = "pre"
         else:
-            result.append(protect_doc_line(line, in_fence, header) if "///" in line else line)
-    return result
+            kind = "text"  # a formula inside a sentence stays in its sentence
+        previous = content.strip()
+
+        if pre_open and kind != "pre":
+            out[-1] = out[-1].rstrip("\n") + "</pre>\n"
+            pre_open = False
+        if kind == "blank":
+            out.append(line)
+        elif kind == "text":
+            out.append(prefix + outside_quotes(content, lambda t: prose(t, header)) + "\n")
+        else:
+            body = escape_pre(content)
+            if not pre_open:
+                out.append(prefix + " <pre>" + body[1:] + "\n")  # aligned as in convert()
+                pre_open = True
+            else:
+                out.append(prefix + body + "\n")
+    if pre_open:
+        out[-1] = out[-1].rstrip("\n") + "</pre>\n"
+    return out
 
 
 def main():
