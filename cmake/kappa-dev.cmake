@@ -32,3 +32,17 @@ endfunction()
 # The real vocabularies, extracted into the build tree (KAPPA_VOCAB_DIR), and
 # the optional target tokenize-peers.
 include("${CMAKE_CURRENT_LIST_DIR}/kappa-vocab.cmake")
+
+# ccache, when installed, serves repeated compilations from its cache (CI
+# re-runs, switching branches); -DKAPPA_CCACHE=OFF compiles without it. The
+# sloppiness lets it cache the TUs that use the tests' precompiled headers.
+option(KAPPA_CCACHE "Compile through ccache when it is installed" ON)
+if(KAPPA_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  find_program(KAPPA_CCACHE_PROGRAM ccache)
+  if(KAPPA_CCACHE_PROGRAM)
+    set(CMAKE_CXX_COMPILER_LAUNCHER
+        "${CMAKE_COMMAND}" -E env
+        "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+        "${KAPPA_CCACHE_PROGRAM}")
+  endif()
+endif()
