@@ -26,7 +26,8 @@ namespace {
 /// (a byte-level token may hold part of a UTF-8 character).
 std::string shown(const std::string& bytes) {
   std::string out;
-  for (unsigned char c : bytes) {
+  for (const char ch : bytes) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c >= 0x20 && c < 0x7f) {
       out.push_back(static_cast<char>(c));
     } else {

@@ -198,11 +198,7 @@ TYPED_TEST(AttentionTest, PermutingKeysAndValuesTogetherChangesNothing) {
   std::vector<int> perm(10);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
-  RowMatrix<T> kp(10, 8), vp(10, 4);
-  for (int j = 0; j < 10; ++j) {
-    kp.row(j) = k.row(perm[j]);
-    vp.row(j) = v.row(perm[j]);
-  }
+  const RowMatrix<T> kp = k(perm, Eigen::all), vp = v(perm, Eigen::all);  // row j: row perm[j]
   expect_close<T>(attention(q, kp, vp), attention(q, k, v));
   expect_close<T>(attention(q, kp, vp, kernels::Linear{}), attention(q, k, v, kernels::Linear{}),
                   100.0);
@@ -301,7 +297,7 @@ TYPED_TEST(AttentionTest, BlocksAndMapsAreAccepted) {
 TYPED_TEST(AttentionTest, WorkspaceReuseGivesSameResult) {
   using T = TypeParam;
   AttentionWorkspace<T> ws;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (unsigned rep = 0; rep < 3; ++rep) {
     const Index n = 50 + 70 * rep;
     const RowMatrix<T> q = random_matrix<T>(n, 8, 50 + rep);
     const RowMatrix<T> v = random_matrix<T>(n, 3, 60 + rep);

@@ -109,7 +109,8 @@ TEST(Masks, SlidingWindowSeesTheLastWKeys) {
 
 TEST(Masks, KeyPaddingPerRowAndBroadcast) {
   const std::vector<Index> len{3, 0, 5, 1};
-  expect_mask_matches(KeyPaddingMask{len}, 4, 5, [&](Index i, Index j) { return j < len[i]; });
+  expect_mask_matches(KeyPaddingMask{len}, 4, 5,
+                      [&](Index i, Index j) { return j < len[static_cast<std::size_t>(i)]; });
   expect_mask_matches(KeyPaddingMask{Index{2}}, 3, 5, [](Index, Index j) { return j < 2; });
 }
 
@@ -148,8 +149,9 @@ TEST(Masks, BooleanMaskWrongShapeNamesBothShapes) {
 
 TEST(Masks, AllOfIntersects) {
   const std::vector<Index> len{2, 4, 4, 1};
-  expect_mask_matches(all_of(CausalMask{}, KeyPaddingMask{len}), 4, 4,
-                      [&](Index i, Index j) { return j <= i && j < len[i]; });
+  expect_mask_matches(all_of(CausalMask{}, KeyPaddingMask{len}), 4, 4, [&](Index i, Index j) {
+    return j <= i && j < len[static_cast<std::size_t>(i)];
+  });
   BooleanMask holes;
   holes.allowed = Eigen::Matrix<bool, -1, -1, Eigen::RowMajor>::Constant(4, 4, true);
   holes.allowed(3, 1) = false;

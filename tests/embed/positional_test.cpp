@@ -23,10 +23,11 @@ TYPED_TEST(PositionalTest, SinusoidalHandValues) {
   const kappa::SinusoidalPositions<T> pe(4);  // theta = 1, 1/100 (10000^(2/4) = 100)
   const RowMatrix<T> p = pe.encode(3);
   for (Index r = 0; r < 3; ++r) {
-    EXPECT_NEAR(p(r, 0), std::sin(r * 1.0), tol);
-    EXPECT_NEAR(p(r, 1), std::cos(r * 1.0), tol);
-    EXPECT_NEAR(p(r, 2), std::sin(r / 100.0), tol);
-    EXPECT_NEAR(p(r, 3), std::cos(r / 100.0), tol);
+    const auto x = static_cast<double>(r);
+    EXPECT_NEAR(p(r, 0), std::sin(x), tol);
+    EXPECT_NEAR(p(r, 1), std::cos(x), tol);
+    EXPECT_NEAR(p(r, 2), std::sin(x / 100.0), tol);
+    EXPECT_NEAR(p(r, 3), std::cos(x / 100.0), tol);
   }
   EXPECT_EQ(p.row(0), (RowMatrix<T>(1, 4) << 0, 1, 0, 1).finished());
   // With an offset, row r is position offset + r.

@@ -62,7 +62,8 @@ bool read_as(const kappa::io::SafetensorsFile& f, const std::string& name,
         const Eigen::Map<const kappa::RowMatrix<T>> v = f.view<T>(name);
         KAPPA_FUZZ_CHECK(
             v.size() == m.size() &&
-                (v.size() == 0 || std::memcmp(v.data(), m.data(), sizeof(T) * m.size()) == 0),
+                (v.size() == 0 || std::memcmp(v.data(), m.data(),
+                                              sizeof(T) * static_cast<std::size_t>(m.size())) == 0),
             "view<T>() differs from matrix<T>() for " + name);
       }
     }
@@ -106,7 +107,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const kappa::RowMatrix<float> r = again.matrix<float>(name);
     KAPPA_FUZZ_CHECK(
         r.rows() == m.rows() && r.cols() == m.cols() &&
-            (m.size() == 0 || std::memcmp(r.data(), m.data(), sizeof(float) * m.size()) == 0),
+            (m.size() == 0 || std::memcmp(r.data(), m.data(),
+                                          sizeof(float) * static_cast<std::size_t>(m.size())) == 0),
         "write_safetensors round trip changed " + name);
   }
   return 0;

@@ -29,8 +29,9 @@ struct OracleChar {
 // Table 3-7 of the Unicode Standard: the ranges of each byte of a
 // well-formed sequence, by first byte.
 OracleChar oracle_decode(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) -> int {
-    return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : -1;
+  const auto b = [&](int k) -> int {  // byte i + k, or -1 past the end
+    const std::size_t at = i + static_cast<std::size_t>(k);
+    return at < s.size() ? static_cast<unsigned char>(s[at]) : -1;
   };
   const int b0 = b(0);
   struct Row {

@@ -54,7 +54,7 @@ std::string raw(const std::vector<U>& v, bool big_endian = false) {
   std::memcpy(s.data(), v.data(), s.size());
   if (big_endian)
     for (std::size_t i = 0; i < v.size(); ++i)
-      std::reverse(s.begin() + i * sizeof(U), s.begin() + (i + 1) * sizeof(U));
+      std::reverse(s.data() + i * sizeof(U), s.data() + (i + 1) * sizeof(U));
   return s;
 }
 
@@ -117,7 +117,8 @@ TEST(Npy, FortranOrderIsReorderedToRowMajor) {
   std::vector<double> f(8);
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j)
-      for (int k = 0; k < 2; ++k) f[i + 2 * j + 4 * k] = 100 * i + 10 * j + k;
+      for (int k = 0; k < 2; ++k)
+        f[static_cast<std::size_t>(i + 2 * j + 4 * k)] = 100 * i + 10 * j + k;
   const auto a = read_npy<double>(write_file(
       "fortran3.npy",
       make_npy("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2, 2), }", raw<double>(f))));

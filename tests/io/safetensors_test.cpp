@@ -185,7 +185,7 @@ TEST(Safetensors, ViewsAreZeroCopyIntoTheMapping) {
   const Eigen::Map<const RowMatrix<float>> v = f.view<float>("f32");
   const auto* p = reinterpret_cast<const unsigned char*>(v.data());
   EXPECT_GE(p, map.data());
-  EXPECT_LE(p + v.size() * sizeof(float), map.data() + map.size());
+  EXPECT_LE(p + static_cast<std::size_t>(v.size()) * sizeof(float), map.data() + map.size());
   EXPECT_EQ(p, f.bytes("f32"));
   expect_same<float>(v, f.matrix<float>("f32"), "view");
   EXPECT_EQ(f.view<float>("rank3").cols(), 12);

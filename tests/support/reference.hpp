@@ -72,7 +72,7 @@ RowMatrix<T> reference_attention(const RowMatrix<T>& q, const RowMatrix<T>& k,
   RowMatrix<T> y = RowMatrix<T>::Zero(nq, dv);
   if (weights_out) *weights_out = RowMatrix<T>::Zero(nq, nkv);
   for (Index i = 0; i < nq; ++i) {
-    std::vector<long double> x(nkv, 0.0L);
+    Eigen::ArrayX<long double> x = Eigen::ArrayX<long double>::Zero(nkv);
     long double m = -std::numeric_limits<long double>::infinity();
     bool any = false;
     for (Index j = 0; j < nkv; ++j) {
@@ -84,7 +84,7 @@ RowMatrix<T> reference_attention(const RowMatrix<T>& q, const RowMatrix<T>& k,
       any = true;
     }
     if (!any) continue;
-    std::vector<long double> a(nkv, 0.0L);
+    Eigen::ArrayX<long double> a = Eigen::ArrayX<long double>::Zero(nkv);
     long double z = 0;
     for (Index j = 0; j < nkv; ++j) {
       if (!visible(i, j)) continue;
