@@ -1,9 +1,17 @@
 # Helpers for kappa's own tests, benchmarks and examples (never exported).
 
+# Users compile with -Wconversion -Wsign-conversion; our headers are clean
+# under them (clang and GCC), and CI's clang build (preset asan) checks it with
+# this option ON, together with the header check and -Werror.
+option(KAPPA_STRICT_WARNINGS "Add -Wconversion -Wsign-conversion to kappa's own targets" OFF)
+
 # kappa_warnings(<target>): the warning set for our own code.
 function(kappa_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+    if(KAPPA_STRICT_WARNINGS)
+      target_compile_options(${target} PRIVATE -Wconversion -Wsign-conversion)
+    endif()
     if(KAPPA_WERROR)
       target_compile_options(${target} PRIVATE -Werror)
     endif()
