@@ -22,7 +22,7 @@ option(KAPPA_USE_OPENMP "Let Eigen and kappa use OpenMP threads" OFF)
 # part of the default build.
 option(KAPPA_BUILD_FUZZERS "Build kappa's libFuzzer targets (clang only)" OFF)
 # One translation unit per public header, each compiled on its own (the
-# sanitizer build skips it: the release build already proves it).
+# sanitizer build, preset asan, compiles it with the strict warnings too).
 option(KAPPA_HEADER_CHECK "Compile every public header on its own" ON)
 
 # Warnings are errors when asked (CI sets KAPPA_WERROR=1 in the environment, so
