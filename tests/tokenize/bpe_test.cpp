@@ -284,7 +284,8 @@ TEST(BpeFormats, MutatedFilesLoadOrThrowFormatErrorNeverCrash) {
           victim.insert(at, 1, "{}\":, \n\\=0x"[gen() % 11]);
           break;
       }
-      if (victim.empty()) victim = "x";
+      if (victim.empty())
+        victim.push_back('x');  // (= "x": a false GCC 12 -Wrestrict in a unity TU)
     }
     try {
       if (k % 3 == 0) {
