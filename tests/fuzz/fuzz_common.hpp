@@ -1,7 +1,11 @@
 // tests/fuzz/fuzz_common.hpp - what every kappa fuzz target shares: a check
 // that stops the fuzzer with a message (libFuzzer then saves the input as a
-// crash artifact), and a reader that splits the input into fields.
+// crash artifact), a reader that splits the input into fields, and an
+// in-memory file for the readers that take a path.
 #pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -70,5 +74,29 @@ inline std::string show(std::string_view s) {
   if (s.size() > 64) out += "...";
   return out;
 }
+
+/// An anonymous in-memory file (memfd) reachable by path, so a fuzzer runs the
+/// real path-taking API of a reader. `name` shows in /proc/self/fd listings.
+class MemFile {
+ public:
+  explicit MemFile(const char* name) : fd_(memfd_create(name, 0)) {
+    KAPPA_FUZZ_CHECK(fd_ >= 0, "memfd_create failed");
+  }
+  ~MemFile() { close(fd_); }
+  MemFile(const MemFile&) = delete;
+  MemFile& operator=(const MemFile&) = delete;
+
+  /// Replaces the file's contents with `bytes`.
+  void assign(std::string_view bytes) const {
+    KAPPA_FUZZ_CHECK(ftruncate(fd_, 0) == 0, "ftruncate failed");
+    KAPPA_FUZZ_CHECK(
+        pwrite(fd_, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()),
+        "pwrite failed");
+  }
+  [[nodiscard]] std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+ private:
+  int fd_;
+};
 
 }  // namespace kappa::fuzz

@@ -11,8 +11,6 @@
 //     (decode(encode(x)) == x without added specials) and gives ids inside
 //     its vocabulary;
 //   * a config that parses gives sizes inside the bounds the parser states.
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -25,26 +23,6 @@
 #include "kappa/transformer/hf.hpp"
 
 namespace {
-
-class MemFile {
- public:
-  MemFile() : fd_(memfd_create("kappa-fuzz-hf-json", 0)) {
-    KAPPA_FUZZ_CHECK(fd_ >= 0, "memfd_create failed");
-  }
-  ~MemFile() { close(fd_); }
-  MemFile(const MemFile&) = delete;
-  MemFile& operator=(const MemFile&) = delete;
-  void assign(std::string_view bytes) const {
-    KAPPA_FUZZ_CHECK(ftruncate(fd_, 0) == 0, "ftruncate failed");
-    KAPPA_FUZZ_CHECK(
-        pwrite(fd_, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()),
-        "pwrite failed");
-  }
-  [[nodiscard]] std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
-
- private:
-  int fd_;
-};
 
 void tokenizer_json(const std::string& path) {
   try {
@@ -80,7 +58,7 @@ void config_json(const std::string& path) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view in = kappa::fuzz::as_text(data, size);
   const unsigned which = kappa::fuzz::take_byte(in);
-  static const MemFile file;
+  static const kappa::fuzz::MemFile file("kappa-fuzz-hf-json");
   file.assign(in);
   if (which % 2 == 0) {
     tokenizer_json(file.path());

@@ -8,8 +8,6 @@
 //   * a successful read has prod(shape) values;
 //   * a matrix read as double, written with write_npy and read again, is the
 //     same matrix (NaN where NaN).
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstddef>
@@ -21,28 +19,6 @@
 #include "kappa/io/npy.hpp"
 
 namespace {
-
-/// An anonymous in-memory file reachable by path.
-class MemFile {
- public:
-  MemFile() : fd_(memfd_create("kappa-fuzz-npy", 0)) {
-    KAPPA_FUZZ_CHECK(fd_ >= 0, "memfd_create failed");
-  }
-  ~MemFile() { close(fd_); }
-  MemFile(const MemFile&) = delete;
-  MemFile& operator=(const MemFile&) = delete;
-
-  void assign(std::string_view bytes) const {
-    KAPPA_FUZZ_CHECK(ftruncate(fd_, 0) == 0, "ftruncate failed");
-    KAPPA_FUZZ_CHECK(
-        pwrite(fd_, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()),
-        "pwrite failed");
-  }
-  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
-
- private:
-  int fd_;
-};
 
 template <class T>
 void read_as(const std::string& path) {
@@ -62,7 +38,7 @@ bool same(double a, double b) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const MemFile in, out;
+  static const kappa::fuzz::MemFile in("kappa-fuzz-npy-in"), out("kappa-fuzz-npy-out");
   const std::string_view bytes = kappa::fuzz::as_text(data, size);
   try {
     (void)kappa::io::parse_npy_header(bytes, "fuzz.npy");

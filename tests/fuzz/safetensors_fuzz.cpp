@@ -10,8 +10,6 @@
 //     view<T>() works exactly when can_view<T>() says so and equals matrix<T>();
 //   * the tensors that read as float, written with write_safetensors (F32)
 //     and opened again, read back bit for bit.
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -26,28 +24,6 @@
 #include "kappa/io/safetensors.hpp"
 
 namespace {
-
-/// An anonymous in-memory file reachable by path.
-class MemFile {
- public:
-  MemFile() : fd_(memfd_create("kappa-fuzz-safetensors", 0)) {
-    KAPPA_FUZZ_CHECK(fd_ >= 0, "memfd_create failed");
-  }
-  ~MemFile() { close(fd_); }
-  MemFile(const MemFile&) = delete;
-  MemFile& operator=(const MemFile&) = delete;
-
-  void assign(std::string_view bytes) const {
-    KAPPA_FUZZ_CHECK(ftruncate(fd_, 0) == 0, "ftruncate failed");
-    KAPPA_FUZZ_CHECK(
-        pwrite(fd_, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()),
-        "pwrite failed");
-  }
-  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
-
- private:
-  int fd_;
-};
 
 template <class T>
 bool read_as(const kappa::io::SafetensorsFile& f, const std::string& name,
@@ -77,7 +53,8 @@ bool read_as(const kappa::io::SafetensorsFile& f, const std::string& name,
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const MemFile in, out;
+  static const kappa::fuzz::MemFile in("kappa-fuzz-safetensors-in"),
+      out("kappa-fuzz-safetensors-out");
   in.assign(kappa::fuzz::as_text(data, size));
   std::map<std::string, kappa::RowMatrix<float>> floats;
   try {
