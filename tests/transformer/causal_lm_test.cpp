@@ -68,8 +68,11 @@ TYPED_TEST(CausalLmTest, CachedDecodingEqualsTheFullPass) {
     RowMatrix<T> rows(static_cast<Index>(ids.size()), full.cols());
     const std::span<const TokenId> all(ids);
     rows.topRows(5) = lm.forward_cached(all.first(5), cache);
-    for (std::size_t i = 5; i < 9; ++i)
-      rows.row(static_cast<Index>(i)) = lm.forward_cached(all.subspan(i, 1), cache);
+    for (std::size_t i = 5; i < 9; ++i) {  // one token per step: the TokenId overloads
+      rows.row(static_cast<Index>(i)) = lm.forward_cached(ids[i], cache);
+      EXPECT_EQ(lm.embed(ids[i], static_cast<Index>(i)),
+                lm.embed(all.subspan(i, 1), static_cast<Index>(i)));
+    }
     rows.bottomRows(static_cast<Index>(ids.size()) - 9) = lm.forward_cached(all.subspan(9), cache);
     EXPECT_EQ(cache.length(), static_cast<Index>(ids.size()));
     EXPECT_LE(scaled_error(rows, full.template cast<double>()), tol);
@@ -99,7 +102,7 @@ TYPED_TEST(CausalLmTest, GreedyContinuationMatchesTheReference) {
       logits.row(0).maxCoeff(&best);
       got.push_back(static_cast<TokenId>(best));
       const TokenId next = got.back();
-      logits = lm.forward_cached(std::span<const TokenId>(&next, 1), cache, LogitsFor::kLast);
+      logits = lm.forward_cached(next, cache);
     }
     EXPECT_EQ(got, expected);
   }
@@ -212,7 +215,7 @@ TEST(CausalLmLimits, PositionsPastTheTableAreRangeErrors) {
   (void)lm.forward_cached(ids, cache, LogitsFor::kLast);
   const TokenId one = 7;
   try {
-    (void)lm.forward_cached(std::span<const TokenId>(&one, 1), cache);
+    (void)lm.forward_cached(one, cache);
     FAIL() << "expected RangeError";
   } catch (const RangeError& e) {
     EXPECT_NE(std::string(e.what()).find("32"), std::string::npos) << e.what();

@@ -640,6 +640,19 @@ class CausalLM {
         },
         m_);
   }
+  /// One decoding step: the next token's logits (1, N_T). See
+  /// DecoderLM::forward_cached.
+  [[nodiscard]] RowMatrix<T> forward_cached(TokenId id, Cache& cache) const {
+    return forward_cached(std::span<const TokenId>(&id, 1), cache);
+  }
+  /// X_0 of one token at `position` (1, d). See DecoderLM::embed.
+  [[nodiscard]] RowMatrix<T> embed(TokenId id, Index position) const {
+    return visit([&](const auto& m) { return m.embed(id, position); });
+  }
+  /// X_0 of `ids` at positions first .. first + N - 1 (N, d).
+  [[nodiscard]] RowMatrix<T> embed(std::span<const TokenId> ids, Index first = 0) const {
+    return visit([&](const auto& m) { return m.embed(ids, first); });
+  }
   /// See DecoderLM::forward_cached (batch).
   [[nodiscard]] RowMatrix<T> forward_cached(const std::vector<std::vector<TokenId>>& batch,
                                             const std::vector<Cache*>& caches,

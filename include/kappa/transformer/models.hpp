@@ -198,6 +198,12 @@ class DecoderLM {
     return x;
   }
 
+  /// X_0 of one token at `position` (1, d): embed({id}, position).
+  /// \throws RangeError as embed(ids, first).
+  [[nodiscard]] RowMatrix<T> embed(TokenId id, Index position) const {
+    return embed(std::span<const TokenId>(&id, 1), position);
+  }
+
   /// The final hidden states N_f(X_L) of one sequence (N, d).
   [[nodiscard]] RowMatrix<T> hidden(std::span<const TokenId> ids) const {
     RowMatrix<T> x = embed(ids, 0);
@@ -260,6 +266,13 @@ class DecoderLM {
     }
     final_norm_.apply(x);
     return project(x);
+  }
+
+  /// One decoding step: forward_cached({id}, cache), the logits of the next
+  /// token (1, N_T).
+  /// \throws RangeError as forward_cached(ids, cache).
+  [[nodiscard]] RowMatrix<T> forward_cached(TokenId id, Cache& cache) const {
+    return forward_cached(std::span<const TokenId>(&id, 1), cache);
   }
 
   /// forward_cached for B sequences in one call (sequence b continues
