@@ -53,6 +53,14 @@ void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& 
                   const ConstMatrixRef<T>& vg, MatrixRef<T> y, Index grp, const K& kernel,
                   const M& mask, HeadsScratch<T>& s) {
   const Index dh = kg.cols(), dv = vg.cols(), n_q = q.rows();
+  if constexpr (PerHeadMask<M>) {
+    // Head h = g G + j gets its own bias (mask.head(h)): heads one by one.
+    for (Index h = g * grp; h < (g + 1) * grp; ++h) {
+      attention_into<T>(q.middleCols(h * dh, dh), kg, vg, y.middleCols(h * dv, dv), s.ws, kernel,
+                        mask.head(h));
+    }
+    return;
+  }
   if (grp == 1) {
     attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
                       mask);
@@ -95,8 +103,20 @@ void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index
   const Index* const off = q_off.data();  // indexed by Index b, as the sequences are
   // Validate the mask for every sequence up front: nothing may throw inside
   // the parallel region.
-  for (Index b = 0; b < n_seq; ++b) {
-    (void)mask.bind(off[b + 1] - off[b], kv(b, 0).first.rows());
+  if constexpr (PerHeadMask<M>) {
+    if (mask.heads() != n_heads) {
+      throw ShapeError("kappa: multi-head attention: the per-head mask or bias has " +
+                       std::to_string(mask.heads()) +
+                       " heads but the layer has n_heads = " + std::to_string(n_heads));
+    }
+    for (Index b = 0; b < n_seq; ++b) {
+      for (Index h = 0; h < n_heads; ++h)
+        (void)mask.head(h).bind(off[b + 1] - off[b], kv(b, 0).first.rows());
+    }
+  } else {
+    for (Index b = 0; b < n_seq; ++b) {
+      (void)mask.bind(off[b + 1] - off[b], kv(b, 0).first.rows());
+    }
   }
   const auto task = [&](Index t, HeadsScratch<T>& s) {
     const Index b = t / n_kv_heads, g = t % n_kv_heads;
@@ -133,7 +153,7 @@ template <Scalar T, class K = kernels::Softmax, class M = NoMask>
 void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v,
                             MatrixRef<T> y, Index n_heads, Index n_kv_heads, const K& kernel = {},
                             const M& mask = {}) {
-  static_assert(detail::check_policies<K, M>());
+  static_assert(detail::check_head_policies<K, M>());
   constexpr const char* what = "grouped_attention_into";
   (void)GroupedQuery::kv_heads(n_heads, n_kv_heads);
   const Index dh = q.cols() / n_heads, dv = v.cols() / n_kv_heads;
@@ -162,7 +182,7 @@ void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatri
 template <Scalar T, cache::RetentionPolicy R, class K = kernels::Softmax, class M = CausalMask>
 void grouped_attention_into(ConstMatrixRef<T> q, const KVCache<T, R>& cache, MatrixRef<T> y,
                             Index n_heads, const K& kernel = {}, const M& mask = {}) {
-  static_assert(detail::check_policies<K, M>());
+  static_assert(detail::check_head_policies<K, M>());
   constexpr const char* what = "grouped_attention_into (cache)";
   const KVCacheConfig& c = cache.config();
   (void)GroupedQuery::kv_heads(n_heads, c.n_kv_heads);
