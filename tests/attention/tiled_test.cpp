@@ -3,7 +3,7 @@
 // plain-loop long-double reference across shapes, masks, kernels, fully masked
 // rows and large logits; its scratch is bounded whatever N_KV; it skips
 // fully masked tiles. And the rule that a row's output depends only on the
-// keys it can see (NaN / inf in V at hidden keys), on every path.
+// keys it can see (NaN / inf in K and V at hidden keys), on every path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -218,6 +218,7 @@ void check_hidden_nan(const M& mask, Index n_q, Index n_kv, Index bad, const std
   const RowMatrix<T> q = random_matrix<T>(n_q, 8, 71);
   const RowMatrix<T> k = random_matrix<T>(n_kv, 8, 72);
   RowMatrix<T> v = random_matrix<T>(n_kv, 5, 73);
+  RowMatrix<T> k_bad = k;  // K poisoned too: the hidden rows use neither
   RowMatrix<T> v_zero = v;
   v_zero.row(bad).setZero();
   const auto bound = mask.bind(n_q, n_kv);
@@ -229,10 +230,11 @@ void check_hidden_nan(const M& mask, Index n_q, Index n_kv, Index bad, const std
   };
   for (const T poison : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
     v.row(bad).setConstant(poison);
+    k_bad.row(bad).setConstant(poison);
     for (AttentionPath path :
          {AttentionPath::kAuto, AttentionPath::kBlocked, AttentionPath::kTiled}) {
       SCOPED_TRACE("path " + std::to_string(static_cast<int>(path)));
-      const RowMatrix<T> y = run_path(path, q, k, v, kernels::Softmax{}, mask);
+      const RowMatrix<T> y = run_path(path, q, k_bad, v, kernels::Softmax{}, mask);
       const RowMatrix<T> clean = run_path(path, q, k, v_zero, kernels::Softmax{}, mask);
       Index hidden = 0;
       for (Index i = 0; i < n_q; ++i) {

@@ -9,9 +9,21 @@
 //
 // For a feature-map kernel A = phi(Q) phi(K)^T instead.
 //
+// With a score bias B (attention/bias.hpp: a bias matrix, ALiBi, T5 relative
+// position buckets) A = f_kappa(s Q K^T + B): the bias is a mask-like policy,
+// combined with a mask by all_of().
+//
 // Documented edge cases:
 //  * A query row whose keys are all masked, or whose normalizer Z_ii is exactly
-//    zero, yields a zero output row and a zero weights row - never NaN.
+//    zero, yields a zero output row and a zero weights row - never NaN. So
+//    does a row whose visible scores are all -inf (a bias of -inf hides a key).
+//  * A row's output depends only on the keys it can see: a NaN or inf in K or
+//    V at a key a row cannot see (masked, padded, outside its window) never
+//    reaches that row, on any path. (A product of the zero weights with such a
+//    value would be NaN; kappa checks the values of partly hidden keys and
+//    then sums each row over its own keys. Keys every row of a block sees are
+//    not checked: the unmasked hot path costs nothing.) A NaN at a key the row
+//    sees makes that row NaN, as the mathematics says.
 //  * For shift-invariant kernels (Softmax) kappa subtracts each row's maximum
 //    m_i (over visible keys) before f, so logits of any size stay finite. The
 //    A and Z it reports (attention_details) are then exp(-m_i) times the
@@ -19,11 +31,24 @@
 //    exact. The shifts m_i are reported too, so A e^{m_i} can be rebuilt.
 //
 // Cost: 2 N_Q N_KV d_QK + 2 N_Q N_KV d_V flops (4 N_Q N_KV d when equal) plus
-// N_Q N_KV kernel evaluations. attention() works on blocks of query rows, so
-// its scratch memory is O(block x N_KV), not N_Q x N_KV; with a causal or
-// sliding-window mask it skips the keys no row of a block can see. A decode
-// step (at most kFewQueryRows queries seeing the same keys) is computed
-// transposed so that the long key dimension drives the GEMMs.
+// N_Q N_KV kernel evaluations. Three evaluation paths, chosen by shape
+// (AttentionWorkspace::path can force one):
+//  * blocked: blocks of query rows, each with its scores over all the keys it
+//    may see (scratch O(block x N_KV), within about 2 MB while N_KV <= 8192
+//    floats; with a causal or sliding-window mask it skips the keys no row of
+//    a block can see);
+//  * tiled, for score kernels once N_KV > kTiledMinRowBytes / sizeof(T):
+//    blocks of kTileRows query rows x tiles of kTileKeys keys with the online
+//    softmax (a running row maximum and sum, rescaling the partial Y), so the
+//    scratch is a fixed kTileRows x (kTileKeys + d_QK + 3) per thread whatever
+//    N_KV, the GEMMs keep their shape however long the context, and fully
+//    masked tiles are skipped. Kernels that are not shift-invariant take no
+//    maximum (their A is summed as is). It equals the blocked path to
+//    rounding (tests: 1e-5 relative in float, 1e-12 in double);
+//  * few-query (a decode step: at most kFewQueryRows queries seeing the same
+//    keys) is computed transposed so that the long key dimension drives the
+//    GEMMs, split over key chunks.
+// Feature-map kernels always take the blocked path.
 #pragma once
 
 #include <algorithm>
@@ -243,12 +268,12 @@ void kernel_rows(const K& kernel, const B& bound, Index r0, Index rows, Index kb
       m = -std::numeric_limits<T>::infinity();
       if constexpr (B::kHasHoles) {
         for (Index j = lo; j < hi; ++j) {
-          if (bound.allowed(r0 + r, kb + j)) m = std::max(m, row[j]);
+          if (bound.allowed(r0 + r, kb + j) && !(row[j] <= m)) m = row[j];  // NaN propagates
         }
       } else {
         m = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(row + lo, hi - lo).maxCoeff();
       }
-      if (!(m > -std::numeric_limits<T>::infinity())) {
+      if (m == -std::numeric_limits<T>::infinity()) {
         // Every visible score is -inf (a bias of -inf masks too): A row 0.
         std::fill(row + lo, row + hi, T(0));
         z[r] = T(0);
@@ -438,12 +463,12 @@ void tiled_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q, T 
         T mt = kNegInf;
         if constexpr (B::kHasHoles) {
           for (Index j = lo; j < hi; ++j) {
-            if (bound.allowed(r0 + r, kb + j)) mt = std::max(mt, row[j]);
+            if (bound.allowed(r0 + r, kb + j) && !(row[j] <= mt)) mt = row[j];  // NaN propagates
           }
         } else {
           mt = x.maxCoeff();
         }
-        if (!(mt > kNegInf)) {  // nothing visible here (holes, or a bias of -inf)
+        if (mt == kNegInf) {  // nothing visible here (holes, or a bias of -inf)
           x.setZero();
           continue;
         }
@@ -547,7 +572,7 @@ bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixR
         if constexpr (ShiftInvariantKernel<K>) {
           Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(col, len);
           shift = a.maxCoeff();
-          if (!(shift > -std::numeric_limits<T>::infinity())) {
+          if (shift == -std::numeric_limits<T>::infinity()) {
             // Every score of the chunk is -inf (a bias of -inf): no weight.
             a.setZero();
             ws.split_mz(2 * c, i) = shift;
@@ -592,7 +617,7 @@ bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixR
       T z = T(0);
       auto y_i = y.row(i);
       y_i.setZero();
-      if (!(m_i > -std::numeric_limits<T>::infinity())) continue;  // no visible weight
+      if (m_i == -std::numeric_limits<T>::infinity()) continue;  // no visible weight
       for (Index c = 0; c < n_chunks; ++c) {
         const T w = ShiftInvariantKernel<K> ? std::exp(ws.split_mz(2 * c, i) - m_i) : T(1);
         z += w * ws.split_mz(2 * c + 1, i);

@@ -52,39 +52,40 @@ template <class T, class K, class M>
 void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& kg,
                   const ConstMatrixRef<T>& vg, MatrixRef<T> y, Index grp, const K& kernel,
                   const M& mask, HeadsScratch<T>& s) {
-  const Index dh = kg.cols(), dv = vg.cols(), n_q = q.rows();
+  const Index dh = kg.cols(), dv = vg.cols();
   if constexpr (PerHeadMask<M>) {
     // Head h = g G + j gets its own bias (mask.head(h)): heads one by one.
     for (Index h = g * grp; h < (g + 1) * grp; ++h) {
       attention_into<T>(q.middleCols(h * dh, dh), kg, vg, y.middleCols(h * dv, dv), s.ws, kernel,
                         mask.head(h));
     }
-    return;
-  }
-  if (grp == 1) {
-    attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
-                      mask);
-    return;
-  }
-  const GroupedRows<M> grouped{&mask, grp};
-  if (n_q == 1) {
-    // One query: its G heads are G contiguous rows of d_head, no copy.
-    const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
-    Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
-    attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
-    return;
-  }
-  // Row i G + j of qg is query i of head g G + j.
-  s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
-  s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
-  for (Index i = 0; i < n_q; ++i) {
-    s.qg.middleRows(i * grp, grp) =
-        Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
-  }
-  attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel, grouped);
-  for (Index i = 0; i < n_q; ++i) {
-    Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
-        s.yg.middleRows(i * grp, grp);
+  } else {
+    const Index n_q = q.rows();
+    if (grp == 1) {
+      attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
+                        mask);
+      return;
+    }
+    const GroupedRows<M> grouped{&mask, grp};
+    if (n_q == 1) {
+      // One query: its G heads are G contiguous rows of d_head, no copy.
+      const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
+      Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
+      attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
+      return;
+    }
+    // Row i G + j of qg is query i of head g G + j.
+    s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
+    s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
+    for (Index i = 0; i < n_q; ++i) {
+      s.qg.middleRows(i * grp, grp) =
+          Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
+    }
+    attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel, grouped);
+    for (Index i = 0; i < n_q; ++i) {
+      Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
+          s.yg.middleRows(i * grp, grp);
+    }
   }
 }
 
