@@ -12,6 +12,13 @@
 // Args: {N, d, threads}. Threads > 1 needs the OpenMP build (bench preset).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "kappa/kappa.hpp"
 
 namespace {
@@ -161,6 +168,88 @@ BENCHMARK(BM_Attention_EluPlusOne_Causal_LinearTime)
     ->ArgNames({"N", "d", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// ---- Long context: a block of N_Q queries over N_KV keys --------------------
+//
+// Prefill of a chunk over a long cache (N_Q = 4096 or 512 queries, N_KV = 4k
+// .. 128k keys, d = 128, float, no mask). The blocked path (blocks of query
+// rows, each with its scores over all N_KV keys) against the tiled path
+// (blocks of 128 query rows x tiles of 256 keys, online softmax), and the
+// ceiling: Eigen GEMM of the same products, 128 query rows at a time (a full
+// N_Q x N_KV score matrix would take 2 GB at 4096 x 128k). scratch_MB is the
+// attention scratch of all threads (the blocked path's block of scores, or
+// the tiled path's fixed tiles); Eigen's GEMM packing buffers come on top on
+// every path. Args: {N_Q, N_KV, threads}. The CI smoke run skips all but the
+// smallest shape (benchmarks/CMakeLists.txt).
+
+void long_context(benchmark::State& state, kappa::AttentionPath path) {
+  const Index n_q = state.range(0), n_kv = state.range(1), d = 128;
+  const int threads = use_threads(state);
+  const RowMatrix<float> q = random(n_q, d, 1), k = random(n_kv, d, 2), v = random(n_kv, d, 3);
+  RowMatrix<float> y(n_q, d);
+  kappa::AttentionWorkspace<float> ws;
+  ws.path = path;
+  kappa::attention_into<float>(q, k, v, y, ws);  // warm-up
+  for (auto _ : state) {
+    kappa::attention_into<float>(q, k, v, y, ws);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_rates(state, 4.0 * double(n_q) * double(n_kv) * double(d), n_q);
+  const Index per_thread = path == kappa::AttentionPath::kTiled
+                               ? kappa::detail::tiled_scratch_bytes<float>(d)
+                               : kappa::detail::blocked_scratch_bytes<float>(n_q, n_kv);
+  state.counters["scratch_MB"] = static_cast<double>(per_thread) * threads / 1e6;
+}
+
+void BM_LongContext_Blocked(benchmark::State& state) {
+  long_context(state, kappa::AttentionPath::kBlocked);
+}
+
+void BM_LongContext_Tiled(benchmark::State& state) {
+  long_context(state, kappa::AttentionPath::kTiled);
+}
+
+// The ceiling: S_b = Q_b K^T and Y_b = S_b V for blocks of 128 query rows
+// (the blocks spread over the threads as attention's are), no softmax.
+void BM_LongContext_EigenGemm(benchmark::State& state) {
+  const Index n_q = state.range(0), n_kv = state.range(1), d = 128, rows = 128;
+  const int threads = use_threads(state);
+  const RowMatrix<float> q = random(n_q, d, 1), k = random(n_kv, d, 2), v = random(n_kv, d, 3);
+  RowMatrix<float> y = RowMatrix<float>::Zero(n_q, d);
+  std::vector<RowMatrix<float>> s(static_cast<std::size_t>(threads),
+                                  RowMatrix<float>::Zero(rows, n_kv));
+  const Index n_blocks = (n_q + rows - 1) / rows;
+  for (auto _ : state) {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#endif
+    for (Index b = 0; b < n_blocks; ++b) {
+#ifdef _OPENMP
+      RowMatrix<float>& sb = s[static_cast<std::size_t>(omp_get_thread_num())];
+#else
+      RowMatrix<float>& sb = s[0];
+#endif
+      const Index r = std::min(rows, n_q - b * rows);
+      sb.topRows(r).noalias() = q.middleRows(b * rows, r) * k.transpose();  // (r, N_KV)
+      y.middleRows(b * rows, r).noalias() = sb.topRows(r) * v;              // (r, d)
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_rates(state, 4.0 * double(n_q) * double(n_kv) * double(d), n_q);
+}
+
+void long_shapes(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2})
+    for (int n_q : {512, 4096})
+      for (int n_kv : {4096, 16384, 32768, 65536, 131072}) b->Args({n_q, n_kv, threads});
+  b->ArgNames({"NQ", "NKV", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK(BM_LongContext_Blocked)->Apply(long_shapes);
+BENCHMARK(BM_LongContext_Tiled)->Apply(long_shapes);
+BENCHMARK(BM_LongContext_EigenGemm)->Apply(long_shapes);
 
 }  // namespace
 

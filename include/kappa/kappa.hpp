@@ -11,6 +11,7 @@
 #include "kappa/version.hpp"
 
 #include "kappa/attention/attention.hpp"
+#include "kappa/attention/bias.hpp"
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/linear.hpp"

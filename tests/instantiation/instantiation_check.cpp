@@ -27,6 +27,16 @@ template class Rope<float, RotateHalf>;
 template class Rope<double, RotateHalf>;
 template class Rope<float, Interleaved>;
 template class Rope<double, Interleaved>;
+template struct ScoreBias<float>;
+template struct ScoreBias<double>;
+template struct ScoreBiasView<float>;
+template struct ScoreBiasView<double>;
+template struct HeadScoreBias<float>;
+template struct HeadScoreBias<double>;
+template struct T5RelativeBias<float>;
+template struct T5RelativeBias<double>;
+template struct AttentionWorkspace<float>;
+template struct AttentionWorkspace<double>;
 
 // ---- attention, heads, caches ---------------------------------------------
 template class LinearAttentionState<float, kernels::EluPlusOne>;
@@ -93,8 +103,17 @@ void use_function_templates() {
   (void)attention(x, x, x, kernels::ReLU{}, NoMask{});
   (void)attention_details(x, x, x, kernels::Linear{}, CausalMask{});
   (void)linear_attention(x, x, x, kernels::EluPlusOne{}, CausalMask{});
+  ws.path = AttentionPath::kTiled;
+  attention_into<T>(x, x, x, y, ws, kernels::Softmax{}, all_of(CausalMask{}, AlibiBias{0.5}));
+  attention_into<T>(x, x, x, y, ws, kernels::Linear{}, BooleanMask{});
+  (void)attention(x, x, x, kernels::Softmax{}, ScoreBias<T>{});
+  (void)attention_details(x, x, x, kernels::Softmax{}, T5RelativeBias<T>{}.head(0));
+  (void)alibi_slopes(3);
+  (void)t5_relative_position_bucket(-5, false);
   grouped_attention_into<T>(x, x, x, y, 2, 1);
+  grouped_attention_into<T>(x, x, x, y, 2, 1, kernels::Softmax{}, Alibi(2));
   const HeadsConfig config{.d_in = 8, .n_heads = 2};
+  (void)MultiHeadAttention<T>(config).forward(x, all_of(CausalMask{}, HeadScoreBias<T>{}));
   (void)MultiHeadAttention<T>(config).forward(x);
   (void)MultiHeadAttention<T, kernels::EluPlusOne>(config).forward(x, CausalMask{});
   product_into<T>(x, RowMatrix<T>(8, 8), y);

@@ -9,9 +9,21 @@
 //
 // For a feature-map kernel A = phi(Q) phi(K)^T instead.
 //
+// With a score bias B (attention/bias.hpp: a bias matrix, ALiBi, T5 relative
+// position buckets) A = f_kappa(s Q K^T + B): the bias is a mask-like policy,
+// combined with a mask by all_of().
+//
 // Documented edge cases:
 //  * A query row whose keys are all masked, or whose normalizer Z_ii is exactly
-//    zero, yields a zero output row and a zero weights row - never NaN.
+//    zero, yields a zero output row and a zero weights row - never NaN. So
+//    does a row whose visible scores are all -inf (a bias of -inf hides a key).
+//  * A row's output depends only on the keys it can see: a NaN or inf in K or
+//    V at a key a row cannot see (masked, padded, outside its window) never
+//    reaches that row, on any path. (A product of the zero weights with such a
+//    value would be NaN; kappa checks the values of partly hidden keys and
+//    then sums each row over its own keys. Keys every row of a block sees are
+//    not checked: the unmasked hot path costs nothing.) A NaN at a key the row
+//    sees makes that row NaN, as the mathematics says.
 //  * For shift-invariant kernels (Softmax) kappa subtracts each row's maximum
 //    m_i (over visible keys) before f, so logits of any size stay finite. The
 //    A and Z it reports (attention_details) are then exp(-m_i) times the
@@ -19,11 +31,24 @@
 //    exact. The shifts m_i are reported too, so A e^{m_i} can be rebuilt.
 //
 // Cost: 2 N_Q N_KV d_QK + 2 N_Q N_KV d_V flops (4 N_Q N_KV d when equal) plus
-// N_Q N_KV kernel evaluations. attention() works on blocks of query rows, so
-// its scratch memory is O(block x N_KV), not N_Q x N_KV; with a causal or
-// sliding-window mask it skips the keys no row of a block can see. A decode
-// step (at most kFewQueryRows queries seeing the same keys) is computed
-// transposed so that the long key dimension drives the GEMMs.
+// N_Q N_KV kernel evaluations. Three evaluation paths, chosen by shape
+// (AttentionWorkspace::path can force one):
+//  * blocked: blocks of query rows, each with its scores over all the keys it
+//    may see (scratch O(block x N_KV), within about 2 MB while N_KV <= 8192
+//    floats; with a causal or sliding-window mask it skips the keys no row of
+//    a block can see);
+//  * tiled, for score kernels once N_KV > kTiledMinRowBytes / sizeof(T):
+//    blocks of kTileRows query rows x tiles of kTileKeys keys with the online
+//    softmax (a running row maximum and sum, rescaling the partial Y), so the
+//    scratch is a fixed kTileRows x (kTileKeys + d_QK + 3) per thread whatever
+//    N_KV, the GEMMs keep their shape however long the context, and fully
+//    masked tiles are skipped. Kernels that are not shift-invariant take no
+//    maximum (their A is summed as is). It equals the blocked path to
+//    rounding (tests: 1e-5 relative in float, 1e-12 in double);
+//  * few-query (a decode step: at most kFewQueryRows queries seeing the same
+//    keys) is computed transposed so that the long key dimension drives the
+//    GEMMs, split over key chunks.
+// Feature-map kernels always take the blocked path.
 #pragma once
 
 #include <algorithm>
@@ -58,11 +83,24 @@ struct AttentionDetails {
   RowMatrix<T> output;   ///< Y = Z^-1 A V (N_Q x d_V)
 };
 
+/// Which evaluation attention_into uses for score kernels (feature-map
+/// kernels always take the blocked path).
+enum class AttentionPath {
+  kAuto,     ///< few-query path for decode shapes, else blocked or tiled by N_KV
+  kBlocked,  ///< blocks of query rows, each with its scores over all its keys
+  kTiled,    ///< blocks of query rows x tiles of keys, online softmax
+};
+
 /// Reusable scratch memory for attention_into (one per thread).
 template <Scalar T>
 struct AttentionWorkspace {
-  std::vector<T> scores;      // block of A
+  /// The path to take; kAuto (the default) chooses by shape. The others force
+  /// one path for every shape (tests and benchmarks compare them).
+  AttentionPath path = AttentionPath::kAuto;
+  std::vector<T> scores;      // block of A (blocked) or one tile of A (tiled)
   std::vector<T> z;           // block of diag(Z)
+  std::vector<T> tile_q;      // tiled: s Q of the block
+  std::vector<T> tile_m;      // tiled: running row maxima, row sums, rescale factors
   RowMatrix<T> phi_q, phi_k;  // feature maps (feature-map kernels only)
   // Few-query path: s Q; per thread a chunk of A^T; per key chunk (A V)^T,
   // and the chunks' row maxima and sums (column-major: one query per column).
@@ -79,6 +117,15 @@ inline constexpr Index kSplitKeys = 4096;
 /// Up to this many queries the few-query path streams K and V row by row
 /// (memory-bound); more queries use GEMMs (compute-bound).
 inline constexpr Index kStreamRows = 8;
+/// Tiled path: query rows per block and keys per tile. Its scratch is
+/// kTileRows x (kTileKeys + d_QK + 3) scalars per thread, whatever N_KV.
+inline constexpr Index kTileRows = 128;
+inline constexpr Index kTileKeys = 256;
+/// kAuto takes the tiled path for score kernels once a row of scores is
+/// longer than this many bytes (N_KV > 8192 keys in float, 4096 in double):
+/// beyond it the blocked path's blocks shrink below 64 rows (block_rows) and
+/// its scratch grows with N_KV (benchmarks/README.md, "Long context").
+inline constexpr Index kTiledMinRowBytes = 32 * 1024;
 
 namespace detail {
 
@@ -86,7 +133,47 @@ namespace detail {
 // wrong type gets kappa's message rather than a list of failed overloads.
 template <class K, class M>
 consteval bool check_policies() {
-  return check_kernel<K>() && check_mask<M>();
+  constexpr bool ok = check_kernel<K>() && check_mask<M>();
+  if constexpr (ok) {
+    static_assert(!BiasedBound<decltype(std::declval<const M&>().bind(0, 0))> || ScoreKernel<K>,
+                  "kappa: a score bias needs a score kernel (A = f(s Q K^T + bias)); a "
+                  "feature-map kernel has no scores to add it to");
+  }
+  return ok;
+}
+
+/// check_policies for multi-head entry points: a per-head policy is checked
+/// through its head(0).
+template <class K, class M>
+consteval bool check_head_policies() {
+  if constexpr (PerHeadMask<M>) {
+    return check_policies<K, std::decay_t<decltype(std::declval<const M&>().head(0))>>();
+  } else {
+    return check_policies<K, M>();
+  }
+}
+
+/// Adds the bound's bias to scores[0, len) of query row i, keys j0.. (no-op
+/// for masks without a bias).
+template <class B, class T>
+inline void add_bias(const B& bound, Index i, Index j0, T* scores, Index len) {
+  if constexpr (BiasedBound<B>) {
+    if (len > 0) bound.add_bias(i, j0, scores, len);
+  }
+}
+
+/// Whether the shape makes the tiled path faster or needed (see kTiledMinRowBytes).
+template <class T>
+bool prefer_tiled(Index n_kv) {
+  return n_kv > kTiledMinRowBytes / static_cast<Index>(sizeof(T));
+}
+
+/// The per-thread scratch bytes of the tiled path for width d_QK (fixed,
+/// whatever N_Q and N_KV; Eigen's GEMM packing buffers come on top, as on
+/// every path).
+template <class T>
+Index tiled_scratch_bytes(Index d_qk) {
+  return kTileRows * (kTileKeys + d_qk + 3) * static_cast<Index>(sizeof(T));
 }
 
 /// Throws std::invalid_argument naming kernel K and the scale s (see
@@ -142,6 +229,13 @@ Index block_rows(Index n_q, Index n_kv) {
   return std::max<Index>(1, std::min(b, n_q));
 }
 
+/// The per-thread scratch bytes of the blocked path: one block of scores
+/// (block_rows x N_KV), which grows with N_KV once blocks are 16 rows.
+template <class T>
+Index blocked_scratch_bytes(Index n_q, Index n_kv) {
+  return block_rows<T>(n_q, n_kv) * (n_kv + 1) * static_cast<Index>(sizeof(T));
+}
+
 /// Applies the kernel to one block of scaled scores in place: turns rows
 /// [r0, r0 + rows) of s Q K^T, restricted to keys [kb, kb + span), into A and
 /// writes the row sums into z (and the row shifts into shift, if given).
@@ -169,14 +263,22 @@ void kernel_rows(const K& kernel, const B& bound, Index r0, Index rows, Index kb
       if (shift) shift[r] = T(0);
       continue;
     }
+    add_bias(bound, r0 + r, kb + lo, row + lo, hi - lo);
     if constexpr (ShiftInvariantKernel<K>) {
       m = -std::numeric_limits<T>::infinity();
       if constexpr (B::kHasHoles) {
         for (Index j = lo; j < hi; ++j) {
-          if (bound.allowed(r0 + r, kb + j)) m = std::max(m, row[j]);
+          if (bound.allowed(r0 + r, kb + j) && !(row[j] <= m)) m = row[j];  // NaN propagates
         }
       } else {
         m = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(row + lo, hi - lo).maxCoeff();
+      }
+      if (m == -std::numeric_limits<T>::infinity()) {
+        // Every visible score is -inf (a bias of -inf masks too): A row 0.
+        std::fill(row + lo, row + hi, T(0));
+        z[r] = T(0);
+        if (shift) shift[r] = T(0);
+        continue;
       }
       Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(row + lo, hi - lo) -= m;
     }
@@ -211,6 +313,51 @@ KeyRange block_keys(const B& bound, Index r0, Index rows) {
   return u;
 }
 
+/// Y_rows += P V[kb, kb + len) for the rows [r0, r0 + rows) of P (rows x len,
+/// row-major, zero where a row cannot see a key), by one GEMM. The rule that
+/// a row's output depends only on the keys it can see needs care here: the
+/// GEMM multiplies the zeros of P by V's rows, and 0 * NaN = NaN, so a NaN or
+/// inf in V at a key some row cannot see would leak into that row. Keys that
+/// every row sees need no check; for the others (the block's ragged edges: a
+/// causal block's diagonal, a padded tail, every key of a mask with holes) V
+/// is checked to be finite, and where it is not the rows are accumulated one
+/// by one over their own visible keys. The unmasked hot path checks nothing.
+template <class T, class B, class Y>
+void accumulate_pv(const B& bound, Index r0, Index rows, Index kb, Index len, const T* p,
+                   const ConstMatrixRef<T>& v, Y&& y_rows) {
+  const Eigen::Map<const RowMatrix<T>> pm(p, rows, len);
+  Index all_b = kb, all_e = kb + len;  // keys every row sees
+  if constexpr (B::kHasHoles) {
+    all_e = all_b;
+  } else {
+    for (Index r = 0; r < rows; ++r) {
+      const KeyRange kr = bound.range(r0 + r);
+      all_b = std::max(all_b, kr.begin);
+      all_e = std::min(all_e, kr.end);
+    }
+    if (all_e < all_b) all_e = all_b;
+  }
+  bool finite = true;
+  if (all_b > kb) finite = v.middleRows(kb, all_b - kb).allFinite();
+  if (finite && all_e < kb + len) finite = v.middleRows(all_e, kb + len - all_e).allFinite();
+  if (finite) [[likely]] {
+    y_rows.noalias() += pm * v.middleRows(kb, len);  // (rows, d_V)
+    return;
+  }
+  for (Index r = 0; r < rows; ++r) {
+    const KeyRange kr = bound.range(r0 + r);
+    const Index lo = std::clamp(kr.begin - kb, Index{0}, len);
+    const Index hi = std::clamp(kr.end - kb, lo, len);
+    if constexpr (B::kHasHoles) {
+      for (Index j = lo; j < hi; ++j) {
+        if (bound.allowed(r0 + r, kb + j)) y_rows.row(r) += pm(r, j) * v.row(kb + j);
+      }
+    } else if (hi > lo) {
+      y_rows.row(r).noalias() += pm.row(r).segment(lo, hi - lo) * v.middleRows(kb + lo, hi - lo);
+    }
+  }
+}
+
 /// One block of query rows [r0, r0 + rows): Y_block = Z^-1 A V.
 /// `qs` is s Q (score kernels) or phi(Q); `ks` is K or phi(K).
 template <class T, class K, class B>
@@ -232,12 +379,128 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
   kernel_rows<T>(kernel, bound, r0, rows, keys.begin, span, scores_buf.data(), z_buf.data(),
                  static_cast<T*>(nullptr));
   auto y_block = y.middleRows(r0, rows);
-  y_block.noalias() = a * v.middleRows(keys.begin, span);  // (rows, d_V)
+  y_block.setZero();
+  accumulate_pv<T>(bound, r0, rows, keys.begin, span, scores_buf.data(), v, y_block);
   const T* const z = z_buf.data();
   for (Index r = 0; r < rows; ++r) {
     const T zr = z[r];
     if (zr != T(0)) {
       y_block.row(r) *= T(1) / zr;
+    } else {
+      y_block.row(r).setZero();
+    }
+  }
+}
+
+/// Scratch of the tiled path (one per thread).
+template <class T>
+struct TiledScratch {
+  std::vector<T>& scores;  // kTileRows x kTileKeys
+  std::vector<T>& q;       // kTileRows x d_QK
+  std::vector<T>& mla;     // 3 kTileRows: running max m, running sum l, rescale alpha
+};
+
+/// One block of query rows [r0, r0 + rows), rows <= kTileRows, over tiles of
+/// kTileKeys keys with the online softmax (Milakov and Gimelshein 2018; as in
+/// FlashAttention): per row a running maximum m and sum l of f(x - m), and
+/// the partial output Y_r = sum_j f(x_rj - m) v_j. A tile with maximum m' > m
+/// rescales l and Y_r by e^{m - m'} before adding its own terms. At the end
+/// Y_r / l is the exact softmax average. Kernels that are not shift-invariant
+/// (Linear, ReLU, Polynomial, a user's f) take no maximum and no rescaling:
+/// their A is f(x) itself, summed tile by tile. Tiles no row of the block can
+/// see are skipped, and only the rows that see a tile enter its GEMMs.
+template <class T, class K, class B>
+void tiled_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q, T scale,
+                 const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v, MatrixRef<T>& y, Index r0,
+                 Index rows, TiledScratch<T> ws) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  auto y_block = y.middleRows(r0, rows);
+  y_block.setZero();
+  const KeyRange keys = block_keys(bound, r0, rows);
+  if (keys.size() == 0) return;
+  const Index d = q.cols();
+  const auto n_q = static_cast<std::size_t>(rows * d);
+  const auto n_s = static_cast<std::size_t>(rows * std::min(kTileKeys, keys.size()));
+  if (ws.q.size() < n_q) ws.q.resize(n_q);
+  if (ws.scores.size() < n_s) ws.scores.resize(n_s);
+  if (ws.mla.size() < static_cast<std::size_t>(3 * rows))
+    ws.mla.resize(static_cast<std::size_t>(3 * rows));
+  Eigen::Map<RowMatrix<T>> qs(ws.q.data(), rows, d);
+  qs.noalias() = scale * q.middleRows(r0, rows);  // s Q_block
+  T* const m = ws.mla.data();
+  T* const l = m + rows;
+  T* const alpha = l + rows;
+  std::fill(m, m + rows, ShiftInvariantKernel<K> ? kNegInf : T(0));
+  std::fill(l, l + rows, T(0));
+  for (Index kb = keys.begin; kb < keys.end; kb += kTileKeys) {
+    const Index len = std::min(kTileKeys, keys.end - kb);
+    // The rows that see any key of this tile: [rs, re).
+    Index rs = rows, re = 0;
+    for (Index r = 0; r < rows; ++r) {
+      const KeyRange kr = bound.range(r0 + r);
+      if (std::max(kr.begin, kb) < std::min(kr.end, kb + len)) {
+        rs = std::min(rs, r);
+        re = r + 1;
+      }
+    }
+    if (re <= rs) continue;  // a fully masked tile
+    const Index nr = re - rs;
+    Eigen::Map<RowMatrix<T>> sc(ws.scores.data(), nr, len);
+    sc.noalias() = qs.middleRows(rs, nr) * k.middleRows(kb, len).transpose();  // (nr, len)
+    bool rescale = false;
+    for (Index r = rs; r < re; ++r) {
+      T* row = ws.scores.data() + (r - rs) * len;
+      const KeyRange kr = bound.range(r0 + r);
+      const Index lo = std::clamp(kr.begin - kb, Index{0}, len);
+      const Index hi = std::clamp(kr.end - kb, lo, len);
+      alpha[r] = T(1);
+      std::fill(row, row + lo, T(0));
+      std::fill(row + hi, row + len, T(0));
+      if (hi == lo) continue;
+      add_bias(bound, r0 + r, kb + lo, row + lo, hi - lo);
+      Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> x(row + lo, hi - lo);
+      if constexpr (ShiftInvariantKernel<K>) {
+        T mt = kNegInf;
+        if constexpr (B::kHasHoles) {
+          for (Index j = lo; j < hi; ++j) {
+            if (bound.allowed(r0 + r, kb + j) && !(row[j] <= mt)) mt = row[j];  // NaN propagates
+          }
+        } else {
+          mt = x.maxCoeff();
+        }
+        if (mt == kNegInf) {  // nothing visible here (holes, or a bias of -inf)
+          x.setZero();
+          continue;
+        }
+        if (mt > m[r]) {
+          alpha[r] = std::exp(m[r] - mt);  // 0 for the first visible tile
+          m[r] = mt;
+          rescale = true;
+        }
+        x -= m[r];
+      }
+      if constexpr (HasVectorForm<K, T>) {
+        kernel.apply(row + lo, hi - lo);
+      } else {
+        for (Index j = lo; j < hi; ++j) row[j] = kernel(row[j]);
+      }
+      if constexpr (B::kHasHoles) {
+        for (Index j = lo; j < hi; ++j) {
+          if (!bound.allowed(r0 + r, kb + j)) row[j] = T(0);
+        }
+      }
+      l[r] = alpha[r] * l[r] + x.sum();
+    }
+    if (rescale) {
+      for (Index r = rs; r < re; ++r) {
+        if (alpha[r] != T(1)) y_block.row(r) *= alpha[r];
+      }
+    }
+    accumulate_pv<T>(bound, r0 + rs, nr, kb, len, ws.scores.data(), v, y_block.middleRows(rs, nr));
+  }
+  for (Index r = 0; r < rows; ++r) {
+    if (l[r] != T(0)) {
+      y_block.row(r) *= T(1) / l[r];
     } else {
       y_block.row(r).setZero();
     }
@@ -304,10 +567,18 @@ bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixR
       }
       for (Index i = 0; i < m; ++i) {
         T* col = sc.col(i).data();
+        add_bias(bound, i, b0, col, len);
         T shift = T(0);
         if constexpr (ShiftInvariantKernel<K>) {
           Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(col, len);
           shift = a.maxCoeff();
+          if (shift == -std::numeric_limits<T>::infinity()) {
+            // Every score of the chunk is -inf (a bias of -inf): no weight.
+            a.setZero();
+            ws.split_mz(2 * c, i) = shift;
+            ws.split_mz(2 * c + 1, i) = T(0);
+            continue;
+          }
           a -= shift;
         }
         if constexpr (HasVectorForm<K, T>) {
@@ -346,6 +617,7 @@ bool few_query_rows(const K& kernel, const B& bound, T scale, const ConstMatrixR
       T z = T(0);
       auto y_i = y.row(i);
       y_i.setZero();
+      if (m_i == -std::numeric_limits<T>::infinity()) continue;  // no visible weight
       for (Index c = 0; c < n_chunks; ++c) {
         const T w = ShiftInvariantKernel<K> ? std::exp(ws.split_mz(2 * c, i) - m_i) : T(1);
         z += w * ws.split_mz(2 * c + 1, i);
@@ -390,7 +662,34 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
     y.setZero();
     return;
   }
-  if (detail::few_query_rows<T>(kernel, bound, scale, q, k, v, y, ws)) return;
+  if (ws.path == AttentionPath::kAuto &&
+      detail::few_query_rows<T>(kernel, bound, scale, q, k, v, y, ws))
+    return;
+  if constexpr (ScoreKernel<K>) {
+    if (ws.path == AttentionPath::kTiled ||
+        (ws.path == AttentionPath::kAuto && detail::prefer_tiled<T>(k.rows()))) {
+      const Index n_tb = (n_q + kTileRows - 1) / kTileRows;
+      auto tile = [&](Index b, std::vector<T>& s, std::vector<T>& qb, std::vector<T>& mla) {
+        const Index r0 = b * kTileRows;
+        detail::tiled_block<T>(kernel, bound, q, scale, k, v, y, r0, std::min(kTileRows, n_q - r0),
+                               detail::TiledScratch<T>{s, qb, mla});
+      };
+#ifdef _OPENMP
+      const int threads = static_cast<int>(std::min<Index>(num_threads(), n_tb));
+      if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        {
+          std::vector<T> s, qb, mla;
+#pragma omp for schedule(dynamic, 1)
+          for (Index b = 0; b < n_tb; ++b) tile(b, s, qb, mla);
+        }
+        return;
+      }
+#endif
+      for (Index b = 0; b < n_tb; ++b) tile(b, ws.scores, ws.tile_q, ws.tile_m);
+      return;
+    }
+  }
   const Index block = detail::block_rows<T>(n_q, k.rows());
   const Index n_blocks = (n_q + block - 1) / block;
 

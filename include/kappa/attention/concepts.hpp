@@ -119,13 +119,46 @@ concept Mask = requires(const M& m, Index n_q, Index n_kv) {
   { m.bind(n_q, n_kv) } -> BoundMask;
 };
 
+/// A bound mask that also adds a score bias (see attention/bias.hpp): it
+/// declares `static constexpr bool kHasBias = true` and provides
+///     void add_bias(Index i, Index j0, T* scores, Index len) const;
+/// which adds bias(i, j0 + t) to scores[t] for t < len (the scaled scores of
+/// query row i against keys j0 .. j0 + len - 1, all inside range(i)).
+template <class B>
+concept BiasedBound = BoundMask<B> && requires {
+  requires B::kHasBias;
+};
+
+/// A policy with one mask per head (ALiBi slopes, T5 bucket tables, one bias
+/// matrix per head): `heads()` is their number and `head(h)` the Mask of head
+/// h. Multi-head attention accepts it where it accepts a mask; plain
+/// attention takes one head's `head(h)`.
+template <class M>
+concept PerHeadMask = requires(const M& m, Index h) {
+  { m.heads() } -> std::convertible_to<Index>;
+  { m.head(h) } -> Mask;
+};
+
 template <class M>
 consteval bool check_mask() {
-  static_assert(Mask<M>,
+  static_assert(Mask<M> || !PerHeadMask<M>,
+                "kappa: this policy holds one mask or bias per head: pass `policy.head(h)` to "
+                "single-head attention, or the policy itself to multi-head attention");
+  static_assert(Mask<M> || PerHeadMask<M>,
                 "kappa: a mask must provide `bind(Index n_q, Index n_kv) const` returning a "
                 "type with `KeyRange range(Index i) const`, `static constexpr bool kHasHoles` "
                 "and, if kHasHoles, `bool allowed(Index i, Index j) const`");
   return Mask<M>;
+}
+
+/// Like check_mask, but also accepts a PerHeadMask (multi-head entry points).
+template <class M>
+consteval bool check_head_mask() {
+  if constexpr (PerHeadMask<M>) {
+    return true;
+  } else {
+    return check_mask<M>();
+  }
 }
 
 }  // namespace kappa

@@ -18,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,19 @@ inline void require_position_fits(const char* mask, Index offset, Index delta, c
                    " overflows the position range [" +
                    std::to_string(std::numeric_limits<Index>::min()) + ", " +
                    std::to_string(std::numeric_limits<Index>::max()) + "]");
+}
+}  // namespace detail
+
+namespace detail {
+/// Head h's mask of a per-head policy (PerHeadMask), or the mask itself.
+template <class P>
+decltype(auto) head_of(const P& p, Index h) {
+  if constexpr (PerHeadMask<P>) {
+    return p.head(h);
+  } else {
+    (void)h;
+    return (p);
+  }
 }
 }  // namespace detail
 
@@ -175,9 +189,11 @@ struct BooleanMask {
 };
 
 /// The intersection of two masks: key j is visible to query i when both say so
-/// (e.g. causal and key padding for a batch of left-aligned sequences).
-template <Mask M1, Mask M2>
-struct AllOf {
+/// (e.g. causal and key padding for a batch of left-aligned sequences). Score
+/// biases (attention/bias.hpp) combine the same way: all_of(CausalMask{},
+/// AlibiBias{m}) masks causally and adds both biases, if both have one.
+template <class M1, class M2>
+requires(Mask<M1> || PerHeadMask<M1>) && (Mask<M2> || PerHeadMask<M2>)struct AllOf {
   M1 first;
   M2 second;
 
@@ -185,8 +201,15 @@ struct AllOf {
     using B1 = decltype(std::declval<const M1&>().bind(0, 0));
     using B2 = decltype(std::declval<const M2&>().bind(0, 0));
     static constexpr bool kHasHoles = B1::kHasHoles || B2::kHasHoles;
+    static constexpr bool kHasBias = BiasedBound<B1> || BiasedBound<B2>;
     B1 a;
     B2 b;
+    /// The sum of both biases (see BiasedBound).
+    template <class T>
+    void add_bias(Index i, Index j0, T* scores, Index len) const requires kHasBias {
+      if constexpr (BiasedBound<B1>) a.add_bias(i, j0, scores, len);
+      if constexpr (BiasedBound<B2>) b.add_bias(i, j0, scores, len);
+    }
     [[nodiscard]] KeyRange range(Index i) const {
       const KeyRange ra = a.range(i);
       const KeyRange rb = b.range(i);
@@ -199,14 +222,35 @@ struct AllOf {
       return ok;
     }
   };
-  [[nodiscard]] Bound bind(Index n_q, Index n_kv) const {
+  [[nodiscard]] Bound bind(Index n_q, Index n_kv) const requires Mask<M1> && Mask<M2> {
     return {first.bind(n_q, n_kv), second.bind(n_q, n_kv)};
+  }
+
+  /// With a per-head policy inside (PerHeadMask, e.g. a bias per head): the
+  /// number of heads, and head h's mask, AllOf{first's head h, second's head h}.
+  [[nodiscard]] Index heads() const requires PerHeadMask<M1> || PerHeadMask<M2> {
+    if constexpr (PerHeadMask<M1>) {
+      return first.heads();
+    } else {
+      return second.heads();
+    }
+  }
+  [[nodiscard]] auto head(Index h) const requires PerHeadMask<M1> || PerHeadMask<M2> {
+    return all_of_heads(first, second, h);
+  }
+
+ private:
+  static auto all_of_heads(const M1& x, const M2& y, Index h) {
+    using H1 = std::decay_t<decltype(detail::head_of(x, h))>;
+    using H2 = std::decay_t<decltype(detail::head_of(y, h))>;
+    return AllOf<H1, H2>{detail::head_of(x, h), detail::head_of(y, h)};
   }
 };
 
 /// `all_of(CausalMask{}, KeyPaddingMask{lengths})`.
-template <Mask M1, Mask M2>
-AllOf<M1, M2> all_of(M1 a, M2 b) {
+template <class M1, class M2>
+requires(Mask<M1> || PerHeadMask<M1>) &&
+    (Mask<M2> || PerHeadMask<M2>)AllOf<M1, M2> all_of(M1 a, M2 b) {
   return {std::move(a), std::move(b)};
 }
 

@@ -52,31 +52,40 @@ template <class T, class K, class M>
 void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& kg,
                   const ConstMatrixRef<T>& vg, MatrixRef<T> y, Index grp, const K& kernel,
                   const M& mask, HeadsScratch<T>& s) {
-  const Index dh = kg.cols(), dv = vg.cols(), n_q = q.rows();
-  if (grp == 1) {
-    attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
-                      mask);
-    return;
-  }
-  const GroupedRows<M> grouped{&mask, grp};
-  if (n_q == 1) {
-    // One query: its G heads are G contiguous rows of d_head, no copy.
-    const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
-    Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
-    attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
-    return;
-  }
-  // Row i G + j of qg is query i of head g G + j.
-  s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
-  s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
-  for (Index i = 0; i < n_q; ++i) {
-    s.qg.middleRows(i * grp, grp) =
-        Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
-  }
-  attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel, grouped);
-  for (Index i = 0; i < n_q; ++i) {
-    Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
-        s.yg.middleRows(i * grp, grp);
+  const Index dh = kg.cols(), dv = vg.cols();
+  if constexpr (PerHeadMask<M>) {
+    // Head h = g G + j gets its own bias (mask.head(h)): heads one by one.
+    for (Index h = g * grp; h < (g + 1) * grp; ++h) {
+      attention_into<T>(q.middleCols(h * dh, dh), kg, vg, y.middleCols(h * dv, dv), s.ws, kernel,
+                        mask.head(h));
+    }
+  } else {
+    const Index n_q = q.rows();
+    if (grp == 1) {
+      attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
+                        mask);
+      return;
+    }
+    const GroupedRows<M> grouped{&mask, grp};
+    if (n_q == 1) {
+      // One query: its G heads are G contiguous rows of d_head, no copy.
+      const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
+      Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
+      attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
+      return;
+    }
+    // Row i G + j of qg is query i of head g G + j.
+    s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
+    s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
+    for (Index i = 0; i < n_q; ++i) {
+      s.qg.middleRows(i * grp, grp) =
+          Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
+    }
+    attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel, grouped);
+    for (Index i = 0; i < n_q; ++i) {
+      Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
+          s.yg.middleRows(i * grp, grp);
+    }
   }
 }
 
@@ -95,8 +104,20 @@ void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index
   const Index* const off = q_off.data();  // indexed by Index b, as the sequences are
   // Validate the mask for every sequence up front: nothing may throw inside
   // the parallel region.
-  for (Index b = 0; b < n_seq; ++b) {
-    (void)mask.bind(off[b + 1] - off[b], kv(b, 0).first.rows());
+  if constexpr (PerHeadMask<M>) {
+    if (mask.heads() != n_heads) {
+      throw ShapeError("kappa: multi-head attention: the per-head mask or bias has " +
+                       std::to_string(mask.heads()) +
+                       " heads but the layer has n_heads = " + std::to_string(n_heads));
+    }
+    for (Index b = 0; b < n_seq; ++b) {
+      for (Index h = 0; h < n_heads; ++h)
+        (void)mask.head(h).bind(off[b + 1] - off[b], kv(b, 0).first.rows());
+    }
+  } else {
+    for (Index b = 0; b < n_seq; ++b) {
+      (void)mask.bind(off[b + 1] - off[b], kv(b, 0).first.rows());
+    }
   }
   const auto task = [&](Index t, HeadsScratch<T>& s) {
     const Index b = t / n_kv_heads, g = t % n_kv_heads;
@@ -133,7 +154,7 @@ template <Scalar T, class K = kernels::Softmax, class M = NoMask>
 void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v,
                             MatrixRef<T> y, Index n_heads, Index n_kv_heads, const K& kernel = {},
                             const M& mask = {}) {
-  static_assert(detail::check_policies<K, M>());
+  static_assert(detail::check_head_policies<K, M>());
   constexpr const char* what = "grouped_attention_into";
   (void)GroupedQuery::kv_heads(n_heads, n_kv_heads);
   const Index dh = q.cols() / n_heads, dv = v.cols() / n_kv_heads;
@@ -162,7 +183,7 @@ void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatri
 template <Scalar T, cache::RetentionPolicy R, class K = kernels::Softmax, class M = CausalMask>
 void grouped_attention_into(ConstMatrixRef<T> q, const KVCache<T, R>& cache, MatrixRef<T> y,
                             Index n_heads, const K& kernel = {}, const M& mask = {}) {
-  static_assert(detail::check_policies<K, M>());
+  static_assert(detail::check_head_policies<K, M>());
   constexpr const char* what = "grouped_attention_into (cache)";
   const KVCacheConfig& c = cache.config();
   (void)GroupedQuery::kv_heads(n_heads, c.n_kv_heads);

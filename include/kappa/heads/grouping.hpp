@@ -85,11 +85,16 @@ struct GroupedRows {
   struct Bound {
     using Inner = decltype(std::declval<const M&>().bind(0, 0));
     static constexpr bool kHasHoles = Inner::kHasHoles;
+    static constexpr bool kHasBias = BiasedBound<Inner>;
     Inner b;
     Index group;
     [[nodiscard]] KeyRange range(Index r) const { return b.range(r / group); }
     [[nodiscard]] bool allowed(Index r, Index j) const requires Inner::kHasHoles {
       return b.allowed(r / group, j);
+    }
+    template <class T>
+    void add_bias(Index r, Index j0, T* scores, Index len) const requires kHasBias {
+      b.add_bias(r / group, j0, scores, len);
     }
   };
   /// n_rows = N_Q G stacked rows.

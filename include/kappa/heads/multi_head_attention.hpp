@@ -365,7 +365,7 @@ class MultiHeadAttention {
   /// \throws ShapeError if x is not N x d_in (or d_kv_in != d_in).
   template <class M = NoMask>
   RowMatrix<T> forward(ConstMatrixRef<T> x, const M& mask = {}) const {
-    static_assert(check_mask<M>());
+    static_assert(check_head_mask<M>());
     require_self_attention("MultiHeadAttention::forward");
     const std::vector<Index> off{0, x.rows()};
     return run(x, off, x, off, mask);
@@ -377,7 +377,7 @@ class MultiHeadAttention {
   template <class M = NoMask>
   RowMatrix<T> forward_cross(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv,
                              const M& mask = {}) const {
-    static_assert(check_mask<M>());
+    static_assert(check_head_mask<M>());
     const std::vector<Index> q_off{0, xq.rows()}, kv_off{0, xkv.rows()};
     return run(xq, q_off, xkv, kv_off, mask);
   }
@@ -388,7 +388,7 @@ class MultiHeadAttention {
   /// equal to forward() of each sequence alone.
   template <class M = NoMask>
   RowMatrix<T> forward(const SequenceBatch<T>& x, const M& mask = {}) const {
-    static_assert(check_mask<M>());
+    static_assert(check_head_mask<M>());
     require_self_attention("MultiHeadAttention::forward");
     const std::vector<Index> off = x.offsets();
     return run(x.rows, off, x.rows, off, mask);
@@ -401,7 +401,7 @@ class MultiHeadAttention {
   template <class M = NoMask>
   RowMatrix<T> forward_cross(const SequenceBatch<T>& xq, const SequenceBatch<T>& xkv,
                              const M& mask = {}) const {
-    static_assert(check_mask<M>());
+    static_assert(check_head_mask<M>());
     if (xq.lengths.size() != xkv.lengths.size()) {
       throw ShapeError(
           "kappa: MultiHeadAttention::forward_cross: " + std::to_string(xq.lengths.size()) +
@@ -569,7 +569,7 @@ class MultiHeadAttention {
   template <class M = NoMask>
   std::vector<RowMatrix<T>> head_weights(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv,
                                          const M& mask = {}) const {
-    static_assert(check_mask<M>());
+    static_assert(check_head_mask<M>());
     check_input("MultiHeadAttention::head_weights", "X^Q", xq, config_.d_in, "d_in");
     check_input("MultiHeadAttention::head_weights", "X^K", xkv, config_.d_kv_in, "d_kv_in");
     RowMatrix<T> q, k, v;
@@ -583,7 +583,7 @@ class MultiHeadAttention {
     for (Index h = 0; h < config_.n_heads; ++h) {
       const Index g = h / grp;
       auto d = attention_details(q.middleCols(h * dh, dh), k.middleCols(g * dh, dh),
-                                 v.middleCols(g * dv, dv), kernel_, mask);
+                                 v.middleCols(g * dv, dv), kernel_, detail::head_of(mask, h));
       weights.push_back(std::move(d.weights));
     }
     return weights;
