@@ -58,7 +58,13 @@ inline constexpr Index kDecodeRows = 16;
 /// Keys per chunk of the decode kernel (the unit of work of one thread).
 inline constexpr Index kDecodeChunk = 2048;
 /// Stored rows widened to T at once inside a chunk.
-inline constexpr Index kDecodeTile = 32;
+inline constexpr Index kDecodeTile = 64;
+/// From this many query rows on, a tile's scores and outputs are small GEMMs
+/// (the loaded keys and values are reused across the rows in registers):
+/// for rows widened into a tile, and (kDecodeGemmRowsNative) for a Native
+/// cache read in place, where up to 8 rows stream faster row by row.
+inline constexpr Index kDecodeGemmRows = 4;
+inline constexpr Index kDecodeGemmRowsNative = 9;
 
 namespace detail {
 /// Whether a bound mask adds score biases (kHasBias = true).
@@ -119,6 +125,8 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     ws.tile[t].resize(tile_size);
   }
   using Row = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>;
+  constexpr Index gemm_rows =
+      std::is_same_v<F, cache::Native> ? kDecodeGemmRowsNative : kDecodeGemmRows;
   using OutRow = Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>;
 
   const auto chunk = [&](Index c, std::size_t tid) {
@@ -126,7 +134,9 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     T* tile = ws.tile[tid].data();
     const Index b0 = lo + c * kDecodeChunk;
     const Index len = std::min(kDecodeChunk, hi - b0);
-    // Scores: x_rj = s q_r . k_j (times the row scale for Int8).
+    // Scores: x_rj = s q_r . k_j (times the row scale for Int8). Few rows:
+    // one dot product per (key, row); more rows: a small GEMM per tile,
+    // which reuses each loaded key across the rows in registers.
     for (Index t0 = 0; t0 < len; t0 += kDecodeTile) {
       const Index tl = std::min(kDecodeTile, len - t0);
       const T* base;
@@ -139,6 +149,17 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
           cache::widen_row<F, T>(k.row(b0 + t0 + jj), d, tile + jj * d);
         base = tile;
         stride = d;
+      }
+      if (m >= gemm_rows) {
+        const Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>> kt(
+            base, tl, d, Eigen::OuterStride<>(stride));
+        Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> st(sc + t0, m, tl,
+                                                             Eigen::OuterStride<>(len));
+        st.noalias() = ws.q_scaled * kt.transpose();  // (m, tl)
+        if constexpr (F::kScaled) {
+          for (Index jj = 0; jj < tl; ++jj) st.col(jj) *= static_cast<T>(k.scale(b0 + t0 + jj));
+        }
+        continue;
       }
       for (Index jj = 0; jj < tl; ++jj) {
         const Row k_j(base + jj * stride, d);
@@ -191,6 +212,19 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
           cache::widen_row<F, T>(v.row(b0 + t0 + jj), dv, tile + jj * dv);
         base = tile;
         stride = dv;
+      }
+      bool full = m >= gemm_rows;  // every row sees every key of the tile
+      for (Index r = 0; r < m && full; ++r) full = a[r] <= t0 && t0 + tl <= e[r];
+      if (full) {
+        Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>> vt(base, tl, dv,
+                                                                   Eigen::OuterStride<>(stride));
+        Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> at(sc + t0, m, tl,
+                                                             Eigen::OuterStride<>(len));
+        if constexpr (F::kScaled) {
+          for (Index jj = 0; jj < tl; ++jj) at.col(jj) *= static_cast<T>(v.scale(b0 + t0 + jj));
+        }
+        y_c.noalias() += at * vt;  // (m, d_v)
+        continue;
       }
       for (Index jj = 0; jj < tl; ++jj) {
         const Index j = t0 + jj;

@@ -41,7 +41,7 @@
 #include <stdexcept>
 #include <string>
 
-#if defined(__F16C__) && defined(__AVX__)
+#if (defined(__F16C__) && defined(__AVX__)) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -225,9 +225,28 @@ void decode_row(const typename F::template Element<T>* in, Index n, float scale,
 /// multiplies the dot product by it instead); the other formats as decode_row.
 template <StorageFormat F, Scalar T>
 void widen_row(const typename F::template Element<T>* in, Index n, T* x) {
+  Index j = 0;
+#if defined(__AVX2__)
+  // 8 values per step: zero- (BF16) or sign-extend (Int8) to 32 bits.
+  if constexpr (std::same_as<T, float> && std::same_as<F, BF16>) {
+    for (; j + 8 <= n; j += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j));
+      const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+      _mm256_storeu_ps(x + j, _mm256_castsi256_ps(w));
+    }
+  } else if constexpr (std::same_as<T, float> && std::same_as<F, Int8>) {
+    for (; j + 8 <= n; j += 8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + j));
+      _mm256_storeu_ps(x + j, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
+    }
+  }
+#endif
   if constexpr (std::same_as<F, Int8>) {
-    for (Index j = 0; j < n; ++j) x[j] = static_cast<T>(in[j]);
+    for (; j < n; ++j) x[j] = static_cast<T>(in[j]);
+  } else if constexpr (std::same_as<F, BF16>) {
+    for (; j < n; ++j) x[j] = static_cast<T>(float_from_bf16(in[j]));
   } else {
+    (void)j;
     decode_row<F, T>(in, n, 1.0f, x);
   }
 }
