@@ -147,12 +147,20 @@ class KVCache {
 
   /// K_g: stored() x d_head, a view into the storage (row order as in
   /// TokenStore). Native format only; the others use key_rows().
-  [[nodiscard]] ConstView keys(Index g) const requires std::same_as<F, cache::Native> {
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
+  [[nodiscard]] ConstView keys(Index g) const {
     require_index("kv head", g, config_.n_kv_heads, "the cache's kv heads");
     return store_.stream(g);
   }
   /// V_g: stored() x d_v, a view into the storage. Native format only.
-  [[nodiscard]] ConstView values(Index g) const requires std::same_as<F, cache::Native> {
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
+  [[nodiscard]] ConstView values(Index g) const {
     require_index("kv head", g, config_.n_kv_heads, "the cache's kv heads");
     return store_.stream(config_.n_kv_heads + g);
   }

@@ -156,7 +156,11 @@ class TokenStore {
   /// Row j is position j (Growable, FixedCapacity) or the ring slot j
   /// (SlidingWindow; see slot()).
   /// Native format only (the other formats hand out stored_rows()).
-  [[nodiscard]] ConstView stream(Index s) const requires std::same_as<F, Native> {
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, Native>
+  [[nodiscard]] ConstView stream(Index s) const {
     require_index("cache stream", s, streams(), "the cache's streams");
     const StreamMatrix& m = data_[static_cast<std::size_t>(s)];
     return ConstView(m, 0, 0, stored(), m.cols());

@@ -191,16 +191,22 @@ class LatentCache {
   [[nodiscard]] Index d_rope() const { return d_rope_; }
   /// The cached rows [c_KV | k^R] (length x (d_c + d_R)), a view (Native
   /// format only; every format has stored_rows()).
-  [[nodiscard]] ConstView rows() const requires std::same_as<F, cache::Native> {
-    return store_.stream(0);
-  }
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
+  [[nodiscard]] ConstView rows() const { return store_.stream(0); }
   /// c_KV (length x d_c) and k^R (length x d_R), views (Native format only).
-  [[nodiscard]] auto latent() const requires std::same_as<F, cache::Native> {
-    return rows().leftCols(d_latent_);
-  }
-  [[nodiscard]] auto rope_keys() const requires std::same_as<F, cache::Native> {
-    return rows().rightCols(d_rope_);
-  }
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
+  [[nodiscard]] auto latent() const { return rows().leftCols(d_latent_); }
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
+  [[nodiscard]] auto rope_keys() const { return rows().rightCols(d_rope_); }
   /// The cached rows [c_KV | k^R] in the storage format, a view.
   [[nodiscard]] Rows stored_rows() const { return store_.stored_rows(0); }
 
