@@ -30,6 +30,8 @@
 #include "kappa/embed/rope.hpp"
 #include "kappa/embed/rope_scaling.hpp"
 
+#include "kappa/cache/decode.hpp"
+#include "kappa/cache/formats.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/cache/token_store.hpp"
 #include "kappa/heads/grouped_attention.hpp"

@@ -46,12 +46,26 @@ template class cache::TokenStore<double, cache::SlidingWindow>;
 template class cache::TokenStore<float, cache::FixedCapacity>;
 template class KVCache<float>;
 template class KVCache<double, cache::SlidingWindow>;
+template class cache::TokenStore<float, cache::Growable, cache::BF16>;
+template class cache::TokenStore<double, cache::SlidingWindow, cache::Int8>;
+template class KVCache<float, cache::Growable, cache::BF16>;
+template class KVCache<double, cache::Growable, cache::BF16>;
+template class KVCache<float, cache::FixedCapacity, cache::F16>;
+template class KVCache<double, cache::SlidingWindow, cache::F16>;
+template class KVCache<float, cache::Growable, cache::Int8>;
+template class KVCache<double, cache::Growable, cache::Int8>;
+template struct cache::StoredRows<float, cache::BF16>;
+template struct cache::StoredRows<double, cache::Int8>;
+template struct DecodeWorkspace<float>;
+template struct DecodeWorkspace<double>;
 // (With NoPosition, clang 14 rejects an explicit instantiation: it does not
 // skip the constructors constrained on HeadWidthPosition. Those are used below.)
 template class MultiHeadAttention<float, kernels::Softmax, GroupedQuery, Rope<float>>;
 template class MultiHeadAttention<double, kernels::Softmax, MultiQuery, Rope<double, Interleaved>>;
 template class LatentCache<float>;
 template class LatentCache<double>;
+template class LatentCache<float, cache::Growable, cache::BF16>;
+template class LatentCache<double, cache::FixedCapacity, cache::Int8>;
 template class LatentAttention<float>;
 template class LatentAttention<double>;
 template class LatentAttention<float, NaiveLatent>;
@@ -116,6 +130,27 @@ void use_function_templates() {
   (void)MultiHeadAttention<T>(config).forward(x, all_of(CausalMask{}, HeadScoreBias<T>{}));
   (void)MultiHeadAttention<T>(config).forward(x);
   (void)MultiHeadAttention<T, kernels::EluPlusOne>(config).forward(x, CausalMask{});
+  {  // caches in stored formats, the decode kernel, the cached layer paths
+    KVCache<T, cache::Growable, cache::BF16> kv({.n_kv_heads = 1, .d_head = 4});
+    DecodeWorkspace<T> dws;
+    RowMatrix<T> yd(4, 4);
+    decode_attention_into<T, cache::BF16>(x.leftCols(4), kv.key_rows(0), kv.value_rows(0), yd, dws);
+    decode_attention_into<T, cache::BF16>(x.leftCols(4), kv.key_rows(0), kv.value_rows(0), yd, dws,
+                                          kernels::Softmax{}, CausalMask{}, 2);
+    MultiHeadAttention<T> mha(config);
+    KVCache<T, cache::Growable, cache::Int8> k8(mha.kv_cache_config());
+    KVCache<T, cache::SlidingWindow, cache::F16> kf(mha.kv_cache_config(), cache::SlidingWindow{4});
+    (void)mha.forward_cached(x, k8);
+    (void)mha.forward_cached(x, kf);
+    LatentConfig lc;
+    LatentCache<T, cache::Growable, cache::F16> lcache(lc);
+    (void)LatentAttention<T>(lc).forward_cached(x, lcache);
+    (void)LatentAttention<T, NaiveLatent>(lc).forward_cached(x, lcache);
+    (void)KVCache<T>::bytes_per_token(kv.config(), 80, cache::Int8{});
+    (void)LatentCache<T>::bytes_per_token(lc, 60, cache::BF16{});
+    const std::uint16_t h = f16_from_float(float_from_bf16(bf16_from_float(1.0f)));
+    (void)float_from_f16(h);
+  }
   product_into<T>(x, RowMatrix<T>(8, 8), y);
   product_transposed_into<T>(x, RowMatrix<T>(8, 8), y);
   io::write_npy("unused.npy", x);

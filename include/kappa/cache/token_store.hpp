@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "kappa/cache/formats.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
@@ -65,12 +66,20 @@ concept RetentionPolicy =
     std::same_as<R, Growable> || std::same_as<R, FixedCapacity> || std::same_as<R, SlidingWindow>;
 
 /// S per-token streams of widths width_0 .. width_{S-1} (see the file comment).
-template <Scalar T, RetentionPolicy R = Growable>
+/// \tparam F  storage format (formats.hpp): Native, BF16, F16 or Int8.
+template <Scalar T, RetentionPolicy R = Growable, StorageFormat F = Native>
 class TokenStore {
  public:
   using Retention = R;
+  using Format = F;
+  /// How one value is stored (T for Native).
+  using Element = typename F::template Element<T>;
+  /// The storage of one stream (capacity x width).
+  using StreamMatrix = Eigen::Matrix<Element, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   /// A read-only view of the live rows of one stream (no copy).
-  using ConstView = Eigen::Block<const RowMatrix<T>>;
+  using ConstView = Eigen::Block<const StreamMatrix>;
+  /// A view of the live rows of one stream in its storage format.
+  using Rows = StoredRows<T, F>;
 
   TokenStore() = default;
 
@@ -107,6 +116,10 @@ class TokenStore {
     (void)checked_mul("cache: storage (capacity x scalars per token)", cap, row_scalars_);
     data_.resize(widths_.size());
     for (std::size_t s = 0; s < widths_.size(); ++s) data_[s].resize(cap, widths_[s]);
+    if constexpr (F::kScaled) {
+      scales_.resize(widths_.size());
+      for (auto& sc : scales_) sc.resize(cap);
+    }
   }
 
   /// t: tokens appended so far, which is the position of the next token.
@@ -123,11 +136,12 @@ class TokenStore {
   [[nodiscard]] Index streams() const { return static_cast<Index>(widths_.size()); }
   [[nodiscard]] Index width(Index s) const { return widths_[static_cast<std::size_t>(s)]; }
   [[nodiscard]] const R& retention() const { return retention_; }
-  /// Bytes of one token over all streams: sizeof(T) * sum_s width_s.
+  /// Bytes of one token over all streams: sum_s row_bytes(width_s), i.e.
+  /// sizeof(element) sum_s width_s, plus 4 bytes of scale per stream for Int8.
   [[nodiscard]] std::size_t bytes_per_token() const {
-    std::size_t w = 0;
-    for (Index x : widths_) w += static_cast<std::size_t>(x);
-    return w * sizeof(T);
+    std::size_t b = 0;
+    for (Index x : widths_) b += row_bytes<F, T>(static_cast<std::size_t>(x));
+    return b;
   }
   /// Bytes of the live rows (what attention over the cache reads).
   [[nodiscard]] std::size_t bytes() const {
@@ -141,10 +155,29 @@ class TokenStore {
   /// The live rows of stream s: stored() x width_s, a view into the storage.
   /// Row j is position j (Growable, FixedCapacity) or the ring slot j
   /// (SlidingWindow; see slot()).
+  /// Native format only (the other formats hand out stored_rows()).
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, Native>
   [[nodiscard]] ConstView stream(Index s) const {
     require_index("cache stream", s, streams(), "the cache's streams");
-    const RowMatrix<T>& m = data_[static_cast<std::size_t>(s)];
+    const StreamMatrix& m = data_[static_cast<std::size_t>(s)];
     return ConstView(m, 0, 0, stored(), m.cols());
+  }
+
+  /// The live rows of stream s in the storage format (row order as stream()),
+  /// a view: what the decode kernel reads.
+  [[nodiscard]] Rows stored_rows(Index s) const {
+    require_index("cache stream", s, streams(), "the cache's streams");
+    const StreamMatrix& m = data_[static_cast<std::size_t>(s)];
+    Rows r;
+    r.data = m.data();
+    r.rows = stored();
+    r.cols = m.cols();
+    r.stride = m.cols();
+    if constexpr (F::kScaled) r.scales = scales_[static_cast<std::size_t>(s)].data();
+    return r;
   }
 
   /// The storage row that holds `position` (first_position() <= position < t).
@@ -183,13 +216,21 @@ class TokenStore {
                      "each stream gets n rows of its own width");
     }
     if (n == 0) return;
+    if constexpr (F::kScaled) {
+      // Int8 cannot store a non-finite value: check everything before writing.
+      for (std::size_t s = 0; s < rows.size(); ++s) {
+        if (!rows[s].allFinite()) {
+          throw std::invalid_argument(
+              "kappa: cache append: stream " + std::to_string(s) +
+              " has a NaN or infinite value, which the Int8 format cannot store");
+        }
+      }
+    }
     if constexpr (R::kWindowed) {
       const Index w = retention_.window;
       const Index keep = std::min(n, w);  // only the last W of the new rows survive
       for (std::size_t s = 0; s < rows.size(); ++s) {
-        for (Index i = n - keep; i < n; ++i) {
-          data_[s].row((length_ + i) % w) = rows[s].row(i);
-        }
+        for (Index i = n - keep; i < n; ++i) put(s, (length_ + i) % w, rows[s], i);
       }
     } else {
       const Index need = length_ + n;
@@ -200,7 +241,13 @@ class TokenStore {
           throw_full(n);
         }
       }
-      for (std::size_t s = 0; s < rows.size(); ++s) data_[s].middleRows(length_, n) = rows[s];
+      for (std::size_t s = 0; s < rows.size(); ++s) {
+        if constexpr (std::same_as<F, Native>) {
+          data_[s].middleRows(length_, n) = rows[s];
+        } else {
+          for (Index i = 0; i < n; ++i) put(s, length_ + i, rows[s], i);
+        }
+      }
     }
     length_ += n;
   }
@@ -247,12 +294,20 @@ class TokenStore {
                        std::to_string(first) + " are not all stored (stored: " +
                        std::to_string(first_position()) + ".." + std::to_string(length_ - 1) + ")");
     }
-    const RowMatrix<T>& m = data_[static_cast<std::size_t>(s)];
+    const StreamMatrix& m = data_[static_cast<std::size_t>(s)];
     Index done = 0;
     while (done < count) {
       const Index row = slot(first + done);
       const Index run = std::min(count - done, capacity() - row);
-      out.middleRows(done, run) = m.middleRows(row, run);
+      if constexpr (std::same_as<F, Native>) {
+        out.middleRows(done, run) = m.middleRows(row, run);
+      } else {
+        const Rows rs = stored_rows(s);
+        for (Index i = 0; i < run; ++i) {
+          decode_row<F, T>(m.row(row + i).data(), width, rs.scale(row + i),
+                           out.row(done + i).data());
+        }
+      }
       done += run;
     }
   }
@@ -266,16 +321,33 @@ class TokenStore {
   void reallocate(Index cap) {
     (void)checked_mul("cache: storage (capacity x scalars per token)", cap, row_scalars_);
     for (std::size_t s = 0; s < data_.size(); ++s) {
-      RowMatrix<T> bigger(cap, widths_[s]);
+      StreamMatrix bigger(cap, widths_[s]);
       bigger.topRows(length_) = data_[s].topRows(length_);
       data_[s].swap(bigger);
+      if constexpr (F::kScaled) {
+        Eigen::VectorXf more(cap);
+        more.head(length_) = scales_[s].head(length_);
+        scales_[s].swap(more);
+      }
+    }
+  }
+  /// Stores row i of src as storage row `row` of stream s.
+  void put(std::size_t s, Index row, const ConstMatrixRef<T>& src, Index i) {
+    if constexpr (std::same_as<F, Native>) {
+      data_[s].row(row) = src.row(i);
+    } else {
+      // src's rows are contiguous (row-major) even when src is a column block.
+      float scale = 0.0f;
+      encode_row<F, T>(src.row(i).data(), src.cols(), data_[s].row(row).data(), &scale);
+      if constexpr (F::kScaled) scales_[s](row) = scale;
     }
   }
 
   R retention_{};
   std::vector<Index> widths_;
-  std::vector<RowMatrix<T>> data_;
-  Index row_scalars_ = 0;  // sum_s width_s
+  std::vector<StreamMatrix> data_;
+  std::vector<Eigen::VectorXf> scales_;  // Int8: one scale per row of each stream
+  Index row_scalars_ = 0;                // sum_s width_s
   Index length_ = 0;
 };
 

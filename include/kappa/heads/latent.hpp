@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -46,6 +47,8 @@
 #include <type_traits>
 
 #include "kappa/attention/attention.hpp"
+#include "kappa/cache/decode.hpp"
+#include "kappa/cache/formats.hpp"
 #include "kappa/cache/token_store.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
@@ -157,15 +160,24 @@ struct HfDeepSeekV2AttentionWeights {
 /// The latent cache of one layer: per token the row [c_KV | k^R]
 /// (d_c + d_R values), in a preallocated TokenStore (one stream). Same
 /// append / truncate / reset / capacity / bytes() interface as KVCache.
-template <Scalar T, cache::RetentionPolicy R = cache::Growable>
+/// \tparam F  storage format (cache/formats.hpp): cache::Native (T),
+///            cache::BF16, cache::F16 or cache::Int8 (one scale per token
+///            for the whole row [c_KV | k^R]). DeepSeek-V2 (60 layers, d_c
+///            512, d_R 64) holds 138240 bytes per token in float, 69120 in
+///            BF16 or F16 and 34800 in Int8.
+template <Scalar T, cache::RetentionPolicy R = cache::Growable,
+          cache::StorageFormat F = cache::Native>
 class LatentCache {
   static_assert(!R::kWindowed,
                 "kappa: LatentCache supports cache::Growable and cache::FixedCapacity; latent "
                 "attention with a sliding window is not implemented");
 
  public:
-  using Store = cache::TokenStore<T, R>;
+  using Format = F;
+  using Store = cache::TokenStore<T, R, F>;
   using ConstView = typename Store::ConstView;
+  /// The cached rows in the storage format (see cache/formats.hpp).
+  using Rows = typename Store::Rows;
 
   explicit LatentCache(const LatentConfig& config, R retention = {})
       : d_latent_(config.d_latent),
@@ -177,11 +189,26 @@ class LatentCache {
   [[nodiscard]] Index capacity() const { return store_.capacity(); }
   [[nodiscard]] Index d_latent() const { return d_latent_; }
   [[nodiscard]] Index d_rope() const { return d_rope_; }
-  /// The cached rows [c_KV | k^R] (length x (d_c + d_R)), a view.
+  /// The cached rows [c_KV | k^R] (length x (d_c + d_R)), a view (Native
+  /// format only; every format has stored_rows()).
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
   [[nodiscard]] ConstView rows() const { return store_.stream(0); }
-  /// c_KV (length x d_c) and k^R (length x d_R), views.
+  /// c_KV (length x d_c) and k^R (length x d_R), views (Native format only).
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
   [[nodiscard]] auto latent() const { return rows().leftCols(d_latent_); }
+  // (A member template, so that an explicit instantiation of the class for
+  // another format does not instantiate it: clang 14 would.)
+  template <class F2 = F>
+  requires std::same_as<F2, cache::Native>
   [[nodiscard]] auto rope_keys() const { return rows().rightCols(d_rope_); }
+  /// The cached rows [c_KV | k^R] in the storage format, a view.
+  [[nodiscard]] Rows stored_rows() const { return store_.stored_rows(0); }
 
   /// Appends n rows [c_KV | k^R] (n x (d_c + d_R)).
   /// \throws ShapeError for a wrong width; RangeError past a fixed capacity.
@@ -195,7 +222,8 @@ class LatentCache {
   void reset() { store_.reset(); }
   /// Bytes of the live rows: length x bytes_per_token().
   [[nodiscard]] std::size_t bytes() const { return store_.bytes(); }
-  /// Bytes this cache holds per token: (d_c + d_R) sizeof(T).
+  /// Bytes this cache holds per token: (d_c + d_R) x the bytes of a stored
+  /// value (+ 4 for the Int8 scale).
   [[nodiscard]] std::size_t bytes_per_token() const { return store_.bytes_per_token(); }
   /// Bytes per token of a latent cache for a model of `layers` layers, each
   /// scalar stored in `bytes_per_scalar` bytes (sizeof(T) unless given):
@@ -211,6 +239,21 @@ class LatentCache {
     return static_cast<std::size_t>(checked_mul("latent cache bytes per token: elements x bytes",
                                                 latent_cache_elements_per_token(c, layers),
                                                 static_cast<Index>(bytes_per_scalar), kAny));
+  }
+  /// Bytes per token of a latent cache of `layers` layers stored in format
+  /// F2: (d_c + d_R) layers sizeof(element), plus 4 layers bytes of row
+  /// scales for Int8. \throws RangeError as the overload above.
+  template <cache::StorageFormat F2>
+  static std::size_t bytes_per_token(const LatentConfig& c, Index layers, F2 /*format*/) {
+    constexpr Index kAny = std::numeric_limits<Index>::max();
+    const std::size_t values = bytes_per_token(c, layers, sizeof(typename F2::template Element<T>));
+    if constexpr (!F2::kScaled) {
+      return values;
+    } else {
+      return static_cast<std::size_t>(checked_add(
+          "latent cache bytes per token: values + scales", static_cast<Index>(values),
+          checked_mul("latent cache: scale bytes, 4 x layers", layers, Index{4}, kAny), kAny));
+    }
   }
 
  private:
@@ -384,15 +427,27 @@ class LatentAttention {
   /// Appends x's tokens (N x d) to the cache, then attends from them to
   /// every cached token (causal): prefill with N > 1, decoding with N = 1.
   /// Token i sits at position cache.length() + i. Returns Y (N x d).
-  template <cache::RetentionPolicy R>
-  RowMatrix<T> forward_cached(ConstMatrixRef<T> x, LatentCache<T, R>& cache) const {
+  ///
+  /// The cache may store any format. With BF16, F16 or Int8 the
+  /// weight-absorbed path attends over the stored rows through the decode
+  /// kernel (cache/decode.hpp; the N_Q H stacked query rows in blocks of
+  /// kDecodeRows); the naive path, which up-projects K^C_h and V_h (N x d_h
+  /// each) for every head anyway, first decodes the rows to T.
+  template <cache::RetentionPolicy R, cache::StorageFormat F>
+  RowMatrix<T> forward_cached(ConstMatrixRef<T> x, LatentCache<T, R, F>& cache) const {
     require_shapes(cache.d_latent() == c_.d_latent && cache.d_rope() == c_.d_rope,
                    "LatentAttention::forward_cached", "the cache (d_c x d_R)", cache.d_latent(),
                    cache.d_rope(), "the layer (d_c x d_R)", c_.d_latent, c_.d_rope,
                    "the cache must be made for this layer's config");
     const Index first = cache.length();
     cache.append(latent_rows(x, first));
-    return attend(x, first, cache.rows());
+    if constexpr (std::same_as<F, cache::Native>) {
+      return attend(x, first, cache.rows());
+    } else if constexpr (std::is_same_v<Path, NaiveLatent>) {
+      return attend(x, first, cache.stored_rows().decoded());
+    } else {
+      return attend_absorbed_stored(queries(x, first), cache.stored_rows());
+    }
   }
 
  private:
@@ -511,6 +566,34 @@ class LatentAttention {
     attention_into<T>(q_stacked, kv, kv.leftCols(dc), o_stacked, ws, softmax,
                       GroupedRows<CausalMask>{&causal, h_n});
     RowMatrix<T> o(n_q, h_n * dv);  // [O_1 ... O_H], O_h = (A_h c_KV / Z_h) W^UV_h
+    for (Index h = 0; h < h_n; ++h) {
+      o.middleCols(h * dv, dv).noalias() =
+          o_lat.middleCols(h * dc, dc) * w_.w_uv.middleCols(h * dv, dv);  // (N_Q, d_v)
+    }
+    return o * w_.w_o;  // (N_Q, d)
+  }
+
+  /// attend_absorbed over rows stored in format F, through the decode kernel.
+  template <cache::StorageFormat F>
+  RowMatrix<T> attend_absorbed_stored(const RowMatrix<T>& q,
+                                      const cache::StoredRows<T, F>& kv) const {
+    const Index n_q = q.rows(), h_n = c_.n_heads, dh = c_.d_head, dr = c_.d_rope,
+                dv = c_.value_width(), dc = c_.d_latent, w = dc + dr;
+    RowMatrix<T> q_abs(n_q, h_n * w);  // as in attend_absorbed
+    for (Index h = 0; h < h_n; ++h) {
+      q_abs.middleCols(h * w, dc).noalias() =
+          q.middleCols(h * dh, dh) * w_.w_uk.middleCols(h * dh, dh).transpose();  // (N_Q, d_c)
+      q_abs.middleCols(h * w + dc, dr) = q.middleCols(h_n * dh + h * dr, dr);     // (N_Q, d_R)
+    }
+    const Eigen::Map<const RowMatrix<T>> q_stacked(q_abs.data(), n_q * h_n, w);
+    RowMatrix<T> o_lat(n_q, h_n * dc);
+    Eigen::Map<RowMatrix<T>> o_stacked(o_lat.data(), n_q * h_n, dc);
+    DecodeWorkspace<T> ws;
+    const kernels::Softmax softmax{.scale = static_cast<double>(scale_)};
+    // Row i H + h is head h of token i: group H maps it to the mask's row i.
+    decode_attention_into<T, F>(q_stacked, kv, kv.middle_cols(0, dc), o_stacked, ws, softmax,
+                                CausalMask{}, h_n);
+    RowMatrix<T> o(n_q, h_n * dv);
     for (Index h = 0; h < h_n; ++h) {
       o.middleCols(h * dv, dv).noalias() =
           o_lat.middleCols(h * dc, dc) * w_.w_uv.middleCols(h * dv, dv);  // (N_Q, d_v)

@@ -41,6 +41,7 @@
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/cache/decode.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
@@ -422,8 +423,8 @@ class MultiHeadAttention {
   /// \throws ShapeError if x or the cache's shape do not fit this layer;
   ///         RangeError when a FixedCapacity cache would overflow (the cache
   ///         is then unchanged).
-  template <cache::RetentionPolicy R>
-  RowMatrix<T> forward_cached(ConstMatrixRef<T> x, KVCache<T, R>& cache) const {
+  template <cache::RetentionPolicy R, cache::StorageFormat F>
+  RowMatrix<T> forward_cached(ConstMatrixRef<T> x, KVCache<T, R, F>& cache) const {
     require_self_attention("MultiHeadAttention::forward_cached");
     check_input("MultiHeadAttention::forward_cached", "x", x, config_.d_in, "d_in");
     check_cache("MultiHeadAttention::forward_cached", cache);
@@ -438,24 +439,21 @@ class MultiHeadAttention {
     apply_position(k, h_kv, 0, n, t0);
     RowMatrix<T> y(n, config_.n_heads * dv);  // (n, H d_v)
     const std::vector<Index> q_off{0, n};
-    const auto from_cache = [&cache](Index /*b*/, Index g) {
-      return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));
-    };
     if constexpr (!R::kWindowed) {
       cache.append(k, v);
-      attend_all(q, q_off, from_cache, y, CausalMask{});
+      attend_cache(q, cache, y, CausalMask{});
     } else {
       const Index w = cache.store().retention().window;
       if (t0 + n <= w) {
         // No wrap yet: the ring holds positions 0 .. t0 + n - 1 in order, all
         // inside every query's window.
         cache.append(k, v);
-        attend_all(q, q_off, from_cache, y, CausalMask{});
+        attend_cache(q, cache, y, CausalMask{});
       } else if (n == 1) {
         // The ring holds exactly the window of the new token (in ring order,
         // which attention does not care about).
         cache.append(k, v);
-        attend_all(q, q_off, from_cache, y, NoMask{});
+        attend_cache(q, cache, y, NoMask{});
       } else {
         // A chunk of n > 1 tokens after wrapping: its first tokens need keys
         // the chunk itself evicts, so gather the last W - 1 cached tokens in
@@ -495,9 +493,9 @@ class MultiHeadAttention {
   ///         sequences, a cache is null, repeated or of another shape;
   ///         RangeError if a FixedCapacity cache would overflow (then no
   ///         cache changes).
-  template <cache::RetentionPolicy R>
+  template <cache::RetentionPolicy R, cache::StorageFormat F>
   RowMatrix<T> forward_cached(const SequenceBatch<T>& x,
-                              const std::vector<KVCache<T, R>*>& caches) const {
+                              const std::vector<KVCache<T, R, F>*>& caches) const {
     constexpr const char* what = "MultiHeadAttention::forward_cached (batch)";
     require_self_attention(what);
     check_input(what, "x", x.rows, config_.d_in, "d_in");
@@ -508,7 +506,7 @@ class MultiHeadAttention {
                        " sequences but " + std::to_string(caches.size()) + " caches");
     }
     std::vector<const void*> seen;
-    for (const KVCache<T, R>* c : caches) {
+    for (const KVCache<T, R, F>* c : caches) {
       if (c == nullptr) throw ShapeError(std::string("kappa: ") + what + ": a cache is null");
       check_cache(what, *c);
       seen.push_back(c);
@@ -517,9 +515,10 @@ class MultiHeadAttention {
     if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
       throw ShapeError(std::string("kappa: ") + what + ": the same cache is given twice");
     }
-    if constexpr (R::kWindowed) {
-      // The ring needs the per-sequence chunk logic: run the sequences one
-      // by one (each still spreads its kv heads over the threads).
+    if constexpr (R::kWindowed || !std::same_as<F, cache::Native>) {
+      // The ring needs the per-sequence chunk logic, a stored format the
+      // decode kernel: run the sequences one by one (each still spreads its
+      // work over the threads).
       RowMatrix<T> out(x.rows.rows(), config_.d_out);
       for (std::size_t b = 0; b < n_seq; ++b) {
         out.middleRows(off[b], off[b + 1] - off[b]) =
@@ -529,7 +528,7 @@ class MultiHeadAttention {
     } else {
       if constexpr (std::same_as<R, cache::FixedCapacity>) {
         for (std::size_t b = 0; b < n_seq; ++b) {
-          const KVCache<T, R>& c = *caches[b];
+          const KVCache<T, R, F>& c = *caches[b];
           if (c.length() + (off[b + 1] - off[b]) > c.capacity()) {
             throw RangeError("kappa: cache: appending " + std::to_string(off[b + 1] - off[b]) +
                              " tokens to " + std::to_string(c.length()) +
@@ -553,7 +552,7 @@ class MultiHeadAttention {
       }
       RowMatrix<T> y(q.rows(), config_.n_heads * config_.d_v);  // (sum N_b, H d_v)
       const auto from_caches = [&caches](Index b, Index g) {
-        const KVCache<T, R>& c = *caches[static_cast<std::size_t>(b)];
+        const KVCache<T, R, F>& c = *caches[static_cast<std::size_t>(b)];
         return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(c.keys(g), c.values(g));
       };
       attend_all(q, off, from_caches, y, CausalMask{});
@@ -671,8 +670,8 @@ class MultiHeadAttention {
                      " but the layer expects " + std::to_string(cols) + " columns (" + width_name +
                      ")");
   }
-  template <cache::RetentionPolicy R>
-  void check_cache(const char* what, const KVCache<T, R>& cache) const {
+  template <cache::RetentionPolicy R, cache::StorageFormat F>
+  void check_cache(const char* what, const KVCache<T, R, F>& cache) const {
     const KVCacheConfig& cc = cache.config();
     if (cc.n_kv_heads != config_.n_kv_heads || cc.d_head != config_.d_head ||
         cc.value_width() != config_.d_v) {
@@ -721,6 +720,71 @@ class MultiHeadAttention {
         MatrixRef<T> block(m.block(row0, h * dh, rows, dh));
         position_.apply(block, first_position);
       }
+    }
+  }
+
+  /// Attention of the n queries q (n x H d_head) over everything `cache`
+  /// stores, into y (n x H d_v); `mask` bound to (n, stored()). Score kernels
+  /// with few rows per kv head (decode), and every stored format, go through
+  /// the decode kernel; a Native cache otherwise through attend_all.
+  template <class M, cache::RetentionPolicy R, cache::StorageFormat F>
+  void attend_cache(const RowMatrix<T>& q, const KVCache<T, R, F>& cache, RowMatrix<T>& y,
+                    const M& mask) const {
+    const Index n = q.rows(), grp = group_size(), h_kv = config_.n_kv_heads;
+    bool use_decode = ScoreKernel<Kernel>;
+    if constexpr (std::same_as<F, cache::Native>) use_decode = use_decode && n * grp <= kDecodeRows;
+    if (!use_decode) {
+      if constexpr (std::same_as<F, cache::Native>) {
+        const std::vector<Index> q_off{0, n};
+        const auto from_cache = [&cache](Index /*b*/, Index g) {
+          return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));
+        };
+        attend_all(q, q_off, from_cache, y, mask);
+        return;
+      } else {
+        static_assert(ScoreKernel<Kernel>,
+                      "kappa: a cache in a stored format (BF16, F16, Int8) needs a score kernel");
+      }
+    }
+    if constexpr (ScoreKernel<Kernel>) {
+      (void)mask.bind(n, cache.stored());  // validate before any parallel region
+      const Index dh = config_.d_head, dv = config_.d_v;
+      const auto head = [&](Index g, DecodeWorkspace<T>& ws, RowMatrix<T>& qg, RowMatrix<T>& yg) {
+        if (n == 1) {  // the G heads of kv head g are G contiguous rows: no copy
+          const Eigen::Map<const RowMatrix<T>> qm(q.data() + g * grp * dh, grp, dh);
+          Eigen::Map<RowMatrix<T>> ym(y.data() + g * grp * dv, grp, dv);
+          decode_attention_into<T, F>(qm, cache.key_rows(g), cache.value_rows(g), ym, ws, kernel_,
+                                      mask, grp);
+          return;
+        }
+        qg.resize(n * grp, dh);  // row i G + j: query i of head g G + j
+        yg.resize(n * grp, dv);
+        for (Index i = 0; i < n; ++i)
+          qg.middleRows(i * grp, grp) =
+              Eigen::Map<const RowMatrix<T>>(q.data() + i * q.cols() + g * grp * dh, grp, dh);
+        decode_attention_into<T, F>(qg, cache.key_rows(g), cache.value_rows(g), yg, ws, kernel_,
+                                    mask, grp);
+        for (Index i = 0; i < n; ++i)
+          Eigen::Map<RowMatrix<T>>(y.data() + i * y.cols() + g * grp * dv, grp, dv) =
+              yg.middleRows(i * grp, grp);
+      };
+#ifdef _OPENMP
+      // A short cache is one chunk per head: spread the heads instead.
+      const int threads = static_cast<int>(std::min<Index>(num_threads(), h_kv));
+      if (threads > 1 && cache.stored() <= kDecodeChunk) {
+#pragma omp parallel num_threads(threads)
+        {
+          DecodeWorkspace<T> ws;
+          RowMatrix<T> qg, yg;
+#pragma omp for schedule(dynamic, 1)
+          for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
+        }
+        return;
+      }
+#endif
+      DecodeWorkspace<T> ws;
+      RowMatrix<T> qg, yg;
+      for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
     }
   }
 
