@@ -10,6 +10,7 @@
 #include "kappa/core/threading.hpp"
 #include "kappa/version.hpp"
 
+#include "kappa/attention/approximation.hpp"
 #include "kappa/attention/attention.hpp"
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"

@@ -31,6 +31,8 @@ template class Rope<double, Interleaved>;
 // ---- attention, heads, caches ---------------------------------------------
 template class LinearAttentionState<float, kernels::EluPlusOne>;
 template class LinearAttentionState<double, kernels::EluPlusOne>;
+template struct ExactAttention<kernels::Softmax, NoMask>;
+template struct ExactAttention<kernels::EluPlusOne, CausalMask>;
 template class cache::TokenStore<float, cache::Growable>;
 template class cache::TokenStore<double, cache::SlidingWindow>;
 template class cache::TokenStore<float, cache::FixedCapacity>;
@@ -93,6 +95,15 @@ void use_function_templates() {
   (void)attention(x, x, x, kernels::ReLU{}, NoMask{});
   (void)attention_details(x, x, x, kernels::Linear{}, CausalMask{});
   (void)linear_attention(x, x, x, kernels::EluPlusOne{}, CausalMask{});
+  (void)compare_to_exact(x, x, x, ExactAttention<>{});
+  (void)compare_to_exact(
+      x, x, x,
+      with_weights([](const auto& q, const auto& k, const auto& v) { return attention(q, k, v); },
+                   [](const auto& q, const auto& k, const auto& v) {
+                     return attention_details(q, k, v).weights;
+                   }),
+      exact_attention(kernels::Softmax{}, CausalMask{}), {.runs = 1});
+  (void)relative_frobenius_error(x, x);
   grouped_attention_into<T>(x, x, x, y, 2, 1);
   const HeadsConfig config{.d_in = 8, .n_heads = 2};
   (void)MultiHeadAttention<T>(config).forward(x);
