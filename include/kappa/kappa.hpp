@@ -16,6 +16,7 @@
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/linear.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/attention/random_features.hpp"
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/bpe_train.hpp"

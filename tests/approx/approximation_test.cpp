@@ -91,6 +91,29 @@ TEST(CompareToExact, WeightsErrorOfUniformWeightsAgainstAPlainLoop) {
   EXPECT_TRUE(std::isnan(r_off.weights_error));
 }
 
+TEST(CompareToExact, AReusedExactRunGivesTheSameErrors) {
+  const RowMatrix<double> q = random_matrix<double>(12, 8, 19),
+                          k = random_matrix<double>(14, 8, 20);
+  const RowMatrix<double> v = random_matrix<double>(14, 3, 21);
+  const auto approx =
+      with_weights([](const auto& q_, const auto& k_,
+                      const auto& v_) { return attention(q_, k_, v_, kernels::Softmax{0.3}); },
+                   [](const auto& q_, const auto& k_, const auto& v_) {
+                     return attention_details(q_, k_, v_, kernels::Softmax{0.3}).weights;
+                   });
+  const ExactRun<double> run = run_exact(q, k, v);
+  ASSERT_TRUE(run.weights.has_value());
+  const auto fresh = compare_to_exact(q, k, v, approx);
+  const auto reused = compare_to_exact(q, k, v, approx, run);
+  EXPECT_GT(fresh.output_error, 0.01);
+  EXPECT_EQ(reused.output_error, fresh.output_error);
+  EXPECT_EQ(reused.weights_error, fresh.weights_error);
+  EXPECT_EQ(reused.exact_seconds, run.seconds);
+  // A run made from other inputs is refused.
+  const ExactRun<double> other = run_exact(q.topRows(5).eval(), k, v);
+  EXPECT_THROW(compare_to_exact(q, k, v, approx, other), ShapeError);
+}
+
 TEST(CompareToExact, MaskedReference) {
   // The exact side with a causal mask: the causal output compared with the
   // unmasked one has a nonzero error, and with the causal one zero.

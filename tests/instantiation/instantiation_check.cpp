@@ -33,6 +33,10 @@ template class LinearAttentionState<float, kernels::EluPlusOne>;
 template class LinearAttentionState<double, kernels::EluPlusOne>;
 template struct ExactAttention<kernels::Softmax, NoMask>;
 template struct ExactAttention<kernels::EluPlusOne, CausalMask>;
+template struct ExactRun<float>;
+template struct ExactRun<double>;
+template class LinearAttentionState<float, kernels::TrigonometricRandomFeatures>;
+template class LinearAttentionState<double, kernels::PositiveRandomFeatures>;
 template class cache::TokenStore<float, cache::Growable>;
 template class cache::TokenStore<double, cache::SlidingWindow>;
 template class cache::TokenStore<float, cache::FixedCapacity>;
@@ -104,6 +108,12 @@ void use_function_templates() {
                    }),
       exact_attention(kernels::Softmax{}, CausalMask{}), {.runs = 1});
   (void)relative_frobenius_error(x, x);
+  (void)compare_to_exact(x, x, x, ExactAttention<>{}, run_exact(x, x, x));
+  (void)linear_attention(x, x, x, kernels::PositiveRandomFeatures(8, 4, 1), CausalMask{});
+  (void)attention(x, x, x, kernels::TrigonometricRandomFeatures(8, 4, 1));
+  (void)LinearAttentionState<T, kernels::PositiveRandomFeatures>(
+      kernels::PositiveRandomFeatures(8, 4, 1))
+      .query(x);
   grouped_attention_into<T>(x, x, x, y, 2, 1);
   const HeadsConfig config{.d_in = 8, .n_heads = 2};
   (void)MultiHeadAttention<T>(config).forward(x);

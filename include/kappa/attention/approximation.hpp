@@ -262,6 +262,50 @@ inline bool peak_memory_supported() {
   return detail::reset_peak_rss().has_value();
 }
 
+/// The exact side measured once, to compare several approximations with it
+/// without running it again (see run_exact()).
+template <Scalar T>
+struct ExactRun {
+  RowMatrix<T> output;                     ///< Y (N_Q x d_V)
+  std::optional<RowMatrix<T>> weights;     ///< Z^-1 A, when the reference has weights() and asked
+  double seconds = 0;                      ///< median wall time of one call
+  std::optional<std::int64_t> peak_bytes;  ///< peak resident set growth of one call
+};
+
+namespace detail {
+template <class X>
+inline constexpr bool kIsExactRun = false;
+template <class T>
+inline constexpr bool kIsExactRun<ExactRun<T>> = true;
+}  // namespace detail
+
+/// Runs the exact reference once untimed (measuring memory) and opt.runs
+/// times timed, as compare_to_exact() does, and keeps Y (and W = Z^-1 A when
+/// `exact` has weights() and opt.weights is set). Pass the result to
+/// compare_to_exact() in place of the reference.
+/// 	hrows ShapeError, RangeError as compare_to_exact().
+template <class DQ, class DK, class DV, class Exact = ExactAttention<>>
+requires Scalar<typename DQ::Scalar> ExactRun<typename DQ::Scalar> run_exact(
+    const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+    const Exact& exact = {}, const CompareOptions& opt = {}) {
+  using T = typename DQ::Scalar;
+  static_assert(std::is_same_v<T, typename DK::Scalar> && std::is_same_v<T, typename DV::Scalar>,
+                "kappa: Q, K and V must have the same scalar type");
+  require_positive("compare_to_exact: runs", opt.runs);
+  detail::check_attention_shapes<T>(ConstMatrixRef<T>(q), ConstMatrixRef<T>(k),
+                                    ConstMatrixRef<T>(v));
+  const auto& qd = q.derived();
+  const auto& kd = k.derived();
+  const auto& vd = v.derived();
+  ExactRun<T> run;
+  run.output = detail::measure_calls<RowMatrix<T>>([&] { return RowMatrix<T>(exact(qd, kd, vd)); },
+                                                   opt, run.seconds, run.peak_bytes);
+  if constexpr (requires { RowMatrix<T>(exact.weights(qd, kd, vd)); }) {
+    if (opt.weights) run.weights = RowMatrix<T>(exact.weights(qd, kd, vd));
+  }
+  return run;
+}
+
 /// Runs the approximation `approx` and the exact reference `exact` on the same
 /// Q (N_Q x d_QK), K (N_KV x d_QK), V (N_KV x d_V) and reports how far apart
 /// they are and what each costs (ApproximationReport).
@@ -273,7 +317,8 @@ inline bool peak_memory_supported() {
 /// the weights error ||W~ - W||_F / ||W||_F is reported as well; otherwise it
 /// is NaN. `exact` defaults to softmax attention without a mask; pass
 /// exact_attention(kernel, mask) for another kernel or a mask (and capture the
-/// same mask in `approx`).
+/// same mask in `approx`), or an ExactRun from run_exact() to reuse one
+/// measurement of the reference for several approximations.
 ///
 /// Time: each side is called once untimed (its result is the one compared),
 /// then `opt.runs` times; the median wall time is reported. Threads are
@@ -287,8 +332,8 @@ inline bool peak_memory_supported() {
 /// Memory the allocator kept from earlier calls and hands out again is not
 /// counted (glibc's malloc_trim() is called first to limit that), and the
 /// kernel updates its counters in batches, so the figure is good to about
-/// 100 KB: small working sets may read as 0. Elsewhere, or
-/// with `opt.memory` false, the fields are empty.
+/// 100 KB: small working sets may read as 0. Elsewhere, or with `opt.memory`
+/// false, the fields are empty.
 ///
 /// \throws ShapeError when Q, K, V do not fit together or a result has the
 ///         wrong shape; RangeError when opt.runs < 1; whatever the callables
@@ -313,24 +358,43 @@ requires Scalar<typename DQ::Scalar> ApproximationReport compare_to_exact(
 
   ApproximationReport report;
   report.runs = opt.runs;
-  const RowMatrix<T> y =
-      detail::measure_calls<RowMatrix<T>>([&] { return RowMatrix<T>(exact(qd, kd, vd)); }, opt,
-                                          report.exact_seconds, report.exact_peak_bytes);
+  std::optional<ExactRun<T>> own_run;
+  constexpr bool kApproxHasWeights = requires {
+    RowMatrix<T>(approx.weights(qd, kd, vd));
+  };
+  if constexpr (!detail::kIsExactRun<Exact>) {
+    CompareOptions exact_opt = opt;
+    exact_opt.weights = opt.weights && kApproxHasWeights;  // W costs N_Q x N_KV: only if compared
+    own_run = run_exact(qd, kd, vd, exact, exact_opt);
+  }
+  const ExactRun<T>* reference = nullptr;
+  if constexpr (detail::kIsExactRun<Exact>) {
+    static_assert(std::is_same_v<Exact, ExactRun<T>>,
+                  "kappa: the ExactRun must have the scalar type of Q");
+    reference = &exact;
+  } else {
+    reference = &*own_run;
+  }
+  require_shapes(reference->output.rows() == qd.rows() && reference->output.cols() == vd.cols(),
+                 "compare_to_exact", "the exact Y", reference->output.rows(),
+                 reference->output.cols(), "(N_Q x d_V)", qd.rows(), vd.cols(),
+                 "the reference must be N_Q x d_V (was the ExactRun made from these inputs?)");
+  report.exact_seconds = reference->seconds;
+  report.exact_peak_bytes = reference->peak_bytes;
   const RowMatrix<T> y_approx =
       detail::measure_calls<RowMatrix<T>>([&] { return RowMatrix<T>(approx(qd, kd, vd)); }, opt,
                                           report.approx_seconds, report.approx_peak_bytes);
-  require_shapes(y_approx.rows() == y.rows() && y_approx.cols() == y.cols(), "compare_to_exact",
-                 "the approximation's Y", y_approx.rows(), y_approx.cols(), "the exact Y", y.rows(),
-                 y.cols(), "the approximation must return N_Q x d_V");
-  report.output_error = relative_frobenius_error(y_approx, y);
+  require_shapes(
+      y_approx.rows() == reference->output.rows() && y_approx.cols() == reference->output.cols(),
+      "compare_to_exact", "the approximation's Y", y_approx.rows(), y_approx.cols(), "the exact Y",
+      reference->output.rows(), reference->output.cols(),
+      "the approximation must return N_Q x d_V");
+  report.output_error = relative_frobenius_error(y_approx, reference->output);
 
-  if constexpr (requires {
-                  RowMatrix<T>(approx.weights(qd, kd, vd));
-                  RowMatrix<T>(exact.weights(qd, kd, vd));
-                }) {
-    if (opt.weights) {
+  if constexpr (kApproxHasWeights) {
+    if (opt.weights && reference->weights) {
       const RowMatrix<T> w_approx(approx.weights(qd, kd, vd));
-      const RowMatrix<T> w(exact.weights(qd, kd, vd));
+      const RowMatrix<T>& w = *reference->weights;
       require_shapes(w_approx.rows() == w.rows() && w_approx.cols() == w.cols(), "compare_to_exact",
                      "the approximation's weights", w_approx.rows(), w_approx.cols(),
                      "the exact weights", w.rows(), w.cols(), "the weights must be N_Q x N_KV");
