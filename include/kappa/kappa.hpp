@@ -16,7 +16,11 @@
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/linear.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/attention/nystrom.hpp"
 #include "kappa/attention/random_features.hpp"
+#include "kappa/attention/sampled.hpp"
+#include "kappa/attention/sketch.hpp"
+#include "kappa/attention/whole_attention.hpp"
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/bpe_train.hpp"

@@ -46,6 +46,11 @@ template class KVCache<double, cache::SlidingWindow>;
 // skip the constructors constrained on HeadWidthPosition. Those are used below.)
 template class MultiHeadAttention<float, kernels::Softmax, GroupedQuery, Rope<float>>;
 template class MultiHeadAttention<double, kernels::Softmax, MultiQuery, Rope<double, Interleaved>>;
+template class MultiHeadAttention<float, approx::Nystrom>;
+template class MultiHeadAttention<double, approx::SequenceSketch, GroupedQuery>;
+template class MultiHeadAttention<float, approx::SampledAttention, MultiQuery, Rope<float>>;
+template struct approx::SampledParts<float>;
+template struct approx::SampledParts<double>;
 template class LatentCache<float>;
 template class LatentCache<double>;
 template class LatentAttention<float>;
@@ -118,6 +123,15 @@ void use_function_templates() {
   const HeadsConfig config{.d_in = 8, .n_heads = 2};
   (void)MultiHeadAttention<T>(config).forward(x);
   (void)MultiHeadAttention<T, kernels::EluPlusOne>(config).forward(x, CausalMask{});
+  (void)approx::approximate_attention(approx::Nystrom(2), x, x, x, KeyPaddingMask{Index{3}});
+  (void)approx::approximate_attention(approx::SequenceSketch(2), x, x, x);
+  (void)approx::approximate_attention(approx::SampledAttention(2), x, x, x, CausalMask{});
+  (void)approx::SampledAttention(2).parts<T>(x, x, x, BooleanMask{});
+  approx::SequenceSketch sketch(2);
+  sketch.prepare<T>(4);
+  grouped_attention_into<T>(x, x, x, y, 2, 1, approx::Nystrom(2));
+  (void)MultiHeadAttention<T, approx::SampledAttention>(config, approx::SampledAttention(2))
+      .forward(x, KeyPaddingMask{Index{3}});
   product_into<T>(x, RowMatrix<T>(8, 8), y);
   product_transposed_into<T>(x, RowMatrix<T>(8, 8), y);
   io::write_npy("unused.npy", x);
