@@ -10,12 +10,18 @@
 #include "kappa/core/threading.hpp"
 #include "kappa/version.hpp"
 
+#include "kappa/attention/approximation.hpp"
 #include "kappa/attention/attention.hpp"
 #include "kappa/attention/bias.hpp"
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/linear.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/attention/nystrom.hpp"
+#include "kappa/attention/random_features.hpp"
+#include "kappa/attention/sampled.hpp"
+#include "kappa/attention/sketch.hpp"
+#include "kappa/attention/whole_attention.hpp"
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/bpe_train.hpp"

@@ -41,6 +41,12 @@ template struct AttentionWorkspace<double>;
 // ---- attention, heads, caches ---------------------------------------------
 template class LinearAttentionState<float, kernels::EluPlusOne>;
 template class LinearAttentionState<double, kernels::EluPlusOne>;
+template struct ExactAttention<kernels::Softmax, NoMask>;
+template struct ExactAttention<kernels::EluPlusOne, CausalMask>;
+template struct ExactRun<float>;
+template struct ExactRun<double>;
+template class LinearAttentionState<float, kernels::TrigonometricRandomFeatures>;
+template class LinearAttentionState<double, kernels::PositiveRandomFeatures>;
 template class cache::TokenStore<float, cache::Growable>;
 template class cache::TokenStore<double, cache::SlidingWindow>;
 template class cache::TokenStore<float, cache::FixedCapacity>;
@@ -62,6 +68,11 @@ template struct DecodeWorkspace<double>;
 // skip the constructors constrained on HeadWidthPosition. Those are used below.)
 template class MultiHeadAttention<float, kernels::Softmax, GroupedQuery, Rope<float>>;
 template class MultiHeadAttention<double, kernels::Softmax, MultiQuery, Rope<double, Interleaved>>;
+template class MultiHeadAttention<float, approx::Nystrom>;
+template class MultiHeadAttention<double, approx::SequenceSketch, GroupedQuery>;
+template class MultiHeadAttention<float, approx::SampledAttention, MultiQuery, Rope<float>>;
+template struct approx::SampledParts<float>;
+template struct approx::SampledParts<double>;
 template class LatentCache<float>;
 template class LatentCache<double>;
 template class LatentCache<float, cache::Growable, cache::BF16>;
@@ -124,6 +135,21 @@ void use_function_templates() {
   (void)attention_details(x, x, x, kernels::Softmax{}, T5RelativeBias<T>{}.head(0));
   (void)alibi_slopes(3);
   (void)t5_relative_position_bucket(-5, false);
+  (void)compare_to_exact(x, x, x, ExactAttention<>{});
+  (void)compare_to_exact(
+      x, x, x,
+      with_weights([](const auto& q, const auto& k, const auto& v) { return attention(q, k, v); },
+                   [](const auto& q, const auto& k, const auto& v) {
+                     return attention_details(q, k, v).weights;
+                   }),
+      exact_attention(kernels::Softmax{}, CausalMask{}), {.runs = 1});
+  (void)relative_frobenius_error(x, x);
+  (void)compare_to_exact(x, x, x, ExactAttention<>{}, run_exact(x, x, x));
+  (void)linear_attention(x, x, x, kernels::PositiveRandomFeatures(8, 4, 1), CausalMask{});
+  (void)attention(x, x, x, kernels::TrigonometricRandomFeatures(8, 4, 1));
+  (void)LinearAttentionState<T, kernels::PositiveRandomFeatures>(
+      kernels::PositiveRandomFeatures(8, 4, 1))
+      .query(x);
   grouped_attention_into<T>(x, x, x, y, 2, 1);
   grouped_attention_into<T>(x, x, x, y, 2, 1, kernels::Softmax{}, Alibi(2));
   const HeadsConfig config{.d_in = 8, .n_heads = 2};
@@ -151,6 +177,15 @@ void use_function_templates() {
     const std::uint16_t h = f16_from_float(float_from_bf16(bf16_from_float(1.0f)));
     (void)float_from_f16(h);
   }
+  (void)approx::approximate_attention(approx::Nystrom(2), x, x, x, KeyPaddingMask{Index{3}});
+  (void)approx::approximate_attention(approx::SequenceSketch(2), x, x, x);
+  (void)approx::approximate_attention(approx::SampledAttention(2), x, x, x, CausalMask{});
+  (void)approx::SampledAttention(2).parts<T>(x, x, x, BooleanMask{});
+  approx::SequenceSketch sketch(2);
+  sketch.prepare<T>(4);
+  grouped_attention_into<T>(x, x, x, y, 2, 1, approx::Nystrom(2));
+  (void)MultiHeadAttention<T, approx::SampledAttention>(config, approx::SampledAttention(2))
+      .forward(x, KeyPaddingMask{Index{3}});
   product_into<T>(x, RowMatrix<T>(8, 8), y);
   product_transposed_into<T>(x, RowMatrix<T>(8, 8), y);
   io::write_npy("unused.npy", x);

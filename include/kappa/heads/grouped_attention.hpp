@@ -26,6 +26,7 @@
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/attention/whole_attention.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
@@ -89,6 +90,32 @@ void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& 
   }
 }
 
+/// attend_group for a whole-attention approximation (whole_attention.hpp):
+/// the G query heads of kv head g one by one, each Y_h = p.attend(Q_h, K_g,
+/// V_g) (validated before, by grouped_attention_tasks).
+template <class T, class P, class M>
+void attend_group_approx(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& kg,
+                         const ConstMatrixRef<T>& vg, MatrixRef<T> y, Index grp, const P& p,
+                         const M& mask) {
+  const Index dh = kg.cols(), dv = vg.cols();
+  for (Index j = 0; j < grp; ++j) {
+    const Index h = g * grp + j;
+    p.template attend<T>(q.middleCols(h * dh, dh), kg, vg, y.middleCols(h * dv, dv), mask);
+  }
+}
+
+/// The policies the multi-head entry points accept: a kernel f_kappa with a
+/// mask or a per-head mask/bias (check_head_policies), or an attention
+/// approximation (AttentionApproximation) with a plain mask.
+template <class K, class M>
+consteval bool check_grouped_policies() {
+  if constexpr (AttentionApproximation<K>) {
+    return check_mask<M>();
+  } else {
+    return check_head_policies<K, M>();
+  }
+}
+
 /// Runs every (sequence b, kv head g) task: sequence b is rows
 /// q_off[b] .. q_off[b+1] - 1 of q and y; kv(b, g) returns its (K_g, V_g) as
 /// a pair of ConstMatrixRef. Tasks are independent and each is computed by one
@@ -117,14 +144,21 @@ void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index
   } else {
     for (Index b = 0; b < n_seq; ++b) {
       (void)mask.bind(off[b + 1] - off[b], kv(b, 0).first.rows());
+      if constexpr (AttentionApproximation<K>)
+        kernel.validate(off[b + 1] - off[b], kv(b, 0).first.rows(), mask);
     }
   }
   const auto task = [&](Index t, HeadsScratch<T>& s) {
     const Index b = t / n_kv_heads, g = t % n_kv_heads;
     const Index r0 = off[b], n = off[b + 1] - off[b];
     const auto kvg = kv(b, g);
-    attend_group<T>(ConstMatrixRef<T>(q.middleRows(r0, n)), g, kvg.first, kvg.second,
-                    MatrixRef<T>(y.middleRows(r0, n)), grp, kernel, mask, s);
+    if constexpr (AttentionApproximation<K>) {
+      attend_group_approx<T>(ConstMatrixRef<T>(q.middleRows(r0, n)), g, kvg.first, kvg.second,
+                             MatrixRef<T>(y.middleRows(r0, n)), grp, kernel, mask);
+    } else {
+      attend_group<T>(ConstMatrixRef<T>(q.middleRows(r0, n)), g, kvg.first, kvg.second,
+                      MatrixRef<T>(y.middleRows(r0, n)), grp, kernel, mask, s);
+    }
   };
 #ifdef _OPENMP
   const int threads = static_cast<int>(std::min<Index>(num_threads(), tasks));
@@ -154,7 +188,7 @@ template <Scalar T, class K = kernels::Softmax, class M = NoMask>
 void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v,
                             MatrixRef<T> y, Index n_heads, Index n_kv_heads, const K& kernel = {},
                             const M& mask = {}) {
-  static_assert(detail::check_head_policies<K, M>());
+  static_assert(detail::check_grouped_policies<K, M>());
   constexpr const char* what = "grouped_attention_into";
   (void)GroupedQuery::kv_heads(n_heads, n_kv_heads);
   const Index dh = q.cols() / n_heads, dv = v.cols() / n_kv_heads;
@@ -183,7 +217,11 @@ void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatri
 template <Scalar T, cache::RetentionPolicy R, class K = kernels::Softmax, class M = CausalMask>
 void grouped_attention_into(ConstMatrixRef<T> q, const KVCache<T, R>& cache, MatrixRef<T> y,
                             Index n_heads, const K& kernel = {}, const M& mask = {}) {
-  static_assert(detail::check_head_policies<K, M>());
+  static_assert(!AttentionApproximation<K>,
+                "kappa: attention approximations (approx::Nystrom, SequenceSketch, "
+                "SampledAttention) do not decode through a KV cache: attend to the whole "
+                "sequence with grouped_attention_into(q, k, v, ...) instead");
+  static_assert(detail::check_grouped_policies<K, M>());
   constexpr const char* what = "grouped_attention_into (cache)";
   const KVCacheConfig& c = cache.config();
   (void)GroupedQuery::kv_heads(n_heads, c.n_kv_heads);

@@ -41,6 +41,7 @@
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/attention/whole_attention.hpp"
 #include "kappa/cache/decode.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/core/checked.hpp"
@@ -139,7 +140,7 @@ struct SequenceBatch {
 template <Scalar T, class Kernel = kernels::Softmax, HeadGrouping Grouping = MultiHead,
           class Position = NoPosition>
 class MultiHeadAttention {
-  static_assert(check_kernel<Kernel>());
+  static_assert(check_heads_kernel<Kernel>());
   static_assert(check_positional<Position, T>());
 
  public:
@@ -425,6 +426,10 @@ class MultiHeadAttention {
   ///         is then unchanged).
   template <cache::RetentionPolicy R, cache::StorageFormat F>
   RowMatrix<T> forward_cached(ConstMatrixRef<T> x, KVCache<T, R, F>& cache) const {
+    static_assert(!AttentionApproximation<Kernel> || dependent_false<R>,
+                  "kappa: forward_cached() is not available with an attention approximation "
+                  "(approx::Nystrom, SequenceSketch, SampledAttention) in the Kernel slot: they "
+                  "approximate attention over a whole sequence; call forward() instead");
     require_self_attention("MultiHeadAttention::forward_cached");
     check_input("MultiHeadAttention::forward_cached", "x", x, config_.d_in, "d_in");
     check_cache("MultiHeadAttention::forward_cached", cache);
@@ -496,6 +501,10 @@ class MultiHeadAttention {
   template <cache::RetentionPolicy R, cache::StorageFormat F>
   RowMatrix<T> forward_cached(const SequenceBatch<T>& x,
                               const std::vector<KVCache<T, R, F>*>& caches) const {
+    static_assert(!AttentionApproximation<Kernel> || dependent_false<R>,
+                  "kappa: forward_cached() is not available with an attention approximation "
+                  "(approx::Nystrom, SequenceSketch, SampledAttention) in the Kernel slot: they "
+                  "approximate attention over a whole sequence; call forward() instead");
     constexpr const char* what = "MultiHeadAttention::forward_cached (batch)";
     require_self_attention(what);
     check_input(what, "x", x.rows, config_.d_in, "d_in");
@@ -569,6 +578,9 @@ class MultiHeadAttention {
   std::vector<RowMatrix<T>> head_weights(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv,
                                          const M& mask = {}) const {
     static_assert(check_head_mask<M>());
+    static_assert(!AttentionApproximation<Kernel> || dependent_false<M>,
+                  "kappa: head_weights() needs the weights Z^-1 A, which an attention "
+                  "approximation (approx::Nystrom, ...) does not form");
     check_input("MultiHeadAttention::head_weights", "X^Q", xq, config_.d_in, "d_in");
     check_input("MultiHeadAttention::head_weights", "X^K", xkv, config_.d_kv_in, "d_kv_in");
     RowMatrix<T> q, k, v;

@@ -1,0 +1,217 @@
+// kappa/attention/nystrom.hpp - Nystrom attention (Xiong et al. 2021,
+// "Nystromformer: A Nystrom-based Algorithm for Approximating Self-Attention",
+// AAAI 2021, eq. 14), a whole-attention approximation (whole_attention.hpp).
+//
+// With m query landmarks Q~ (m x d_QK), m key landmarks K~ (m x d_QK) and
+// softmax taken row by row,
+//
+//     F = softmax(s Q K~^T)      (N_Q x m)
+//     A~ = softmax(s Q~ K~^T)    (m x m)
+//     B = softmax(s Q~ K^T)      (m x N_KV)
+//     Y ~= F A~^+ (B V)          (N_Q x d_V)
+//
+// evaluated right to left, so nothing N_Q x N_KV is formed: cost
+// 2 m (N_Q + m) d_QK + 2 m N_KV (d_QK + d_V) + 2 N_Q m d_V flops plus the
+// pseudo-inverse (O(m^3)), memory O((N_Q + N_KV) m).
+//
+// Exactness: with every key a landmark (m = N_KV = N_Q, K~ = K and Q~ = Q, or
+// any ordering of them) F = A~ = B = S := softmax(s Q K^T) and
+// S S^+ S = S (a Moore-Penrose identity), so Y = S V exactly; with the SVD
+// pseudo-inverse the only deviation is the relative cutoff (see below).
+#pragma once
+
+#include <Eigen/SVD>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kappa/attention/masks.hpp"
+#include "kappa/attention/whole_attention.hpp"
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/matrix.hpp"
+
+namespace kappa::approx {
+
+/// How the m landmarks are chosen.
+enum class Landmarks {
+  /// The paper's choice: the sequence is cut into m contiguous segments of
+  /// floor or ceil N / m rows (segment l is rows floor(l N / m) ..
+  /// floor((l + 1) N / m) - 1) and each landmark is its segment's mean, for
+  /// keys and queries alike. Deterministic (the seed is unused).
+  kSegmentMeans,
+  /// m distinct keys drawn uniformly without replacement: the first m entries,
+  /// sorted, of the seeded permutation (whole_attention.hpp). The query
+  /// landmarks are the queries at the same positions when N_Q = N_KV, else a
+  /// second draw from the queries with seed + 1.
+  kUniform,
+  /// m distinct keys drawn without replacement with probability proportional
+  /// to ||k_j|| (weighted_sample_without_replacement); the query landmarks as
+  /// for kUniform (by ||q_i|| when N_Q != N_KV).
+  kKeyNorm,
+};
+
+/// How A~^+ is formed.
+enum class PseudoInverse {
+  /// SVD of A~ (in double), singular values below rcond * sigma_max treated
+  /// as zero: the exact Moore-Penrose inverse of the rank-truncated A~,
+  /// backward stable whatever A~'s conditioning. A~ is m x m, so its O(m^3)
+  /// cost stays below the O(N m d) of the rest for m up to about sqrt(N d).
+  kSvd,
+  /// The paper's iteration (Razavi et al. 2014), in double:
+  /// Z_0 = A~^T / (||A~||_1 ||A~||_inf),
+  /// Z_{k+1} = Z_k (13 I - A~ Z_k (15 I - A~ Z_k (7 I - A~ Z_k))) / 4.
+  /// Matrix products only (what GPUs like); it converges to A~^+ for any A~,
+  /// but only once ||I - A~ Z_k|| < 1, which takes many steps when A~ is
+  /// ill-conditioned: the paper's 6 steps are an approximation of A~^+.
+  kIterative,
+};
+
+/// Nystrom attention with m landmarks (see the file comment).
+///
+/// ```cpp
+/// kappa::approx::Nystrom nys(64);                               // m = 64 segment means
+/// RowMatrix<float> y = kappa::approx::approximate_attention(nys, q, k, v);
+/// kappa::MultiHeadAttention<float, kappa::approx::Nystrom> attn(config, nys);
+/// ```
+/// Masks: NoMask, and KeyPaddingMask with one valid length L for every query
+/// (the keys are then the first L rows); others fail to compile.
+/// Preconditions (validate() throws std::invalid_argument naming the values):
+/// 1 <= m <= N_KV (the visible keys) and m <= N_Q; rcond >= 0; iterations >= 1.
+struct Nystrom {
+  static constexpr const char* kName = "Nystrom";
+
+  Index landmarks = 0;  ///< m
+  std::uint64_t seed = 0;
+  Landmarks selection = Landmarks::kSegmentMeans;
+  PseudoInverse pinv = PseudoInverse::kSvd;
+  /// Relative cutoff of the SVD pseudo-inverse; 0 means m eps(T), the
+  /// default of torch.linalg.pinv and LAPACK's rank decisions.
+  double rcond = 0.0;
+  int iterations = 6;  ///< steps of PseudoInverse::kIterative (the paper's 6)
+  double scale = 0.0;  ///< the softmax scale s; 0 means 1/sqrt(d_QK)
+
+  Nystrom() = default;
+  /// m landmarks chosen by `sel` (seeded when random).
+  explicit Nystrom(Index m, std::uint64_t s = 0, Landmarks sel = Landmarks::kSegmentMeans)
+      : landmarks(m), seed(s), selection(sel) {}
+
+  /// Throws std::invalid_argument when the parameters do not fit the shapes.
+  template <Mask M>
+  void validate(Index n_q, Index n_kv, const M& mask) const {
+    const Index n = detail::common_key_length(kName, mask, n_q, n_kv);
+    if (landmarks < 1) {
+      detail::throw_parameter(kName, "the number of landmarks m = " + std::to_string(landmarks) +
+                                         " must be at least 1");
+    }
+    if (n_q == 0) return;
+    if (landmarks > n) {
+      detail::throw_parameter(kName, "m = " + std::to_string(landmarks) +
+                                         " landmarks exceed the N_KV = " + std::to_string(n) +
+                                         " (visible) keys; use m <= N_KV");
+    }
+    if (landmarks > n_q) {
+      detail::throw_parameter(kName, "m = " + std::to_string(landmarks) +
+                                         " landmarks exceed the N_Q = " + std::to_string(n_q) +
+                                         " queries; use m <= N_Q");
+    }
+    if (!(rcond >= 0.0) || !std::isfinite(rcond)) {
+      detail::throw_parameter(
+          kName, "rcond = " + std::to_string(rcond) + " must be finite and >= 0 (0 means m eps)");
+    }
+    if (pinv == PseudoInverse::kIterative && iterations < 1) {
+      detail::throw_parameter(kName,
+                              "iterations = " + std::to_string(iterations) + " must be at least 1");
+    }
+    (void)detail::scale_or_default(kName, scale, 1);
+  }
+
+  /// Y (N_Q x d_V) of one head into y. \throws as validate().
+  template <Scalar T, Mask M = NoMask>
+  void attend(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v, MatrixRef<T> y,
+              const M& mask = {}) const {
+    require_shapes(q.cols() == k.cols() && k.rows() == v.rows(), kName, "Q", q, "K", k,
+                   "Q and K have d_QK columns; K and V have N_KV rows");
+    require_shapes(y.rows() == q.rows() && y.cols() == v.cols(), kName, "Y", y.rows(), y.cols(),
+                   "(N_Q x d_V)", q.rows(), v.cols(), "Y must be N_Q x d_V");
+    validate(q.rows(), k.rows(), mask);
+    const Index n_q = q.rows();
+    if (n_q == 0) return;
+    const Index n = detail::common_key_length(kName, mask, n_q, k.rows());
+    const auto kk = k.topRows(n);  // (N, d_QK), the visible keys
+    const auto vv = v.topRows(n);  // (N, d_V)
+    const T s = static_cast<T>(detail::scale_or_default(kName, scale, q.cols()));
+    const Index m = landmarks;
+    RowMatrix<T> q_tilde(m, q.cols()), k_tilde(m, q.cols());  // (m, d_QK) each
+    pick_landmarks<T>(q, kk, q_tilde, k_tilde);
+    RowMatrix<T> f, a_tilde, b;
+    detail::softmax_rows<T>(q, k_tilde, s, f);                    // (N_Q, m)
+    detail::softmax_rows<T>(q_tilde, k_tilde, s, a_tilde);        // (m, m)
+    detail::softmax_rows<T>(q_tilde, kk, s, b);                   // (m, N)
+    const Eigen::MatrixXd bv = (b * vv).template cast<double>();  // (m, d_V)
+    const Eigen::MatrixXd x = solve(a_tilde.template cast<double>(), bv,
+                                    std::numeric_limits<T>::epsilon());  // A~^+ B V, (m, d_V)
+    y.noalias() = f * x.template cast<T>();                              // (N_Q, d_V)
+  }
+
+  /// A~^+ w, by the chosen pseudo-inverse (eps: the input type's epsilon for
+  /// the default cutoff). Public for tests.
+  [[nodiscard]] Eigen::MatrixXd solve(const Eigen::MatrixXd& a, const Eigen::MatrixXd& w,
+                                      double eps) const {
+    if (pinv == PseudoInverse::kSvd) {
+      Eigen::BDCSVD<Eigen::MatrixXd> svd(a, Eigen::ComputeThinU | Eigen::ComputeThinV);
+      svd.setThreshold(rcond > 0.0 ? rcond : static_cast<double>(a.rows()) * eps);
+      return svd.solve(w);
+    }
+    const Eigen::MatrixXd id = Eigen::MatrixXd::Identity(a.rows(), a.cols());
+    const double norm1 = a.cwiseAbs().colwise().sum().maxCoeff();
+    const double norm_inf = a.cwiseAbs().rowwise().sum().maxCoeff();
+    Eigen::MatrixXd z = a.transpose() / (norm1 * norm_inf);  // Z_0
+    for (int it = 0; it < iterations; ++it) {
+      const Eigen::MatrixXd az = a * z;
+      const Eigen::MatrixXd inner = az * (7.0 * id - az);
+      const Eigen::MatrixXd middle = az * (15.0 * id - inner);
+      z = 0.25 * z * (13.0 * id - middle);
+    }
+    return z * w;
+  }
+
+ private:
+  /// Fills the landmarks Q~ and K~ (m rows each) from Q and the visible keys.
+  template <class T, class DK>
+  void pick_landmarks(const ConstMatrixRef<T>& q, const Eigen::MatrixBase<DK>& kk,
+                      RowMatrix<T>& q_tilde, RowMatrix<T>& k_tilde) const {
+    const Index m = landmarks, n = kk.rows(), n_q = q.rows();
+    if (selection == Landmarks::kSegmentMeans) {
+      for (Index l = 0; l < m; ++l) {
+        const Index k0 = l * n / m, k1 = (l + 1) * n / m;
+        k_tilde.row(l) = kk.middleRows(k0, k1 - k0).colwise().mean();
+        const Index q0 = l * n_q / m, q1 = (l + 1) * n_q / m;
+        q_tilde.row(l) = q.middleRows(q0, q1 - q0).colwise().mean();
+      }
+      return;
+    }
+    const auto draw = [&](const auto& x, Index rows, std::uint64_t sd) {
+      if (selection == Landmarks::kUniform) {
+        std::vector<Index> p = detail::seeded_permutation(rows, sd);
+        p.resize(static_cast<std::size_t>(m));
+        std::sort(p.begin(), p.end());
+        return p;
+      }
+      std::vector<double> w(static_cast<std::size_t>(rows));
+      for (Index j = 0; j < rows; ++j)
+        w[static_cast<std::size_t>(j)] = static_cast<double>(x.row(j).norm());
+      return detail::weighted_sample_without_replacement(w, m, sd);
+    };
+    const std::vector<Index> kj = draw(kk, n, seed);
+    const std::vector<Index> qi = n_q == n ? kj : draw(q, n_q, seed + 1);
+    for (Index l = 0; l < m; ++l) {
+      k_tilde.row(l) = kk.row(kj[static_cast<std::size_t>(l)]);
+      q_tilde.row(l) = q.row(qi[static_cast<std::size_t>(l)]);
+    }
+  }
+};
+
+}  // namespace kappa::approx
