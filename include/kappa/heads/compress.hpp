@@ -249,7 +249,11 @@ LatentCompression<T, Path> compress_to_latent(
 /// is optimal for the keys and values of the calibration inputs X_cal
 /// (N_cal x d): W^DKV = W V_r, [W^UK W^UV] = V_r^T with X_cal W ~= U_r S_r V_r^T
 /// (see the file comment). Otherwise as compress_to_latent().
+/// \tparam Path      the latent layer's execution path
+/// \param mha        the layer (NoPosition; RoPE layers fail to compile)
+/// \param d_latent   d_c, 1 <= d_c <= min(N_cal, H_kv (d_h + d_v))
 /// \param calibration X_cal (N_cal x d), e.g. the layer's inputs on real text
+/// \param method     RandomizedTruncatedSvd{options} (default) or ExactTruncatedSvd{}
 /// \throws as compress_to_latent(), with d_c <= min(N_cal, H_kv (d_h + d_v));
 ///         ShapeError unless X_cal has d columns.
 template <LatentPath Path = AbsorbedLatent, Scalar T, class Grouping, class Position,
