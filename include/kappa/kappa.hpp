@@ -7,6 +7,7 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/core/random.hpp"
+#include "kappa/core/randomized_svd.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/version.hpp"
 
@@ -40,6 +41,7 @@
 #include "kappa/cache/formats.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/cache/token_store.hpp"
+#include "kappa/heads/compress.hpp"
 #include "kappa/heads/grouped_attention.hpp"
 #include "kappa/heads/grouping.hpp"
 #include "kappa/heads/latent.hpp"

@@ -66,6 +66,10 @@ template struct DecodeWorkspace<float>;
 template struct DecodeWorkspace<double>;
 // (With NoPosition, clang 14 rejects an explicit instantiation: it does not
 // skip the constructors constrained on HeadWidthPosition. Those are used below.)
+template struct SvdFactors<float>;
+template struct SvdFactors<double>;
+template struct LatentCompression<float, AbsorbedLatent>;
+template struct LatentCompression<double, NaiveLatent>;
 template class MultiHeadAttention<float, kernels::Softmax, GroupedQuery, Rope<float>>;
 template class MultiHeadAttention<double, kernels::Softmax, MultiQuery, Rope<double, Interleaved>>;
 template class MultiHeadAttention<float, approx::Nystrom>;
@@ -186,6 +190,12 @@ void use_function_templates() {
   grouped_attention_into<T>(x, x, x, y, 2, 1, approx::Nystrom(2));
   (void)MultiHeadAttention<T, approx::SampledAttention>(config, approx::SampledAttention(2))
       .forward(x, KeyPaddingMask{Index{3}});
+  (void)randomized_svd<T>(x, 2, RandomizedSvdOptions{});
+  (void)truncated_svd<T>(x, 2).reconstruct();
+  const GroupedQueryAttention<T> gqa({.d_in = 8, .n_heads = 2, .n_kv_heads = 1});
+  (void)compress_to_latent(gqa, 2);
+  (void)compress_to_latent<NaiveLatent>(gqa, 2, ExactTruncatedSvd{});
+  (void)compress_to_latent_on(gqa, 2, x, RandomizedTruncatedSvd{});
   product_into<T>(x, RowMatrix<T>(8, 8), y);
   product_transposed_into<T>(x, RowMatrix<T>(8, 8), y);
   io::write_npy("unused.npy", x);
