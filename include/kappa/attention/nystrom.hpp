@@ -14,6 +14,16 @@
 // 2 m (N_Q + m) d_QK + 2 m N_KV (d_QK + d_V) + 2 N_Q m d_V flops plus the
 // pseudo-inverse (O(m^3)), memory O((N_Q + N_KV) m).
 //
+// Accuracy for m < N: F, A~ and B are three different softmaxes, so F A~^+ B
+// is not a projection of S, and where A~ is ill-conditioned its exact
+// pseudo-inverse amplifies their disagreement. On unstructured inputs
+// (uniform random Q, K in [-2, 2], N = 256, d = 64, segment means) the
+// relative error of Y at m = 64 is 5.8 with the cutoff m eps, 1.8 with
+// rcond = 1e-3, 0.93 with 1e-2 and 0.83 with the paper's 6 iterations (which
+// regularize implicitly); at m = N they give 1e-14, 3e-4, 1e-2 and 6e-2.
+// Attention of trained layers on text is smoother and fares better; measure
+// (the default keeps the exactness, raise rcond to trade it for stability).
+//
 // Exactness: with every key a landmark (m = N_KV = N_Q, K~ = K and Q~ = Q, or
 // any ordering of them) F = A~ = B = S := softmax(s Q K^T) and
 // S S^+ S = S (a Moore-Penrose identity), so Y = S V exactly; with the SVD
