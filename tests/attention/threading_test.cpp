@@ -38,6 +38,12 @@ TEST(Threading, AttentionIsIndependentOfThreadCount) {
   expect_thread_independent(kernels::Softmax{}, NoMask{}, 1, 3 * kSplitKeys + 5);
   expect_thread_independent(kernels::Softmax{}, CausalMask{}, 1, 3 * kSplitKeys + 5);
   expect_thread_independent(kernels::Linear{}, NoMask{}, 16, 2 * kSplitKeys);
+  // Long key ranges: the tiled path (blocks of query rows over threads).
+  const Index long_kv = kTiledMinRowBytes / static_cast<Index>(sizeof(float)) + 100;
+  expect_thread_independent(kernels::Softmax{}, CausalMask{}, 300, long_kv);
+  expect_thread_independent(kernels::Softmax{},
+                            all_of(SlidingWindowMask{.window = 3000}, KeyPaddingMask{long_kv - 50}),
+                            300, long_kv);
 }
 
 }  // namespace
