@@ -58,7 +58,7 @@ inline constexpr Index kDecodeRows = 16;
 /// Keys per chunk of the decode kernel (the unit of work of one thread).
 inline constexpr Index kDecodeChunk = 2048;
 /// Stored rows widened to T at once inside a chunk.
-inline constexpr Index kDecodeTile = 64;
+inline constexpr Index kDecodeTile = 32;
 /// From this many query rows on, a tile's scores and outputs are small GEMMs
 /// (the loaded keys and values are reused across the rows in registers):
 /// for rows widened into a tile, and (kDecodeGemmRowsNative) for a Native
