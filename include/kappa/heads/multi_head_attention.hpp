@@ -736,16 +736,20 @@ class MultiHeadAttention {
   }
 
   /// Attention of the n queries q (n x H d_head) over everything `cache`
-  /// stores, into y (n x H d_v); `mask` bound to (n, stored()). Score kernels
-  /// with few rows per kv head (decode), and every stored format, go through
-  /// the decode kernel; a Native cache otherwise through attend_all.
+  /// stores, into y (n x H d_v); `mask` bound to (n, stored()). A stored
+  /// format (BF16, F16, Int8) goes through the decode kernel, a Native cache
+  /// through attend_all.
   template <class M, cache::RetentionPolicy R, cache::StorageFormat F>
   void attend_cache(const RowMatrix<T>& q, const KVCache<T, R, F>& cache, RowMatrix<T>& y,
                     const M& mask) const {
     const Index n = q.rows(), grp = group_size(), h_kv = config_.n_kv_heads;
-    bool use_decode = ScoreKernel<Kernel>;
-    if constexpr (std::same_as<F, cache::Native>) use_decode = use_decode && n * grp <= kDecodeRows;
-    if (!use_decode) {
+    (void)grp;  // (unused by the Native path)
+    (void)h_kv;
+    // A Native cache keeps the attention_into path: measured level with the
+    // decode kernel for one query row per kv head and ahead of it for G = 8
+    // (benchmarks/README.md, bench_cache).
+    constexpr bool use_decode = ScoreKernel<Kernel> && !std::same_as<F, cache::Native>;
+    if constexpr (!use_decode) {
       if constexpr (std::same_as<F, cache::Native>) {
         const std::vector<Index> q_off{0, n};
         const auto from_cache = [&cache](Index /*b*/, Index g) {
