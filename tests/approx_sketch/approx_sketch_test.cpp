@@ -143,6 +143,9 @@ TYPED_TEST(ApproxTyped, NystromExactWithEveryKeyALandmark) {
   for (Landmarks sel : {Landmarks::kSegmentMeans, Landmarks::kUniform, Landmarks::kKeyNorm}) {
     EXPECT_LT(rel_error(run(Nystrom(n, 5, sel), in), want), tol) << static_cast<int>(sel);
   }
+  Nystrom cod(n);
+  cod.pinv = PseudoInverse::kCod;
+  EXPECT_LT(rel_error(run(cod, in), want), tol);
 }
 
 // The partition sketch with m = N groups of one key each is attention itself.
@@ -157,13 +160,17 @@ TYPED_TEST(ApproxTyped, PartitionSketchExactAtFullSize) {
 }
 
 // The paper's iteration converges to the SVD pseudo-inverse given enough
-// steps on a well-conditioned A~ (few landmarks: segment means of 8 rows).
-TEST(ApproxNystrom, IterativePseudoInverseConvergesToSvd) {
+// steps on a well-conditioned A~ (few landmarks: segment means of 8 rows);
+// the complete orthogonal decomposition gives the same solution.
+TEST(ApproxNystrom, IterativeAndCodPseudoInversesAgreeWithSvd) {
   const Inputs<double> in(64, 5);
   Nystrom svd(8), iter(8);
   iter.pinv = PseudoInverse::kIterative;
   iter.iterations = 40;
   EXPECT_LT(rel_error(run(iter, in), run(svd, in)), 1e-9);
+  Nystrom cod(8);
+  cod.pinv = PseudoInverse::kCod;
+  EXPECT_LT(rel_error(run(cod, in), run(svd, in)), 1e-9);
   iter.iterations = 1;  // one step is far from it
   EXPECT_GT(rel_error(run(iter, in), run(svd, in)), 1e-3);
 }

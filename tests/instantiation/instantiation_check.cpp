@@ -46,8 +46,8 @@ template class KVCache<double, cache::SlidingWindow>;
 // skip the constructors constrained on HeadWidthPosition. Those are used below.)
 template class MultiHeadAttention<float, kernels::Softmax, GroupedQuery, Rope<float>>;
 template class MultiHeadAttention<double, kernels::Softmax, MultiQuery, Rope<double, Interleaved>>;
-template class MultiHeadAttention<float, approx::Nystrom>;
-template class MultiHeadAttention<double, approx::SequenceSketch, GroupedQuery>;
+template class MultiHeadAttention<float, approx::Nystrom, MultiHead, Rope<float>>;
+template class MultiHeadAttention<double, approx::SequenceSketch, GroupedQuery, Rope<double>>;
 template class MultiHeadAttention<float, approx::SampledAttention, MultiQuery, Rope<float>>;
 template struct approx::SampledParts<float>;
 template struct approx::SampledParts<double>;
