@@ -2,12 +2,14 @@
 // of randomized approximations at a fixed accuracy target (issue 11), one
 // head of width d = 64, float, one thread, no mask.
 //
-// Each approximation runs at the size m that reaches about 1 % relative error
-// of Y at N = 2048 on the example's realistic input (examples/
-// randomized_attention.cpp, the table in benchmarks/README.md); m is kept
-// fixed as N grows, which is how these methods are used (their error depends
-// on m and on the attention pattern, not directly on N). The peer is exact
-// attention (kappa::attention, the blocked online path) in the same binary:
+// Accuracy target: the issue asks for the m at which each method reaches
+// about 1 % relative error of Y at N = 2048 on the example's realistic input
+// (examples/randomized_attention.cpp). None does within the sizes swept there
+// (m <= 1024, S <= 2048; benchmarks/README.md), so each runs at a fixed size
+// instead - m = 256 for Nystrom, the sequence sketch and sampled attention,
+// m = 1024 for the random features - and README states their errors at that
+// size. m is kept fixed as N grows. The peer is exact attention
+// (kappa::attention, the blocked path) in the same binary:
 // tokens/s(method) / tokens/s(exact) at the same N is the speedup.
 //
 // Counters: tokens/s = N per second (N queries attended over N keys); for the
@@ -52,12 +54,32 @@ Method random_features(std::string name, Index m, kappa::kernels::Projection pro
           }};
 }
 
-/// The methods and their m at ~1 % error at N = 2048 (benchmarks/README.md).
+template <class Policy>
+Method whole(std::string name, Index m, std::function<Policy(Index)> make_policy) {
+  return {std::move(name), m, [make_policy](Index m_) -> Approx {
+            const Policy policy = make_policy(m_);
+            return [policy](const Matrix& q, const Matrix& k, const Matrix& v) {
+              return kappa::approx::approximate_attention(policy, q, k, v);
+            };
+          }};
+}
+
+/// The methods and their fixed m (see the file comment).
 std::vector<Method> methods() {
   using kappa::kernels::PositiveRandomFeatures;
   using kappa::kernels::Projection;
   using kappa::kernels::TrigonometricRandomFeatures;
+  namespace ap = kappa::approx;
   return {
+      whole<ap::Nystrom>(
+          "Nystrom", 256,
+          [](Index m) { return ap::Nystrom(m, 1234, ap::Landmarks::kSegmentMeans); }),
+      whole<ap::SequenceSketch>(
+          "SequenceSketch", 256,
+          [](Index m) { return ap::SequenceSketch(m, 1234, ap::SketchKind::kGaussian); }),
+      whole<ap::SampledAttention>(
+          "SampledAttention", 256,
+          [](Index m) { return ap::SampledAttention(m, 1234, ap::Proposal::kNormBound); }),
       random_features<PositiveRandomFeatures>("PositiveRF_Orthogonal", 1024,
                                               Projection::kOrthogonal),
       random_features<TrigonometricRandomFeatures>("TrigonometricRF_Orthogonal", 1024,

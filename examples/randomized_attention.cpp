@@ -81,12 +81,36 @@ Method random_features(std::string name, kappa::kernels::Projection projection) 
           }};
 }
 
+/// A whole-attention approximation policy (Nystrom, sketch, sampling) per head.
+template <class Policy, class Make>
+Method whole(std::string name, std::vector<Index> sizes, Make make_policy) {
+  return {std::move(name), std::move(sizes), [make_policy](Index m) -> Approx {
+            const Policy policy = make_policy(m);
+            return [policy](const Matrix& q, const Matrix& k, const Matrix& v) {
+              return per_head(q, k, v, [&](const auto& qh, const auto& kh, const auto& vh) {
+                return kappa::approx::approximate_attention(policy, qh, kh, vh);
+              });
+            };
+          }};
+}
+
 /// The methods of the sweep: one line each.
 std::vector<Method> methods() {
   using kappa::kernels::PositiveRandomFeatures;
   using kappa::kernels::Projection;
   using kappa::kernels::TrigonometricRandomFeatures;
+  namespace ap = kappa::approx;
+  const std::vector<Index> sizes{16, 32, 64, 128, 256, 512, 1024};
   return {
+      whole<ap::Nystrom>(
+          "Nystrom, segment means", sizes,
+          [](Index m) { return ap::Nystrom(m, 1234, ap::Landmarks::kSegmentMeans); }),
+      whole<ap::SequenceSketch>(
+          "sketch (Linformer), Gaussian", sizes,
+          [](Index m) { return ap::SequenceSketch(m, 1234, ap::SketchKind::kGaussian); }),
+      whole<ap::SampledAttention>(
+          "sampled, norm bound", {64, 128, 256, 512, 1024, 2048},
+          [](Index m) { return ap::SampledAttention(m, 1234, ap::Proposal::kNormBound); }),
       random_features<PositiveRandomFeatures>("positive RF, orthogonal", Projection::kOrthogonal),
       random_features<PositiveRandomFeatures>("positive RF, iid", Projection::kIid),
       random_features<TrigonometricRandomFeatures>("trigonometric RF, orthogonal",
@@ -211,6 +235,8 @@ int main(int argc, char** argv) try {
     Index best_m = -1;
     double best_speedup = 0;
     for (const Index m : method.sizes) {
+      if (m > n)
+        continue;  // (a sketch or landmark set as long as the sequence does not compress it)
       const auto r = kappa::compare_to_exact(q, k, v, method.make(m), reference, opt);
       std::printf("%-30s %6lld %12.3e %10.4f %8.2fx %10.1f\n", method.name.c_str(),
                   static_cast<long long>(m), r.output_error, r.approx_seconds, r.speedup(),
