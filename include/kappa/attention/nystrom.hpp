@@ -76,7 +76,7 @@ enum class PseudoInverse {
   /// the pivots |R_ii| / |R_00|: the minimum-norm solution for the
   /// numerical rank at a fraction of the SVD's cost. Exact at m = N like the
   /// SVD, but where A~ is ill-conditioned its pivoted-QR rank decision and
-  /// truncation differ from the SVD's: on the random inputs quoted above
+  /// truncation differ from the SVD's: on Gaussian random Q, K, V
   /// (N = 2048, d = 64, m = 64..512) its error for m < N was about 10 times
   /// the SVD's. Prefer kSvd unless m is large and A~ well-conditioned.
   kCod,
