@@ -1,6 +1,6 @@
 // Must not compile: Nystrom attention with a causal mask (it compresses the
 // keys once for every query).
-#include <kappa/kappa.hpp>
+#include <kappa/attention/nystrom.hpp>
 
 int main() {
   const kappa::RowMatrix<float> x(4, 4);

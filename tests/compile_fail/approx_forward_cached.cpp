@@ -1,6 +1,7 @@
 // Must not compile: decoding through a KV cache with an attention
 // approximation in the Kernel slot.
-#include <kappa/kappa.hpp>
+#include <kappa/attention/nystrom.hpp>
+#include <kappa/heads/multi_head_attention.hpp>
 
 int main() {
   using Attn = kappa::MultiHeadAttention<float, kappa::approx::Nystrom>;

@@ -73,9 +73,12 @@ enum class PseudoInverse {
   kSvd,
   /// A complete orthogonal decomposition (column-pivoted QR, then an RQ of
   /// its leading rows; in double) with the same relative cutoff applied to
-  /// the pivots |R_ii| / |R_00|: the Moore-Penrose solution for the
-  /// numerical rank at a fraction of the SVD's cost (pivoted QR ranks
-  /// reliably in practice, the SVD always).
+  /// the pivots |R_ii| / |R_00|: the minimum-norm solution for the
+  /// numerical rank at a fraction of the SVD's cost. Exact at m = N like the
+  /// SVD, but where A~ is ill-conditioned its pivoted-QR rank decision and
+  /// truncation differ from the SVD's: on Gaussian random Q, K, V
+  /// (N = 2048, d = 64, m = 64..512) its error for m < N was about 10 times
+  /// the SVD's. Prefer kSvd unless m is large and A~ well-conditioned.
   kCod,
   /// The paper's iteration (Razavi et al. 2014), in double:
   /// Z_0 = A~^T / (||A~||_1 ||A~||_inf),
