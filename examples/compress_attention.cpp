@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -113,14 +114,19 @@ int main(int argc, char** argv) {
                  static_cast<long long>(n_tokens));
     return 1;
   }
-  const kappa::TokenId vocab = *std::max_element(ids.begin(), ids.end()) + 1;
+  // Number the words by first appearance among the 2 n_tokens used, so the
+  // inputs depend on those words only (not on the rest of README.md).
+  std::map<kappa::TokenId, kappa::TokenId> first_seen;
+  std::vector<kappa::TokenId> used(ids.begin(), ids.begin() + 2 * n_tokens);
+  for (kappa::TokenId& id : used)
+    id = first_seen.emplace(id, static_cast<kappa::TokenId>(first_seen.size())).first->second;
+  const auto vocab = static_cast<kappa::TokenId>(first_seen.size());
   const auto emb = kappa::Embedding<float>::random(vocab, kDModel, 2026, 1.0);
   kappa::RowVector<float> aniso(kDModel);
   for (Index j = 0; j < kDModel; ++j)
     aniso(j) = static_cast<float>(std::pow(static_cast<double>(j + 1), -0.5));
   aniso *= static_cast<float>(std::sqrt(static_cast<double>(kDModel)) / aniso.norm());
-  const Matrix all = emb.lookup(std::span(ids.data(), static_cast<std::size_t>(2 * n_tokens))) *
-                     aniso.asDiagonal();
+  const Matrix all = emb.lookup(std::span<const kappa::TokenId>(used)) * aniso.asDiagonal();
   const Matrix x = all.topRows(n_tokens), x_cal = all.bottomRows(n_tokens);
 
   // The synthetic GPT-2-small-shaped layer.
