@@ -52,7 +52,7 @@ std::string for_terminal(std::string_view text) {
     if (c.valid && !control) {
       out.append(text.substr(i, c.length));
     } else {
-      char hex[8];
+      char hex[16];  // "\\xNN" for a byte; room for any unsigned
       std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(c.code_point));
       out += hex;
     }
