@@ -29,9 +29,11 @@ function(kappa_optimized target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -O3 -march=native)
     if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-      # GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics
-      # headers when Eigen is inlined with -march=native (a false positive).
-      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+      # GCC 12 reports -Wmaybe-uninitialized, and for Eigen's vectorized
+      # sin/cos -Wuninitialized, inside its own AVX-512 intrinsics headers
+      # (_mm512_undefined_epi32's self-initialization) when Eigen is inlined
+      # with -march=native: false positives, fixed in GCC 13.
+      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
     endif()
   endif()
   target_compile_definitions(${target} PRIVATE NDEBUG)
