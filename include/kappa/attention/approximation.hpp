@@ -212,7 +212,7 @@ inline std::optional<std::int64_t> reset_peak_rss() {
   const auto hwm = proc_status_bytes("VmHWM");
   // The kernel's counters are updated in batches, so right after the reset
   // VmHWM may exceed VmRSS by some pages; more than 1 MiB means no reset.
-  if (!rss || !hwm || *hwm > *rss + 1024 * 1024) return std::nullopt;
+  if (!rss || !hwm || *hwm > *rss + (std::int64_t{1} << 20)) return std::nullopt;
   return rss;
 }
 

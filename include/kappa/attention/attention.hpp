@@ -125,7 +125,7 @@ inline constexpr Index kTileKeys = 256;
 /// longer than this many bytes (N_KV > 8192 keys in float, 4096 in double):
 /// beyond it the blocked path's blocks shrink below 64 rows (block_rows) and
 /// its scratch grows with N_KV (benchmarks/README.md, "Long context").
-inline constexpr Index kTiledMinRowBytes = 32 * 1024;
+inline constexpr Index kTiledMinRowBytes = Index{32} * 1024;
 
 namespace detail {
 

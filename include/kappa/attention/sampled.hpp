@@ -160,9 +160,9 @@ struct SampledAttention {
       drawn[static_cast<std::size_t>(t)] = lo + static_cast<Index>(it - cdf.begin());
     }
     std::sort(drawn.begin(), drawn.end());
-    for (std::size_t t = 0; t < drawn.size(); ++t) {
-      if (out.keys.empty() || out.keys.back() != drawn[t]) {
-        out.keys.push_back(drawn[t]);
+    for (const Index key : drawn) {
+      if (out.keys.empty() || out.keys.back() != key) {
+        out.keys.push_back(key);
         out.count.push_back(1.0);
       } else {
         out.count.back() += 1.0;
