@@ -23,18 +23,24 @@ function(kappa_warnings target)
   endif()
 endfunction()
 
+# kappa_native(<target>): compiled for the build machine's instruction set.
+function(kappa_native target)
+  target_compile_options(${target} PRIVATE -march=native)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    # GCC 12 reports -Wmaybe-uninitialized, and for Eigen's vectorized
+    # sin/cos -Wuninitialized, inside its own AVX-512 intrinsics headers
+    # (_mm512_undefined_epi32's self-initialization) when Eigen is inlined
+    # with -march=native: false positives, fixed in GCC 13.
+    target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
+  endif()
+endfunction()
+
 # kappa_optimized(<target>): benchmarks always measure -O3 -DNDEBUG code,
 # whatever the build type.
 function(kappa_optimized target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(${target} PRIVATE -O3 -march=native)
-    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-      # GCC 12 reports -Wmaybe-uninitialized, and for Eigen's vectorized
-      # sin/cos -Wuninitialized, inside its own AVX-512 intrinsics headers
-      # (_mm512_undefined_epi32's self-initialization) when Eigen is inlined
-      # with -march=native: false positives, fixed in GCC 13.
-      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
-    endif()
+    target_compile_options(${target} PRIVATE -O3)
+    kappa_native(${target})
   endif()
   target_compile_definitions(${target} PRIVATE NDEBUG)
 endfunction()

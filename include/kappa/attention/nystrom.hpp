@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kappa/attention/masks.hpp"
@@ -183,8 +184,9 @@ struct Nystrom {
   /// Nystrom approximation is used, not in every translation unit that
   /// includes this header (with g++ 12 that costs about 20 CPU s each).
   template <class Mat = Eigen::MatrixXd>
-    requires std::same_as<Mat, Eigen::MatrixXd>
-  [[nodiscard]] Mat solve(const Mat& a, const Mat& w, double eps) const {
+  requires std::same_as<Mat, Eigen::MatrixXd>
+  [[nodiscard]] Mat solve(const std::type_identity_t<Mat>& a, const std::type_identity_t<Mat>& w,
+                          double eps) const {
     const double cutoff = rcond > 0.0 ? rcond : static_cast<double>(a.rows()) * eps;
     if (pinv == PseudoInverse::kSvd) {
       Eigen::BDCSVD<Eigen::MatrixXd> svd(a, Eigen::ComputeThinU | Eigen::ComputeThinV);

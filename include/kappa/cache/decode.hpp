@@ -15,8 +15,9 @@
 // combined as m_i = max_c m_ci, z_i = sum_c e^{m_ci - m_i} z_ci,
 // y_i = sum_c e^{m_ci - m_i} y_ci / z_i ("split-K", flash decoding). Inside a
 // chunk stored rows are widened to T kDecodeTile rows at a time (a block of a
-// few KB that stays in L1); an Int8 row's scale multiplies its dot product
-// (K) or its weight (V), never the row. The float cache is read in place.
+// few KB that stays in L1), or, for a few float rows on x86 with AVX2 and FMA,
+// in registers (decode_simd.hpp: BF16, F16, Int8); an Int8 row's scale multiplies its dot
+// product (K) or its weight (V), never the row. The float cache is read in place.
 // K and V are each read once; scores and sums are in T.
 //
 // Masks: row i sees the keys bound.range(i) (a KeyRange; masks with holes
@@ -43,6 +44,7 @@
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/cache/decode_simd.hpp"
 #include "kappa/cache/formats.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
@@ -134,10 +136,20 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     T* tile = ws.tile[tid].data();
     const Index b0 = lo + c * kDecodeChunk;
     const Index len = std::min(kDecodeChunk, hi - b0);
+    // Float rows below gemm_rows of a stored format, with the SIMD loops
+    // compiled in: values are widened in registers (decode_simd.hpp).
+    bool fused = false;
+#if KAPPA_DECODE_SIMD
+    if constexpr (std::is_same_v<T, float> && !std::is_same_v<F, cache::Native>)
+      fused = m < gemm_rows;
+    if constexpr (std::is_same_v<T, float>) {
+      if (fused) cache::simd::scores<F>(ws.q_scaled.data(), m, k, b0, len, sc, len);
+    }
+#endif
     // Scores: x_rj = s q_r . k_j (times the row scale for Int8). Few rows:
     // one dot product per (key, row); more rows: a small GEMM per tile,
     // which reuses each loaded key across the rows in registers.
-    for (Index t0 = 0; t0 < len; t0 += kDecodeTile) {
+    for (Index t0 = 0; t0 < len && !fused; t0 += kDecodeTile) {
       const Index tl = std::min(kDecodeTile, len - t0);
       const T* base;
       Index stride;
@@ -200,7 +212,12 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     // Values: y_cr = sum_j a_rj v_j over the keys row r sees.
     auto y_c = ws.part_y.middleRows(c * m, m);
     y_c.setZero();
-    for (Index t0 = 0; t0 < len; t0 += kDecodeTile) {
+#if KAPPA_DECODE_SIMD
+    if constexpr (std::is_same_v<T, float>) {
+      if (fused) cache::simd::accumulate<F>(sc, len, m, a, e, v, b0, y_c.data());
+    }
+#endif
+    for (Index t0 = 0; t0 < len && !fused; t0 += kDecodeTile) {
       const Index tl = std::min(kDecodeTile, len - t0);
       const T* base;
       Index stride;

@@ -1,0 +1,237 @@
+// The decode kernel (kappa/cache/decode.hpp) against a plain-loop reference
+// in long double over the decoded rows, for every storage format: masks,
+// chunks, GQA groups, score biases, one to a few query rows, widths that are
+// not multiples of the SIMD width, and keys no row may see. CMake builds this
+// file twice: for the default target, and with -march=native
+// (kappa_decode_native_tests) so that the register-widening loops of
+// decode_simd.hpp run where the machine has AVX2 and FMA.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "kappa/cache/decode.hpp"
+#include "kappa/cache/formats.hpp"
+#include "kappa/cache/kv_cache.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+using kappa::Index;
+using kappa::KVCache;
+using kappa::RowMatrix;
+namespace cache = kappa::cache;
+
+// ---- the decode kernel ----------------------------------------------------------
+
+/// Plain-loop reference in long double over already decoded rows: row r of
+/// q sees keys [begin(r / group), end(r / group)), scores s q.k + bias(r / group, j).
+template <class Range, class Bias>
+RowMatrix<float> reference_decode(const RowMatrix<float>& q, const RowMatrix<float>& k,
+                                  const RowMatrix<float>& v, double scale, Index group,
+                                  const Range& range, const Bias& bias) {
+  RowMatrix<float> y = RowMatrix<float>::Zero(q.rows(), v.cols());
+  for (Index r = 0; r < q.rows(); ++r) {
+    const auto [b, e] = range(r / group);
+    if (e <= b) continue;
+    std::vector<long double> x(static_cast<std::size_t>(e - b));
+    long double mx = -INFINITY;
+    for (Index j = b; j < e; ++j) {
+      long double dot = 0;
+      for (Index c = 0; c < q.cols(); ++c) dot += (long double)q(r, c) * k(j, c);
+      x[static_cast<std::size_t>(j - b)] = scale * dot + bias(r / group, j);
+      mx = std::max(mx, x[static_cast<std::size_t>(j - b)]);
+    }
+    long double z = 0;
+    std::vector<long double> acc(static_cast<std::size_t>(v.cols()), 0);
+    for (Index j = b; j < e; ++j) {
+      const long double a = std::exp(x[static_cast<std::size_t>(j - b)] - mx);
+      z += a;
+      for (Index c = 0; c < v.cols(); ++c) acc[static_cast<std::size_t>(c)] += a * v(j, c);
+    }
+    for (Index c = 0; c < v.cols(); ++c)
+      y(r, c) = static_cast<float>(acc[static_cast<std::size_t>(c)] / z);
+  }
+  return y;
+}
+
+/// A test-local score bias: b_ij = -slope (i + 1) |j - 7| (ALiBi-like), plus
+/// the causal range of CausalMask with the cache alignment.
+struct TestBias {
+  double slope;
+  struct Bound {
+    static constexpr bool kHasHoles = false;
+    static constexpr bool kHasBias = true;
+    double slope;
+    Index offset, n_kv;
+    [[nodiscard]] kappa::KeyRange range(Index i) const {
+      return {0, std::min(offset + i + 1, n_kv)};
+    }
+    [[nodiscard]] double bias(Index i, Index j) const {
+      return -slope * static_cast<double>(i + 1) * std::abs(static_cast<double>(j - 7));
+    }
+    void add_bias(Index i, Index j0, float* scores, Index len) const {
+      for (Index t = 0; t < len; ++t) scores[t] += static_cast<float>(bias(i, j0 + t));
+    }
+  };
+  [[nodiscard]] Bound bind(Index n_q, Index n_kv) const { return {slope, n_kv - n_q, n_kv}; }
+};
+
+template <class F>
+class DecodeKernelTest : public ::testing::Test {};
+using Formats = ::testing::Types<cache::Native, cache::BF16, cache::F16, cache::Int8>;
+TYPED_TEST_SUITE(DecodeKernelTest, Formats);
+
+TYPED_TEST(DecodeKernelTest, MatchesTheReferenceOverTheStoredRows) {
+  using F = TypeParam;
+  // 5000 keys: three chunks of kDecodeChunk; d 40, d_v 24.
+  const Index n_kv = 5000, d = 40, dv = 24;
+  KVCache<float, cache::Growable, F> c({.n_kv_heads = 1, .d_head = d, .d_v = dv});
+  c.append(kappa::testing::random_matrix<float>(n_kv, d, 1, 2.0),
+           kappa::testing::random_matrix<float>(n_kv, dv, 2));
+  const auto kr = c.key_rows(0);
+  const auto vr = c.value_rows(0);
+  const RowMatrix<float> kd = kr.decoded(), vd = vr.decoded();
+  kappa::DecodeWorkspace<float> ws;
+  const kappa::kernels::Softmax sm{};
+  const double s = 1.0 / std::sqrt(double(d));
+  const auto none = [](Index, Index) { return 0.0; };
+  // One query, no mask; 3 queries x group 4 = 12 rows, causal (different ranges);
+  // 20 rows (two blocks), sliding window.
+  {
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(1, d, 3);
+    RowMatrix<float> y(1, dv);
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, kappa::NoMask{});
+    const auto want = reference_decode(
+        q, kd, vd, s, 1, [&](Index) { return std::pair<Index, Index>(0, n_kv); }, none);
+    EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
+  }
+  {
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(12, d, 4);
+    RowMatrix<float> y(12, dv);
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, kappa::CausalMask{}, 4);
+    const auto want = reference_decode(
+        q, kd, vd, s, 4, [&](Index i) { return std::pair<Index, Index>(0, n_kv - 3 + i + 1); },
+        none);
+    EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
+  }
+  {
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(20, d, 5);
+    RowMatrix<float> y(20, dv);
+    const kappa::SlidingWindowMask win{.window = 2500, .offset = 100};
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, win, 2);
+    const auto want = reference_decode(
+        q, kd, vd, s, 2,
+        [&](Index i) {
+          return std::pair<Index, Index>(std::max<Index>(0, 100 + i - 2499), 100 + i + 1);
+        },
+        none);
+    EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
+  }
+  {  // A score bias (kHasBias) is added before the maximum and the exp.
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(4, d, 6);
+    RowMatrix<float> y(4, dv);
+    const TestBias tb{0.01};
+    const auto bound = tb.bind(2, n_kv);
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, tb, 2);
+    const auto want = reference_decode(
+        q, kd, vd, s, 2, [&](Index i) { return std::pair<Index, Index>(0, n_kv - 2 + i + 1); },
+        [&](Index i, Index j) { return bound.bias(i, j); });
+    EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
+  }
+}
+
+TEST(DecodeKernel, AKeyNoRowSeesCannotPoisonTheOutputAndBadShapesThrow) {
+  const Index n = 3000, d = 8;
+  RowMatrix<float> k = kappa::testing::random_matrix<float>(n, d, 7);
+  RowMatrix<float> v = kappa::testing::random_matrix<float>(n, d, 8);
+  v(n - 1, 2) = std::numeric_limits<float>::quiet_NaN();  // only the last query sees it
+  k(n - 1, 0) = std::numeric_limits<float>::infinity();
+  KVCache<float> c({.n_kv_heads = 1, .d_head = d});
+  c.append(k, v);
+  const RowMatrix<float> q = kappa::testing::random_matrix<float>(2, d, 9);
+  RowMatrix<float> y(2, d);
+  kappa::DecodeWorkspace<float> ws;
+  kappa::decode_attention_into<float, cache::Native>(
+      q, c.key_rows(0), c.value_rows(0), y, ws, kappa::kernels::Softmax{}, kappa::CausalMask{});
+  EXPECT_TRUE(y.row(0).allFinite());  // row 0 sees keys 0 .. n - 2
+  RowMatrix<float> bad(2, d + 1);
+  EXPECT_THROW((kappa::decode_attention_into<float, cache::Native>(q, c.key_rows(0),
+                                                                   c.value_rows(0), bad, ws)),
+               kappa::ShapeError);
+  RowMatrix<float> y3(3, d);
+  const RowMatrix<float> q3 = kappa::testing::random_matrix<float>(3, d, 9);
+  EXPECT_THROW((kappa::decode_attention_into<float, cache::Native>(
+                   q3, c.key_rows(0), c.value_rows(0), y3, ws, kappa::kernels::Softmax{},
+                   kappa::NoMask{}, 2)),
+               kappa::ShapeError);
+}
+
+TYPED_TEST(DecodeKernelTest, FewRowsOddWidthsAndRangesInsideChunks) {
+  using F = TypeParam;
+  // d 37 and d_v 13: every SIMD loop has a tail; 4100 keys: the last chunk
+  // holds 4 keys. 1, 2 and 3 query rows (the register-widening path takes
+  // fewer than 4 rows, 9 for the float cache) with ranges that start and end
+  // inside chunks and inside groups of four keys.
+  const Index n_kv = 4100, d = 37, dv = 13;
+  KVCache<float, cache::Growable, F> c({.n_kv_heads = 1, .d_head = d, .d_v = dv});
+  c.append(kappa::testing::random_matrix<float>(n_kv, d, 11, 2.0),
+           kappa::testing::random_matrix<float>(n_kv, dv, 12));
+  const auto kr = c.key_rows(0);
+  const auto vr = c.value_rows(0);
+  const RowMatrix<float> kd = kr.decoded(), vd = vr.decoded();
+  kappa::DecodeWorkspace<float> ws;
+  const kappa::kernels::Softmax sm{};
+  const double s = 1.0 / std::sqrt(double(d));
+  const auto none = [](Index, Index) { return 0.0; };
+  for (const Index rows : {1, 2, 3}) {
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(rows, d, 13 + unsigned(rows));
+    RowMatrix<float> y(rows, dv);
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, kappa::NoMask{});
+    const auto all = [&](Index) { return std::pair<Index, Index>(0, n_kv); };
+    EXPECT_LE(kappa::testing::max_scaled_error(y, reference_decode(q, kd, vd, s, 1, all, none),
+                                               1e-5, 1e-6),
+              1.0)
+        << rows << " rows, no mask";
+    const kappa::SlidingWindowMask win{.window = 1031, .offset = 3001};  // keys 1971 + i ..
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, win);
+    const auto in_window = [&](Index i) {
+      return std::pair<Index, Index>(3001 + i - 1030, 3001 + i + 1);
+    };
+    EXPECT_LE(kappa::testing::max_scaled_error(
+                  y, reference_decode(q, kd, vd, s, 1, in_window, none), 1e-5, 1e-6),
+              1.0)
+        << rows << " rows, sliding window";
+  }
+}
+
+TEST(DecodeKernel, OneRowHiddenNaNAndInfinityInEveryFormat) {
+  // One query row sees keys 0 .. 2997 of 3000 (causal, offset); keys 2998
+  // and 2999 hold NaN / inf in V and K. They must not reach the output, in
+  // any storage format that can hold them (Int8 rejects them on append).
+  const Index n = 3000, d = 16;
+  RowMatrix<float> k = kappa::testing::random_matrix<float>(n, d, 21);
+  RowMatrix<float> v = kappa::testing::random_matrix<float>(n, d, 22);
+  v(n - 2, 3) = std::numeric_limits<float>::quiet_NaN();
+  k(n - 1, 5) = std::numeric_limits<float>::infinity();
+  const RowMatrix<float> q = kappa::testing::random_matrix<float>(1, d, 23);
+  const kappa::SlidingWindowMask win{.window = n, .offset = n - 3};  // keys 0 .. n - 3
+  const auto check = [&](auto format) {
+    using F = decltype(format);
+    KVCache<float, cache::Growable, F> c({.n_kv_heads = 1, .d_head = d});
+    c.append(k, v);
+    RowMatrix<float> y(1, d);
+    kappa::DecodeWorkspace<float> ws;
+    kappa::decode_attention_into<float, F>(q, c.key_rows(0), c.value_rows(0), y, ws,
+                                           kappa::kernels::Softmax{}, win);
+    EXPECT_TRUE(y.allFinite()) << F::kName;
+  };
+  check(cache::Native{});
+  check(cache::BF16{});
+  check(cache::F16{});
+}
+
+}  // namespace
