@@ -91,7 +91,7 @@ inline constexpr Index kPrefetchKeys = 16;
 /// Prefetches rows r0 .. r0 + n - 1 of s (every 64-byte line).
 template <StorageFormat F>
 inline void prefetch_rows(const StoredRows<float, F>& s, Index r0, Index n) {
-  const auto bytes = static_cast<Index>(s.cols * sizeof(typename F::template Element<float>));
+  const Index bytes = s.cols * static_cast<Index>(sizeof(typename F::template Element<float>));
   for (Index r = r0; r < r0 + n; ++r) {
     const char* p = reinterpret_cast<const char*>(s.row(r));
     for (Index b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
