@@ -219,8 +219,8 @@ void check_attention_shapes(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>&
 
 /// Rows per block: enough for an efficient GEMM (16..128 rows), few enough
 /// that the block of A (rows x N_KV) stays within about 2 MB (L2/L3). Measured
-/// on Zen 4 at N = 4096, d = 64: 256 KB blocks 79k tokens/s, 512 KB 101k,
-/// 2 MB 108k; the full N x N matrix 49k (benchmarks/README.md).
+/// on Zen 4 at N = 4096, d = 64 when this was tuned: 256 KB blocks 79k
+/// tokens/s, 512 KB 101k, 2 MB 108k, and the whole N x N matrix at once 49k.
 template <class T>
 Index block_rows(Index n_q, Index n_kv) {
   const Index target = (Index{2048} * 1024) / static_cast<Index>(sizeof(T));  // elements
