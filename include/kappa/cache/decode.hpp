@@ -15,8 +15,8 @@
 // combined as m_i = max_c m_ci, z_i = sum_c e^{m_ci - m_i} z_ci,
 // y_i = sum_c e^{m_ci - m_i} y_ci / z_i ("split-K", flash decoding). Inside a
 // chunk stored rows are widened to T kDecodeTile rows at a time (a block of a
-// few KB that stays in L1), or, for a few float rows on x86 with AVX2 and FMA,
-// in registers (decode_simd.hpp: BF16, F16, Int8); an Int8 row's scale multiplies its dot
+// few KB that stays in L1), or, for float rows on x86 with AVX2 and FMA, in
+// registers (decode_simd.hpp: BF16, F16, Int8); an Int8 row's scale multiplies its dot
 // product (K) or its weight (V), never the row. The float cache is read in place.
 // K and V are each read once; scores and sums are in T.
 //
@@ -136,12 +136,13 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     T* tile = ws.tile[tid].data();
     const Index b0 = lo + c * kDecodeChunk;
     const Index len = std::min(kDecodeChunk, hi - b0);
-    // Float rows below gemm_rows of a stored format, with the SIMD loops
-    // compiled in: values are widened in registers (decode_simd.hpp).
+    // Float rows of a stored format, with the SIMD loops compiled in: values
+    // are widened in registers (decode_simd.hpp), for any number of rows
+    // (at G = 8 they beat widening a tile and running small GEMMs on it:
+    // 25 against 33 ms for BF16 at 32k tokens, benchmarks/README.md).
     bool fused = false;
 #if KAPPA_DECODE_SIMD
-    if constexpr (std::is_same_v<T, float> && !std::is_same_v<F, cache::Native>)
-      fused = m < gemm_rows;
+    if constexpr (std::is_same_v<T, float> && !std::is_same_v<F, cache::Native>) fused = true;
     if constexpr (std::is_same_v<T, float>) {
       if (fused) cache::simd::scores<F>(ws.q_scaled.data(), m, k, b0, len, sc, len);
     }

@@ -1,6 +1,6 @@
-// kappa/cache/decode_simd.hpp - the decode kernel's inner loops for a few
-// float query rows, with stored values widened in registers (x86 AVX2 + FMA,
-// and F16C for F16).
+// kappa/cache/decode_simd.hpp - the decode kernel's inner loops for float
+// query rows over stored BF16, F16 and Int8 values, widened in registers
+// (x86 AVX2 + FMA + F16C).
 //
 // A decode step with few query rows per kv head (multi-head attention: one;
 // GQA with small groups: a few) does about one FMA per stored value, so it is
