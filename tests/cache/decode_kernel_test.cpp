@@ -80,6 +80,34 @@ struct TestBias {
   [[nodiscard]] Bound bind(Index n_q, Index n_kv) const { return {slope, n_kv - n_q, n_kv}; }
 };
 
+/// No score bias (the reference's bias argument).
+double no_bias(Index, Index) {
+  return 0.0;
+}
+
+/// One kv head stored in format F: n_kv random keys (d wide, entries up to
+/// +-2) and values (d_v wide, seeds seed and seed + 1), the stored rows, the
+/// same rows decoded for the reference, the kernel's workspace and the
+/// softmax scale 1 / sqrt(d).
+template <class F>
+struct StoredHead {
+  KVCache<float, cache::Growable, F> cache;
+  cache::StoredRows<float, F> kr, vr;
+  RowMatrix<float> kd, vd;
+  kappa::DecodeWorkspace<float> ws;
+  double s;
+
+  StoredHead(Index n_kv, Index d, Index dv, unsigned seed)
+      : cache({.n_kv_heads = 1, .d_head = d, .d_v = dv}), s(1.0 / std::sqrt(double(d))) {
+    cache.append(kappa::testing::random_matrix<float>(n_kv, d, seed, 2.0),
+                 kappa::testing::random_matrix<float>(n_kv, dv, seed + 1));
+    kr = cache.key_rows(0);
+    vr = cache.value_rows(0);
+    kd = kr.decoded();
+    vd = vr.decoded();
+  }
+};
+
 template <class F>
 class DecodeKernelTest : public ::testing::Test {};
 using Formats = ::testing::Types<cache::Native, cache::BF16, cache::F16, cache::Int8>;
@@ -89,16 +117,9 @@ TYPED_TEST(DecodeKernelTest, MatchesTheReferenceOverTheStoredRows) {
   using F = TypeParam;
   // 5000 keys: three chunks of kDecodeChunk; d 40, d_v 24.
   const Index n_kv = 5000, d = 40, dv = 24;
-  KVCache<float, cache::Growable, F> c({.n_kv_heads = 1, .d_head = d, .d_v = dv});
-  c.append(kappa::testing::random_matrix<float>(n_kv, d, 1, 2.0),
-           kappa::testing::random_matrix<float>(n_kv, dv, 2));
-  const auto kr = c.key_rows(0);
-  const auto vr = c.value_rows(0);
-  const RowMatrix<float> kd = kr.decoded(), vd = vr.decoded();
-  kappa::DecodeWorkspace<float> ws;
+  StoredHead<F> h(n_kv, d, dv, 1);
+  auto& [c, kr, vr, kd, vd, ws, s] = h;
   const kappa::kernels::Softmax sm{};
-  const double s = 1.0 / std::sqrt(double(d));
-  const auto none = [](Index, Index) { return 0.0; };
   // One query, no mask; 3 queries x group 4 = 12 rows, causal (different ranges);
   // 20 rows (two blocks), sliding window.
   {
@@ -106,7 +127,7 @@ TYPED_TEST(DecodeKernelTest, MatchesTheReferenceOverTheStoredRows) {
     RowMatrix<float> y(1, dv);
     kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, kappa::NoMask{});
     const auto want = reference_decode(
-        q, kd, vd, s, 1, [&](Index) { return std::pair<Index, Index>(0, n_kv); }, none);
+        q, kd, vd, s, 1, [&](Index) { return std::pair<Index, Index>(0, n_kv); }, no_bias);
     EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
   }
   {
@@ -115,7 +136,7 @@ TYPED_TEST(DecodeKernelTest, MatchesTheReferenceOverTheStoredRows) {
     kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, kappa::CausalMask{}, 4);
     const auto want = reference_decode(
         q, kd, vd, s, 4, [&](Index i) { return std::pair<Index, Index>(0, n_kv - 3 + i + 1); },
-        none);
+        no_bias);
     EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
   }
   {
@@ -128,7 +149,7 @@ TYPED_TEST(DecodeKernelTest, MatchesTheReferenceOverTheStoredRows) {
         [&](Index i) {
           return std::pair<Index, Index>(std::max<Index>(0, 100 + i - 2499), 100 + i + 1);
         },
-        none);
+        no_bias);
     EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
   }
   {  // A score bias (kHasBias) is added before the maximum and the exp.
@@ -173,26 +194,19 @@ TEST(DecodeKernel, AKeyNoRowSeesCannotPoisonTheOutputAndBadShapesThrow) {
 TYPED_TEST(DecodeKernelTest, FewRowsOddWidthsAndRangesInsideChunks) {
   using F = TypeParam;
   // d 37 and d_v 13: every SIMD loop has a tail; 4100 keys: the last chunk
-  // holds 4 keys. 1, 2 and 3 query rows (the register-widening path takes
-  // fewer than 4 rows, 9 for the float cache) with ranges that start and end
+  // holds 4 keys. 1, 2 and 3 query rows (the register-widening loops of
+  // decode_simd.hpp take them two at a time) with ranges that start and end
   // inside chunks and inside groups of four keys.
   const Index n_kv = 4100, d = 37, dv = 13;
-  KVCache<float, cache::Growable, F> c({.n_kv_heads = 1, .d_head = d, .d_v = dv});
-  c.append(kappa::testing::random_matrix<float>(n_kv, d, 11, 2.0),
-           kappa::testing::random_matrix<float>(n_kv, dv, 12));
-  const auto kr = c.key_rows(0);
-  const auto vr = c.value_rows(0);
-  const RowMatrix<float> kd = kr.decoded(), vd = vr.decoded();
-  kappa::DecodeWorkspace<float> ws;
+  StoredHead<F> h(n_kv, d, dv, 11);
+  auto& [c, kr, vr, kd, vd, ws, s] = h;
   const kappa::kernels::Softmax sm{};
-  const double s = 1.0 / std::sqrt(double(d));
-  const auto none = [](Index, Index) { return 0.0; };
   for (const Index rows : {1, 2, 3}) {
     const RowMatrix<float> q = kappa::testing::random_matrix<float>(rows, d, 13 + unsigned(rows));
     RowMatrix<float> y(rows, dv);
     kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, sm, kappa::NoMask{});
     const auto all = [&](Index) { return std::pair<Index, Index>(0, n_kv); };
-    EXPECT_LE(kappa::testing::max_scaled_error(y, reference_decode(q, kd, vd, s, 1, all, none),
+    EXPECT_LE(kappa::testing::max_scaled_error(y, reference_decode(q, kd, vd, s, 1, all, no_bias),
                                                1e-5, 1e-6),
               1.0)
         << rows << " rows, no mask";
@@ -202,7 +216,7 @@ TYPED_TEST(DecodeKernelTest, FewRowsOddWidthsAndRangesInsideChunks) {
       return std::pair<Index, Index>(3001 + i - 1030, 3001 + i + 1);
     };
     EXPECT_LE(kappa::testing::max_scaled_error(
-                  y, reference_decode(q, kd, vd, s, 1, in_window, none), 1e-5, 1e-6),
+                  y, reference_decode(q, kd, vd, s, 1, in_window, no_bias), 1e-5, 1e-6),
               1.0)
         << rows << " rows, sliding window";
   }
