@@ -35,6 +35,24 @@ function(kappa_native target)
   endif()
 endfunction()
 
+# kappa_shared_decompositions(<target>): Eigen's QR and SVD classes that
+# kappa uses are compiled once, in the static library kappa_decompositions,
+# and declared extern in the target (kappa/core/decompositions.hpp). A target
+# that does not use them links nothing from it. Only for targets with the
+# default instruction set (not kappa_native ones).
+function(kappa_shared_decompositions target)
+  if(NOT TARGET kappa_decompositions)
+    set(tu "${PROJECT_BINARY_DIR}/kappa_decompositions.cpp")
+    file(CONFIGURE OUTPUT "${tu}"
+         CONTENT "#define KAPPA_INSTANTIATE_DECOMPOSITIONS\n#include <kappa/core/decompositions.hpp>\n")
+    add_library(kappa_decompositions STATIC "${tu}")
+    target_link_libraries(kappa_decompositions PRIVATE kappa::kappa)
+    kappa_warnings(kappa_decompositions)
+  endif()
+  target_compile_definitions(${target} PRIVATE KAPPA_EXTERN_DECOMPOSITIONS)
+  target_link_libraries(${target} PRIVATE kappa_decompositions)
+endfunction()
+
 # kappa_optimized(<target>): benchmarks always measure -O3 -DNDEBUG code,
 # whatever the build type.
 function(kappa_optimized target)

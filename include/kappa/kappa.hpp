@@ -3,6 +3,7 @@
 
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
+#include "kappa/core/decompositions.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"

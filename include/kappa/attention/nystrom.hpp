@@ -30,8 +30,6 @@
 // pseudo-inverse the only deviation is the relative cutoff (see below).
 #pragma once
 
-#include <Eigen/QR>
-#include <Eigen/SVD>
 #include <algorithm>
 #include <cmath>
 #include <concepts>
@@ -44,6 +42,7 @@
 #include "kappa/attention/masks.hpp"
 #include "kappa/attention/whole_attention.hpp"
 #include "kappa/core/concepts.hpp"
+#include "kappa/core/decompositions.hpp"
 #include "kappa/core/matrix.hpp"
 
 namespace kappa::approx {

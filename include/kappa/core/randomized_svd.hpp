@@ -33,8 +33,6 @@
 #pragma once
 
 #include <Eigen/Core>
-#include <Eigen/QR>
-#include <Eigen/SVD>
 
 #include <algorithm>
 #include <cstdint>
@@ -43,6 +41,7 @@
 
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
+#include "kappa/core/decompositions.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/random.hpp"
