@@ -51,6 +51,7 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "svg_common.hpp"
 
 namespace heatmap {
 
@@ -126,7 +127,7 @@ inline std::string readable_token(std::string_view bytes) {
 }
 
 /// `text` with & < > " ' replaced by XML entities.
-inline std::string xml_escape(std::string_view text);
+using svg_common::xml_escape;
 
 // ---- implementation ----------------------------------------------------------
 
@@ -190,15 +191,7 @@ inline double luminance(const Rgb& c) {
   return 0.2126 * lin(c.r) + 0.7152 * lin(c.g) + 0.0722 * lin(c.b);
 }
 
-/// A number for an SVG attribute: at most two decimals, no "-0".
-inline std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  std::string s = buf;
-  while (s.back() == '0') s.pop_back();
-  if (s.back() == '.') s.pop_back();
-  return s == "-0" ? "0" : s;
-}
+using svg_common::num;
 
 /// A value printed with `decimals` decimals, with "-0.00" shown as "0.00".
 inline std::string fixed(double v, int decimals) {
@@ -399,33 +392,6 @@ inline std::string readable(std::string_view bytes, Spaces spaces) {
     ++chars;
   }
   if (out.empty() && spaces == Spaces::kShow) out = "\u2205";  // ∅: an empty token
-  return out;
-}
-
-inline std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
   return out;
 }
 
@@ -675,9 +641,8 @@ inline std::string to_svg(const Figure& figure) {
   const double height = std::ceil(legend_y + (legend.empty() ? 0 : 14 + 4) + kMargin);
 
   std::string s = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
-       num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) + "\" font-family=\"" +
-       kFonts + "\" fill=\"#1a1a1a\">\n";
+  s += svg_common::svg_start(width, height,
+                             "font-family=\"" + std::string(kFonts) + "\" fill=\"#1a1a1a\"");
   s += "<title>" + xml_escape(fig_title.empty() ? "heatmap" : fig_title) + "</title>\n";
   s += "<defs>\n<pattern id=\"heatmap-nan\" width=\"6\" height=\"6\" "
        "patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
@@ -687,7 +652,8 @@ inline std::string to_svg(const Figure& figure) {
   for (std::size_t k = 0; k < n_panels; ++k)
     if (bar_after[k])
       s += gradient(figure.panels[k].scale.colormap, "heatmap-bar-" + std::to_string(k));
-  s += "</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "</defs>\n";
+  s += svg_common::kWhiteBackground;
   if (!fig_title.empty())
     s += text(width / 2, kMargin + kFigureTitleSize, kFigureTitleSize,
               "text-anchor=\"middle\" font-weight=\"bold\" class=\"figure-title\"", fig_title);

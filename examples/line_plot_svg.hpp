@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "svg_common.hpp"
+
 namespace lineplot {
 
 /// One line: points (x_i, y_i) joined in the order given, each marked.
@@ -67,40 +69,8 @@ struct Plot {
 
 namespace detail {
 
-inline std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  std::string s = buf;
-  while (s.back() == '0') s.pop_back();
-  if (s.back() == '.') s.pop_back();
-  return s == "-0" ? "0" : s;
-}
-
-inline std::string escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+using svg_common::num;
+using svg_common::xml_escape;
 
 inline bool drawable(double x, double y) {
   return std::isfinite(x) && std::isfinite(y) && x > 0 && y > 0;
@@ -163,13 +133,11 @@ inline std::string to_svg(const Plot& plot) {
     return top + height * (1.0 - (std::log10(y) - dy0) / static_cast<double>(dy1 - dy0));
   };
   using detail::num;
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(total_w) +
-                    "\" height=\"" + num(total_h) + "\" viewBox=\"0 0 " + num(total_w) + " " +
-                    num(total_h) +
-                    "\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n";
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string svg = svg_common::svg_start(
+      total_w, total_h, "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\"");
+  svg += svg_common::kWhiteBackground;
   svg += "<text class=\"title\" x=\"" + num(left + width / 2) + "\" y=\"28\" font-size=\"15\" " +
-         "text-anchor=\"middle\">" + detail::escape(plot.title) + "</text>\n";
+         "text-anchor=\"middle\">" + detail::xml_escape(plot.title) + "</text>\n";
   // Axes, decade grid and labels.
   svg += "<g class=\"axes\" stroke=\"#999\" stroke-width=\"0.5\">\n";
   for (int k = dx0; k <= dx1; ++k) {
@@ -195,10 +163,10 @@ inline std::string to_svg(const Plot& plot) {
            "</text>\n";
   svg += "</g>\n";
   svg += "<text class=\"xlabel\" x=\"" + num(left + width / 2) + "\" y=\"" +
-         num(top + height + 45) + "\" text-anchor=\"middle\">" + detail::escape(plot.x_label) +
+         num(top + height + 45) + "\" text-anchor=\"middle\">" + detail::xml_escape(plot.x_label) +
          "</text>\n";
   svg += "<text class=\"ylabel\" transform=\"translate(22 " + num(top + height / 2) +
-         ") rotate(-90)\" text-anchor=\"middle\">" + detail::escape(plot.y_label) + "</text>\n";
+         ") rotate(-90)\" text-anchor=\"middle\">" + detail::xml_escape(plot.y_label) + "</text>\n";
   // Horizontal lines.
   for (const YLine& l : plot.y_lines) {
     if (!detail::drawable(1.0, l.y)) continue;
@@ -206,7 +174,7 @@ inline std::string to_svg(const Plot& plot) {
            num(left + width) + "\" y2=\"" + num(py(l.y)) +
            "\" stroke=\"#555\" stroke-dasharray=\"6 4\"/><text x=\"" + num(left + width - 4) +
            "\" y=\"" + num(py(l.y) - 4) + "\" text-anchor=\"end\" fill=\"#555\">" +
-           detail::escape(l.name) + "</text></g>\n";
+           detail::xml_escape(l.name) + "</text></g>\n";
   }
   // Series and legend.
   double legend_y = top + 10;
@@ -222,7 +190,7 @@ inline std::string to_svg(const Plot& plot) {
       marks += "<circle cx=\"" + num(px(series.x[i])) + "\" cy=\"" + num(py(series.y[i])) +
                "\" r=\"3.5\"/>";
     }
-    svg += "<g class=\"series\" data-name=\"" + detail::escape(series.name) + "\" stroke=\"" +
+    svg += "<g class=\"series\" data-name=\"" + detail::xml_escape(series.name) + "\" stroke=\"" +
            colour + "\" fill=\"" + colour + "\">";
     if (!points.empty())
       svg += "<polyline points=\"" + points + "\" fill=\"none\" stroke-width=\"1.8\"/>";
@@ -232,7 +200,7 @@ inline std::string to_svg(const Plot& plot) {
            "\" stroke=\"" + colour + "\" stroke-width=\"2\"/><circle cx=\"" +
            num(left + width + 42.5) + "\" cy=\"" + num(legend_y) + "\" r=\"3.5\" fill=\"" + colour +
            "\"/><text x=\"" + num(left + width + 62) + "\" y=\"" + num(legend_y + 4) + "\">" +
-           detail::escape(series.name) + "</text></g>\n";
+           detail::xml_escape(series.name) + "</text></g>\n";
     legend_y += 20;
   }
   for (const Reference& r : plot.references) {
@@ -241,7 +209,7 @@ inline std::string to_svg(const Plot& plot) {
     svg += "<g class=\"reference\"><path d=\"M" + num(x) + "," + num(y - 6) + " L" + num(x + 6) +
            "," + num(y) + " L" + num(x) + "," + num(y + 6) + " L" + num(x - 6) + "," + num(y) +
            " Z\" fill=\"black\"/><text x=\"" + num(x - 9) + "\" y=\"" + num(y + 4) +
-           "\" text-anchor=\"end\">" + detail::escape(r.name) + "</text></g>\n";
+           "\" text-anchor=\"end\">" + detail::xml_escape(r.name) + "</text></g>\n";
   }
   svg += "</svg>\n";
   return svg;

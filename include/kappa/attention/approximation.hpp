@@ -253,6 +253,18 @@ R measure_calls(F&& call, const CompareOptions& opt, double& seconds,
   return result;
 }
 
+/// The checks of run_exact() and compare_to_exact() before anything runs:
+/// one scalar type for Q, K and V, opt.runs >= 1, shapes that fit together.
+template <class DQ, class DK, class DV>
+void check_compare_inputs(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                          const Eigen::MatrixBase<DV>& v, const CompareOptions& opt) {
+  using T = typename DQ::Scalar;
+  static_assert(std::is_same_v<T, typename DK::Scalar> && std::is_same_v<T, typename DV::Scalar>,
+                "kappa: Q, K and V must have the same scalar type");
+  require_positive("compare_to_exact: runs", opt.runs);
+  check_attention_shapes<T>(ConstMatrixRef<T>(q), ConstMatrixRef<T>(k), ConstMatrixRef<T>(v));
+}
+
 }  // namespace detail
 
 /// Whether compare_to_exact() can measure peak memory here: true on Linux
@@ -289,11 +301,7 @@ requires Scalar<typename DQ::Scalar> ExactRun<typename DQ::Scalar> run_exact(
     const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
     const Exact& exact = {}, const CompareOptions& opt = {}) {
   using T = typename DQ::Scalar;
-  static_assert(std::is_same_v<T, typename DK::Scalar> && std::is_same_v<T, typename DV::Scalar>,
-                "kappa: Q, K and V must have the same scalar type");
-  require_positive("compare_to_exact: runs", opt.runs);
-  detail::check_attention_shapes<T>(ConstMatrixRef<T>(q), ConstMatrixRef<T>(k),
-                                    ConstMatrixRef<T>(v));
+  detail::check_compare_inputs(q, k, v, opt);
   const auto& qd = q.derived();
   const auto& kd = k.derived();
   const auto& vd = v.derived();
@@ -349,9 +357,7 @@ requires Scalar<typename DQ::Scalar> ApproximationReport compare_to_exact(
       requires { RowMatrix<T>(approx(q.derived(), k.derived(), v.derived())); },
       "kappa: compare_to_exact needs approx(q, k, v) to return a matrix Y~ of Q's "
       "scalar type");
-  require_positive("compare_to_exact: runs", opt.runs);
-  detail::check_attention_shapes<T>(ConstMatrixRef<T>(q), ConstMatrixRef<T>(k),
-                                    ConstMatrixRef<T>(v));
+  detail::check_compare_inputs(q, k, v, opt);
   const auto& qd = q.derived();
   const auto& kd = k.derived();
   const auto& vd = v.derived();

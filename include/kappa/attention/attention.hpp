@@ -358,6 +358,20 @@ void accumulate_pv(const B& bound, Index r0, Index rows, Index kb, Index len, co
   }
 }
 
+/// Y_r = Y_r / z_r for every row r of y, and a zero row where z_r = 0 (the
+/// zero-row rule of the file comment): the last step of the blocked and the
+/// tiled paths.
+template <class T, class Rows>
+void normalize_rows(Rows&& y, const T* z) {
+  for (Index r = 0; r < y.rows(); ++r) {
+    if (z[r] != T(0)) {
+      y.row(r) *= T(1) / z[r];
+    } else {
+      y.row(r).setZero();
+    }
+  }
+}
+
 /// One block of query rows [r0, r0 + rows): Y_block = Z^-1 A V.
 /// `qs` is s Q (score kernels) or phi(Q); `ks` is K or phi(K).
 template <class T, class K, class B>
@@ -381,15 +395,7 @@ void attention_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q
   auto y_block = y.middleRows(r0, rows);
   y_block.setZero();
   accumulate_pv<T>(bound, r0, rows, keys.begin, span, scores_buf.data(), v, y_block);
-  const T* const z = z_buf.data();
-  for (Index r = 0; r < rows; ++r) {
-    const T zr = z[r];
-    if (zr != T(0)) {
-      y_block.row(r) *= T(1) / zr;
-    } else {
-      y_block.row(r).setZero();
-    }
-  }
+  normalize_rows(y_block, z_buf.data());
 }
 
 /// Scratch of the tiled path (one per thread).
@@ -498,13 +504,7 @@ void tiled_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q, T 
     }
     accumulate_pv<T>(bound, r0 + rs, nr, kb, len, ws.scores.data(), v, y_block.middleRows(rs, nr));
   }
-  for (Index r = 0; r < rows; ++r) {
-    if (l[r] != T(0)) {
-      y_block.row(r) *= T(1) / l[r];
-    } else {
-      y_block.row(r).setZero();
-    }
-  }
+  normalize_rows(y_block, l);
 }
 
 /// The decode-shaped case: m <= kFewQueryRows queries that all see the same

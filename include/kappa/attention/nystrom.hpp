@@ -123,10 +123,7 @@ struct Nystrom {
   template <Mask M>
   void validate(Index n_q, Index n_kv, const M& mask) const {
     const Index n = detail::common_key_length(kName, mask, n_q, n_kv);
-    if (landmarks < 1) {
-      detail::throw_parameter(kName, "the number of landmarks m = " + std::to_string(landmarks) +
-                                         " must be at least 1");
-    }
+    detail::require_at_least_one(kName, "the number of landmarks m", landmarks);
     if (n_q == 0) return;
     if (landmarks > n) {
       detail::throw_parameter(kName, "m = " + std::to_string(landmarks) +
@@ -142,9 +139,8 @@ struct Nystrom {
       detail::throw_parameter(
           kName, "rcond = " + std::to_string(rcond) + " must be finite and >= 0 (0 means m eps)");
     }
-    if (pinv == PseudoInverse::kIterative && iterations < 1) {
-      detail::throw_parameter(kName,
-                              "iterations = " + std::to_string(iterations) + " must be at least 1");
+    if (pinv == PseudoInverse::kIterative) {
+      detail::require_at_least_one(kName, "iterations", iterations);
     }
     (void)detail::scale_or_default(kName, scale, 1);
   }
@@ -153,14 +149,8 @@ struct Nystrom {
   template <Scalar T, Mask M = NoMask>
   void attend(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v, MatrixRef<T> y,
               const M& mask = {}) const {
-    require_shapes(q.cols() == k.cols() && k.rows() == v.rows(), kName, "Q", q, "K", k,
-                   "Q and K have d_QK columns; K and V have N_KV rows");
-    require_shapes(y.rows() == q.rows() && y.cols() == v.cols(), kName, "Y", y.rows(), y.cols(),
-                   "(N_Q x d_V)", q.rows(), v.cols(), "Y must be N_Q x d_V");
-    validate(q.rows(), k.rows(), mask);
-    const Index n_q = q.rows();
-    if (n_q == 0) return;
-    const Index n = detail::common_key_length(kName, mask, n_q, k.rows());
+    const Index n = detail::checked_key_length(*this, q, k, v, y, mask);
+    if (q.rows() == 0) return;
     const auto kk = k.topRows(n);  // (N, d_QK), the visible keys
     const auto vv = v.topRows(n);  // (N, d_V)
     const T s = static_cast<T>(detail::scale_or_default(kName, scale, q.cols()));

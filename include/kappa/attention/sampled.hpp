@@ -95,10 +95,7 @@ struct SampledAttention {
   template <Mask M>
   void validate(Index n_q, Index n_kv, const M& mask) const {
     (void)mask.bind(n_q, n_kv);
-    if (samples < 1) {
-      detail::throw_parameter(
-          kName, "the number of samples S = " + std::to_string(samples) + " must be at least 1");
-    }
+    detail::require_at_least_one(kName, "the number of samples S", samples);
     (void)detail::scale_or_default(kName, scale, 1);
   }
 
@@ -106,8 +103,7 @@ struct SampledAttention {
   template <Scalar T, Mask M = NoMask>
   [[nodiscard]] SampledParts<T> parts(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v,
                                       const M& mask = {}) const {
-    require_shapes(q.cols() == k.cols() && k.rows() == v.rows(), kName, "Q", q, "K", k,
-                   "Q and K have d_QK columns; K and V have N_KV rows");
+    detail::require_qkv_shapes(kName, q, k, v);
     validate(q.rows(), k.rows(), mask);
     const auto bound = mask.bind(q.rows(), k.rows());
     const Index n_q = q.rows(), n = k.rows();
@@ -211,8 +207,7 @@ struct SampledAttention {
   template <Scalar T, Mask M = NoMask>
   void attend(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v, MatrixRef<T> y,
               const M& mask = {}) const {
-    require_shapes(y.rows() == q.rows() && y.cols() == v.cols(), kName, "Y", y.rows(), y.cols(),
-                   "(N_Q x d_V)", q.rows(), v.cols(), "Y must be N_Q x d_V");
+    detail::require_output_shape(kName, q, v, y);
     const SampledParts<T> p = parts<T>(q, k, v, mask);
     for (Index i = 0; i < q.rows(); ++i) {
       const T z = p.denominator(i);

@@ -82,10 +82,7 @@ struct SequenceSketch {
   template <Mask M>
   void validate(Index n_q, Index n_kv, const M& mask) const {
     const Index n = detail::common_key_length(kName, mask, n_q, n_kv);
-    if (rows < 1) {
-      detail::throw_parameter(
-          kName, "the sketch size m = " + std::to_string(rows) + " must be at least 1");
-    }
+    detail::require_at_least_one(kName, "the sketch size m", rows);
     if (n_q > 0 && rows > n) {
       detail::throw_parameter(kName, "the sketch size m = " + std::to_string(rows) +
                                          " exceeds the N_KV = " + std::to_string(n) +
@@ -146,13 +143,8 @@ struct SequenceSketch {
   template <Scalar T, Mask M = NoMask>
   void attend(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> v, MatrixRef<T> y,
               const M& mask = {}) const {
-    require_shapes(q.cols() == k.cols() && k.rows() == v.rows(), kName, "Q", q, "K", k,
-                   "Q and K have d_QK columns; K and V have N_KV rows");
-    require_shapes(y.rows() == q.rows() && y.cols() == v.cols(), kName, "Y", y.rows(), y.cols(),
-                   "(N_Q x d_V)", q.rows(), v.cols(), "Y must be N_Q x d_V");
-    validate(q.rows(), k.rows(), mask);
+    const Index n = detail::checked_key_length(*this, q, k, v, y, mask);
     if (q.rows() == 0) return;
-    const Index n = detail::common_key_length(kName, mask, q.rows(), k.rows());
     const T s = static_cast<T>(detail::scale_or_default(kName, scale, q.cols()));
     const RowMatrix<T>& kept = kept_sketch<T>();
     const bool reuse = kept.rows() == rows && kept.cols() == n;
@@ -168,11 +160,7 @@ struct SequenceSketch {
             static_cast<T>(std::log(static_cast<double>(size[static_cast<std::size_t>(grp)])));
       }
     }
-    for (Index i = 0; i < logits.rows(); ++i) {
-      auto r = logits.row(i).array();
-      r = (r - r.maxCoeff()).exp();
-      r /= r.sum();
-    }
+    detail::softmax_rows_in_place(logits);
     y.noalias() = logits * v_tilde;  // (N_Q, d_V)
   }
 

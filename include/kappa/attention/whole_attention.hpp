@@ -78,6 +78,32 @@ namespace approx::detail {
   throw std::invalid_argument(std::string("kappa: ") + method + ": " + msg);
 }
 
+/// Throws std::invalid_argument "kappa: <method>: <what> = <value> must be at
+/// least 1" unless value >= 1 (a sample, landmark or iteration count).
+inline void require_at_least_one(const char* method, const char* what, Index value) {
+  if (value < 1) {
+    throw_parameter(method,
+                    std::string(what) + " = " + std::to_string(value) + " must be at least 1");
+  }
+}
+
+/// Throws ShapeError naming the method unless Q and K have the same d_QK
+/// columns and K and V the same N_KV rows.
+template <class T>
+void require_qkv_shapes(const char* method, const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
+                        const ConstMatrixRef<T>& v) {
+  require_shapes(q.cols() == k.cols() && k.rows() == v.rows(), method, "Q", q, "K", k,
+                 "Q and K have d_QK columns; K and V have N_KV rows");
+}
+
+/// Throws ShapeError naming the method unless Y is N_Q x d_V.
+template <class T>
+void require_output_shape(const char* method, const ConstMatrixRef<T>& q,
+                          const ConstMatrixRef<T>& v, const MatrixRef<T>& y) {
+  require_shapes(y.rows() == q.rows() && y.cols() == v.cols(), method, "Y", y.rows(), y.cols(),
+                 "(N_Q x d_V)", q.rows(), v.cols(), "Y must be N_Q x d_V");
+}
+
 /// The number of leading keys every query row sees under mask M, for methods
 /// that compress the key sequence once for all queries: N_KV for NoMask, the
 /// valid length for a KeyPaddingMask whose lengths are all equal. Throws
@@ -112,17 +138,36 @@ Index common_key_length(const char* method, const M& mask, Index n_q, Index n_kv
   }
 }
 
+/// The checks that open attend() of a method that compresses the keys once
+/// for every query (Nystrom, SequenceSketch): the shapes of Q, K, V and Y,
+/// then p.validate(). Returns the number N of leading keys every query sees
+/// (common_key_length).
+template <class P, class T, class M>
+Index checked_key_length(const P& p, const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
+                         const ConstMatrixRef<T>& v, const MatrixRef<T>& y, const M& mask) {
+  require_qkv_shapes<T>(P::kName, q, k, v);
+  require_output_shape<T>(P::kName, q, v, y);
+  p.validate(q.rows(), k.rows(), mask);
+  return common_key_length(P::kName, mask, q.rows(), k.rows());
+}
+
+/// Replaces each row x of logits by softmax(x), shifted by its maximum first.
+template <class T>
+void softmax_rows_in_place(RowMatrix<T>& logits) {
+  for (Index i = 0; i < logits.rows(); ++i) {
+    auto r = logits.row(i).array();
+    r = (r - r.maxCoeff()).exp();
+    r /= r.sum();
+  }
+}
+
 /// Writes softmax(s a b^T) row by row into out (a.rows() x b.rows()), each
 /// row shifted by its maximum first.
 template <class T, class DA, class DB>
 void softmax_rows(const Eigen::MatrixBase<DA>& a, const Eigen::MatrixBase<DB>& b, T s,
                   RowMatrix<T>& out) {
   out.noalias() = (s * a) * b.transpose();  // (a rows, b rows)
-  for (Index i = 0; i < out.rows(); ++i) {
-    auto r = out.row(i).array();
-    r = (r - r.maxCoeff()).exp();
-    r /= r.sum();
-  }
+  softmax_rows_in_place(out);
 }
 
 /// The softmax scale 1/sqrt(d_QK) unless given; throws std::invalid_argument

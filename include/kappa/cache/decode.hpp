@@ -78,6 +78,24 @@ constexpr bool bound_has_bias() {
     return false;
   }
 }
+
+/// Rows j0 .. j0 + n - 1 of s as T, row r at data + r * stride: read in place
+/// from a Native cache, else widened into `tile` (n rows of s.cols values).
+template <class T>
+struct TileRows {
+  const T* data;
+  Index stride;
+};
+template <class T, class F>
+TileRows<T> tile_rows(const cache::StoredRows<T, F>& s, Index j0, Index n, T* tile) {
+  if constexpr (std::is_same_v<F, cache::Native>) {
+    return {s.row(j0), s.stride};
+  } else {
+    for (Index jj = 0; jj < n; ++jj)
+      cache::widen_row<F, T>(s.row(j0 + jj), s.cols, tile + jj * s.cols);
+    return {tile, s.cols};
+  }
+}
 }  // namespace detail
 
 /// Scratch memory of the decode kernel, reused across calls (steady-state
@@ -140,29 +158,18 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     // are widened in registers (decode_simd.hpp), for any number of rows
     // (at G = 8 they beat widening a tile and running small GEMMs on it:
     // 25 against 33 ms for BF16 at 32k tokens, benchmarks/README.md).
-    bool fused = false;
 #if KAPPA_DECODE_SIMD
-    if constexpr (std::is_same_v<T, float> && !std::is_same_v<F, cache::Native>) fused = true;
-    if constexpr (std::is_same_v<T, float>) {
-      if (fused) cache::simd::scores<F>(ws.q_scaled.data(), m, k, b0, len, sc, len);
-    }
+    constexpr bool fused = std::is_same_v<T, float> && !std::is_same_v<F, cache::Native>;
+    if constexpr (fused) cache::simd::scores<F>(ws.q_scaled.data(), m, k, b0, len, sc, len);
+#else
+    constexpr bool fused = false;
 #endif
     // Scores: x_rj = s q_r . k_j (times the row scale for Int8). Few rows:
     // one dot product per (key, row); more rows: a small GEMM per tile,
     // which reuses each loaded key across the rows in registers.
     for (Index t0 = 0; t0 < len && !fused; t0 += kDecodeTile) {
       const Index tl = std::min(kDecodeTile, len - t0);
-      const T* base;
-      Index stride;
-      if constexpr (std::is_same_v<F, cache::Native>) {
-        base = k.row(b0 + t0);
-        stride = k.stride;
-      } else {
-        for (Index jj = 0; jj < tl; ++jj)
-          cache::widen_row<F, T>(k.row(b0 + t0 + jj), d, tile + jj * d);
-        base = tile;
-        stride = d;
-      }
+      const auto [base, stride] = tile_rows(k, b0 + t0, tl, tile);
       if (m >= gemm_rows) {
         const Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>> kt(
             base, tl, d, Eigen::OuterStride<>(stride));
@@ -214,23 +221,11 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     auto y_c = ws.part_y.middleRows(c * m, m);
     y_c.setZero();
 #if KAPPA_DECODE_SIMD
-    if constexpr (std::is_same_v<T, float>) {
-      if (fused) cache::simd::accumulate<F>(sc, len, m, a, e, v, b0, y_c.data());
-    }
+    if constexpr (fused) cache::simd::accumulate<F>(sc, len, m, a, e, v, b0, y_c.data());
 #endif
     for (Index t0 = 0; t0 < len && !fused; t0 += kDecodeTile) {
       const Index tl = std::min(kDecodeTile, len - t0);
-      const T* base;
-      Index stride;
-      if constexpr (std::is_same_v<F, cache::Native>) {
-        base = v.row(b0 + t0);
-        stride = v.stride;
-      } else {
-        for (Index jj = 0; jj < tl; ++jj)
-          cache::widen_row<F, T>(v.row(b0 + t0 + jj), dv, tile + jj * dv);
-        base = tile;
-        stride = dv;
-      }
+      const auto [base, stride] = tile_rows(v, b0 + t0, tl, tile);
       bool full = m >= gemm_rows;  // every row sees every key of the tile
       for (Index r = 0; r < m && full; ++r) full = a[r] <= t0 && t0 + tl <= e[r];
       if (full) {

@@ -64,18 +64,10 @@ inline __m256 load8(const typename F::template Element<float>* p) {
   }
 }
 
-/// One stored value widened to float (no Int8 scale).
+/// One stored value widened to float (no Int8 scale): widen_value (formats.hpp).
 template <StorageFormat F>
 inline float load1(const typename F::template Element<float>* p) {
-  if constexpr (std::same_as<F, Native>) {
-    return *p;
-  } else if constexpr (std::same_as<F, BF16>) {
-    return float_from_bf16(*p);
-  } else if constexpr (std::same_as<F, F16>) {
-    return float_from_f16(*p);
-  } else {
-    return static_cast<float>(*p);
-  }
+  return widen_value<F, float>(*p);
 }
 
 /// The sum of the eight lanes of v.

@@ -155,6 +155,30 @@ constexpr std::size_t row_bytes(std::size_t width) {
   return width * sizeof(typename F::template Element<T>) + (F::kScaled ? sizeof(float) : 0);
 }
 
+/// One value x as a BF16 or F16 cache stores it (see the file comment): the
+/// F16 cache saturates finite values to +-65504 first (a NaN passes).
+template <StorageFormat F>
+requires(std::same_as<F, BF16> || std::same_as<F, F16>) std::uint16_t narrow_value(float x) {
+  if constexpr (std::same_as<F, BF16>) {
+    return bf16_from_float(x);
+  } else {
+    constexpr float kMax = 65504.0f;
+    return f16_from_float(x > kMax ? kMax : (x < -kMax ? -kMax : x));
+  }
+}
+
+/// One stored value widened to T, exactly, without an Int8 row scale.
+template <StorageFormat F, Scalar T>
+T widen_value(typename F::template Element<T> e) {
+  if constexpr (std::same_as<F, BF16>) {
+    return static_cast<T>(float_from_bf16(e));
+  } else if constexpr (std::same_as<F, F16>) {
+    return static_cast<T>(float_from_f16(e));
+  } else {
+    return static_cast<T>(e);  // Native: T itself; Int8: the integer
+  }
+}
+
 /// Encodes one row of n values x into `out` (n elements) and, for Int8, its
 /// scale into *scale (see the file comment for the rounding).
 /// \throws std::invalid_argument for Int8 if a value is NaN or infinite
@@ -163,14 +187,8 @@ template <StorageFormat F, Scalar T>
 void encode_row(const T* x, Index n, typename F::template Element<T>* out, float* scale) {
   if constexpr (std::same_as<F, Native>) {
     for (Index j = 0; j < n; ++j) out[j] = x[j];
-  } else if constexpr (std::same_as<F, BF16>) {
-    for (Index j = 0; j < n; ++j) out[j] = bf16_from_float(static_cast<float>(x[j]));
-  } else if constexpr (std::same_as<F, F16>) {
-    constexpr float kMax = 65504.0f;
-    for (Index j = 0; j < n; ++j) {
-      const float v = static_cast<float>(x[j]);
-      out[j] = f16_from_float(v > kMax ? kMax : (v < -kMax ? -kMax : v));  // NaN passes
-    }
+  } else if constexpr (!F::kScaled) {  // BF16, F16
+    for (Index j = 0; j < n; ++j) out[j] = narrow_value<F>(static_cast<float>(x[j]));
   } else {
     float amax = 0.0f;
     for (Index j = 0; j < n; ++j) {
@@ -192,62 +210,50 @@ void encode_row(const T* x, Index n, typename F::template Element<T>* out, float
   }
 }
 
-/// Decodes one stored row (n values, and its scale for Int8) into x.
+/// Widens one stored row to T *without* its Int8 scale (the decode kernel
+/// multiplies the dot product by it instead): exact for every format.
 template <StorageFormat F, Scalar T>
-void decode_row(const typename F::template Element<T>* in, Index n, float scale, T* x) {
-  if constexpr (std::same_as<F, Native>) {
-    (void)scale;
-    for (Index j = 0; j < n; ++j) x[j] = in[j];
-  } else if constexpr (std::same_as<F, BF16>) {
-    (void)scale;
-    for (Index j = 0; j < n; ++j) x[j] = static_cast<T>(float_from_bf16(in[j]));
-  } else if constexpr (std::same_as<F, F16>) {
-    (void)scale;
-    Index j = 0;
+void widen_row(const typename F::template Element<T>* in, Index n, T* x) {
+  Index j = 0;
+  if constexpr (std::same_as<T, float>) {
+#if defined(__AVX2__)
+    // 8 values per step: zero- (BF16) or sign-extend (Int8) to 32 bits.
+    if constexpr (std::same_as<F, BF16>) {
+      for (; j + 8 <= n; j += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j));
+        const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+        _mm256_storeu_ps(x + j, _mm256_castsi256_ps(w));
+      }
+    } else if constexpr (std::same_as<F, Int8>) {
+      for (; j + 8 <= n; j += 8) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + j));
+        _mm256_storeu_ps(x + j, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
+      }
+    }
+#endif
 #if defined(__F16C__) && defined(__AVX__)
-    if constexpr (std::same_as<T, float>) {
+    if constexpr (std::same_as<F, F16>) {
       for (; j + 8 <= n; j += 8) {
         const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j));
         _mm256_storeu_ps(x + j, _mm256_cvtph_ps(h));
       }
     }
 #endif
-    for (; j < n; ++j) x[j] = static_cast<T>(float_from_f16(in[j]));
-  } else {
+  }
+  for (; j < n; ++j) x[j] = widen_value<F, T>(in[j]);
+}
+
+/// Decodes one stored row (n values, and its scale for Int8) into x.
+template <StorageFormat F, Scalar T>
+void decode_row(const typename F::template Element<T>* in, Index n, float scale, T* x) {
+  if constexpr (F::kScaled) {
     // The scale is applied by the caller when it can be (once per dot
     // product); here the row is widened exactly, times the scale.
     const T s = static_cast<T>(scale);
     for (Index j = 0; j < n; ++j) x[j] = static_cast<T>(in[j]) * s;
-  }
-}
-
-/// Widens one stored row to T *without* its Int8 scale (the decode kernel
-/// multiplies the dot product by it instead); the other formats as decode_row.
-template <StorageFormat F, Scalar T>
-void widen_row(const typename F::template Element<T>* in, Index n, T* x) {
-  Index j = 0;
-#if defined(__AVX2__)
-  // 8 values per step: zero- (BF16) or sign-extend (Int8) to 32 bits.
-  if constexpr (std::same_as<T, float> && std::same_as<F, BF16>) {
-    for (; j + 8 <= n; j += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j));
-      const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-      _mm256_storeu_ps(x + j, _mm256_castsi256_ps(w));
-    }
-  } else if constexpr (std::same_as<T, float> && std::same_as<F, Int8>) {
-    for (; j + 8 <= n; j += 8) {
-      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + j));
-      _mm256_storeu_ps(x + j, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
-    }
-  }
-#endif
-  if constexpr (std::same_as<F, Int8>) {
-    for (; j < n; ++j) x[j] = static_cast<T>(in[j]);
-  } else if constexpr (std::same_as<F, BF16>) {
-    for (; j < n; ++j) x[j] = static_cast<T>(float_from_bf16(in[j]));
   } else {
-    (void)j;
-    decode_row<F, T>(in, n, 1.0f, x);
+    (void)scale;
+    widen_row<F, T>(in, n, x);
   }
 }
 

@@ -155,6 +155,20 @@ void add_residual(const char* what, RowMatrix<T>& out, const RowMatrix<T>& r) {
                  "a sub-layer must return one d_model row per token");
   out += r;
 }
+
+/// One residual sub-layer F with its norm N on the residual stream h:
+/// h = h + F(N(h)) (PreNorm) or h = N(h + F(h)) (PostNorm).
+template <NormPlacement Placement, Scalar T, class Norm, class SubLayer>
+void residual_branch(const char* what, RowMatrix<T>& h, const Norm& norm, SubLayer&& sub_layer) {
+  if constexpr (std::same_as<Placement, PreNorm>) {
+    RowMatrix<T> n = h;
+    norm.apply(n);
+    add_residual(what, h, sub_layer(n));
+  } else {
+    add_residual(what, h, sub_layer(h));
+    norm.apply(h);
+  }
+}
 }  // namespace detail
 
 /// A decoder-only layer (GPT-2, LLaMA, Mistral, Qwen2, DeepSeek-V2 dense):
@@ -242,19 +256,11 @@ class DecoderOnlyLayer {
   RowMatrix<T> run(ConstMatrixRef<T> x, AttnFn&& attend) const {
     constexpr const char* what = "DecoderOnlyLayer";
     RowMatrix<T> h = x;  // the residual stream (N, d)
-    if constexpr (std::same_as<Placement, PreNorm>) {
-      RowMatrix<T> a = x;
-      norm_1_.apply(a);
-      detail::add_residual(what, h, attend(a));  // H = X + Attn(N1(X))
-      RowMatrix<T> f = h;
-      norm_2_.apply(f);
-      detail::add_residual(what, h, ffn_.forward(f));  // Y = H + F(N2(H))
-    } else {
-      detail::add_residual(what, h, attend(x));  // H = N1(X + Attn(X))
-      norm_1_.apply(h);
-      detail::add_residual(what, h, ffn_.forward(h));  // Y = N2(H + F(H))
-      norm_2_.apply(h);
-    }
+    // Pre-norm: H = X + Attn(N1(X)), Y = H + F(N2(H)); post-norm: H = N1(X + Attn(X)),
+    // Y = N2(H + F(H)).
+    detail::residual_branch<Placement>(what, h, norm_1_, attend);
+    detail::residual_branch<Placement>(what, h, norm_2_,
+                                       [&](ConstMatrixRef<T> f) { return ffn_.forward(f); });
     return h;
   }
 
@@ -305,19 +311,9 @@ class EncoderLayer {
   RowMatrix<T> run(ConstMatrixRef<T> x, AttnFn&& attend) const {
     constexpr const char* what = "EncoderLayer";
     RowMatrix<T> h = x;
-    if constexpr (std::same_as<Placement, PreNorm>) {
-      RowMatrix<T> a = x;
-      norm_1_.apply(a);
-      detail::add_residual(what, h, attend(a));
-      RowMatrix<T> f = h;
-      norm_2_.apply(f);
-      detail::add_residual(what, h, ffn_.forward(f));
-    } else {
-      detail::add_residual(what, h, attend(x));
-      norm_1_.apply(h);
-      detail::add_residual(what, h, ffn_.forward(h));
-      norm_2_.apply(h);
-    }
+    detail::residual_branch<Placement>(what, h, norm_1_, attend);
+    detail::residual_branch<Placement>(what, h, norm_2_,
+                                       [&](ConstMatrixRef<T> f) { return ffn_.forward(f); });
     return h;
   }
 
@@ -393,24 +389,10 @@ class DecoderLayer {
   RowMatrix<T> run(ConstMatrixRef<T> x, SelfFn&& self_fn, CrossFn&& cross_fn) const {
     constexpr const char* what = "DecoderLayer";
     RowMatrix<T> h = x;
-    if constexpr (std::same_as<Placement, PreNorm>) {
-      RowMatrix<T> a = x;
-      norm_1_.apply(a);
-      detail::add_residual(what, h, self_fn(a));
-      RowMatrix<T> c = h;
-      norm_2_.apply(c);
-      detail::add_residual(what, h, cross_fn(c));
-      RowMatrix<T> f = h;
-      norm_3_.apply(f);
-      detail::add_residual(what, h, ffn_.forward(f));
-    } else {
-      detail::add_residual(what, h, self_fn(x));
-      norm_1_.apply(h);
-      detail::add_residual(what, h, cross_fn(h));
-      norm_2_.apply(h);
-      detail::add_residual(what, h, ffn_.forward(h));
-      norm_3_.apply(h);
-    }
+    detail::residual_branch<Placement>(what, h, norm_1_, self_fn);
+    detail::residual_branch<Placement>(what, h, norm_2_, cross_fn);
+    detail::residual_branch<Placement>(what, h, norm_3_,
+                                       [&](ConstMatrixRef<T> f) { return ffn_.forward(f); });
     return h;
   }
 
