@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kappa/attention/bias.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/embed/rope.hpp"
 #include "kappa/heads/multi_head_attention.hpp"
@@ -36,13 +37,13 @@ const Case kCases[] = {{4, 4, "MHA"}, {4, 2, "GQA"}, {4, 1, "MQA"}};
 
 /// Runs `steps` (token counts: prefill, then chunks/single tokens) through a
 /// cache and returns the stacked outputs.
-template <class Attn, class Cache, class T>
+template <class Attn, class Cache, class T, class Bias = kappa::NoMask>
 RowMatrix<T> decode(const Attn& attn, Cache& cache, const RowMatrix<T>& x,
-                    const std::vector<Index>& steps) {
+                    const std::vector<Index>& steps, const Bias& bias = {}) {
   RowMatrix<T> y(x.rows(), attn.config().d_out);
   Index r = 0;
   for (Index n : steps) {
-    y.middleRows(r, n) = attn.forward_cached(RowMatrix<T>(x.middleRows(r, n)), cache);
+    y.middleRows(r, n) = attn.forward_cached(RowMatrix<T>(x.middleRows(r, n)), cache, bias);
     r += n;
   }
   EXPECT_EQ(r, x.rows());
@@ -158,6 +159,92 @@ TYPED_TEST(DecodeTest, TruncateRollsBackForSpeculativeDecoding) {
   const RowMatrix<T> rest = attn.forward_cached(RowMatrix<T>(x.bottomRows(4)), cache);
   const RowMatrix<T> full = attn.forward(x, kappa::CausalMask{});
   EXPECT_LE(max_scaled_error(rest, RowMatrix<T>(full.bottomRows(4)), kDecodeRel<T>, 0.0), 1.0);
+}
+
+/// forward_cached with a score bias equals the full pass with the same bias
+/// on top of the causal mask (that pass is checked against BLOOM's ALiBi and
+/// T5's relative buckets in tests/attention/bias_test.cpp), within
+/// rel * max|y| + abs; and the bias changes the result by over 5 times that.
+template <class T, class Format, class Bias>
+void check_biased_decode(const Bias& bias, double rel, double abs) {
+  const Index d = 8, dh = 4, n = 20;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const auto w =
+        random_heads_weights<T>(d, d, c.n_heads, c.n_kv_heads, dh, dh, d, true, 7, 0.5, -0.5);
+    kappa::GroupedQueryAttention<T> attn(
+        {.d_in = d, .n_heads = c.n_heads, .d_head = dh, .n_kv_heads = c.n_kv_heads});
+    attn.set_weights(w.w_q, w.w_k, w.w_v, w.w_o);
+    attn.set_biases(w.b_q, w.b_k, w.b_v, w.b_o);
+    const RowMatrix<T> x = random_matrix<T>(n, d, 3, 1.0);
+    const RowMatrix<T> full = attn.forward(x, kappa::all_of(kappa::CausalMask{}, bias));
+    const RowMatrix<T> unbiased = attn.forward(x, kappa::CausalMask{});
+    EXPECT_GT(max_scaled_error(unbiased, full, rel, abs), 5.0) << "the bias must matter";
+    for (std::size_t s = 0; s < kSchedules.size(); ++s) {
+      SCOPED_TRACE("schedule " + std::to_string(s));
+      kappa::KVCache<T, kappa::cache::Growable, Format> cache(attn.kv_cache_config());
+      const RowMatrix<T> inc = decode(attn, cache, x, kSchedules[s], bias);
+      EXPECT_LE(max_scaled_error(inc, full, rel, abs), 1.0) << "incremental\n"
+                                                            << inc << "\nfull\n"
+                                                            << full;
+    }
+  }
+}
+
+TYPED_TEST(DecodeTest, AlibiCachedEqualsTheFullBiasedPass) {
+  check_biased_decode<TypeParam, kappa::cache::Native>(kappa::Alibi(4), kDecodeRel<TypeParam>, 0);
+}
+
+TYPED_TEST(DecodeTest, T5DecoderBiasCachedEqualsTheFullBiasedPass) {
+  // 8 buckets x 4 heads, causal (decoder) bucketing, max distance 6.
+  const kappa::T5RelativeBias<TypeParam> t5{random_matrix<TypeParam>(8, 4, 5, 2.0), false, 6};
+  check_biased_decode<TypeParam, kappa::cache::Native>(t5, kDecodeRel<TypeParam>, 0);
+}
+
+TYPED_TEST(DecodeTest, OneBiasForEveryHeadCachedEqualsTheFullBiasedPass) {
+  check_biased_decode<TypeParam, kappa::cache::Native>(kappa::AlibiBias{0.5}, kDecodeRel<TypeParam>,
+                                                       0);
+}
+
+// Stored formats take the decode kernel, a per-head bias head by head. The
+// tolerance is each format's rounding of K and V (inputs and outputs of
+// order 1).
+TEST(BiasedDecode, StoredFormatsApplyTheBias) {
+  const kappa::Alibi alibi(4);
+  {
+    SCOPED_TRACE("BF16");
+    check_biased_decode<float, kappa::cache::BF16>(alibi, 0, 2e-2);
+  }
+  {
+    SCOPED_TRACE("F16");
+    check_biased_decode<float, kappa::cache::F16>(alibi, 0, 3e-3);
+  }
+  {
+    SCOPED_TRACE("Int8");
+    check_biased_decode<float, kappa::cache::Int8>(alibi, 0, 2e-2);
+  }
+  SCOPED_TRACE("BF16, one bias for every head");
+  check_biased_decode<float, kappa::cache::BF16>(kappa::AlibiBias{0.5}, 0, 2e-2);
+}
+
+TEST(DecodeErrors, BiasOfAnotherHeadCountThrowsAndLeavesCacheUnchanged) {
+  kappa::GroupedQueryAttention<float> attn({.d_in = 8, .n_heads = 4, .n_kv_heads = 2});
+  kappa::KVCache<float> cache(attn.kv_cache_config());
+  kappa::KVCache<float, kappa::cache::Growable, kappa::cache::BF16> bf16(attn.kv_cache_config());
+  const RowMatrix<float> x = RowMatrix<float>::Ones(3, 8);
+  (void)attn.forward_cached(x, cache, kappa::Alibi(4));
+  (void)attn.forward_cached(x, bf16, kappa::Alibi(4));
+  try {
+    (void)attn.forward_cached(x, cache, kappa::Alibi(3));
+    ADD_FAILURE() << "no exception";
+  } catch (const kappa::ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 heads but the layer has n_heads = 4"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)attn.forward_cached(x, bf16, kappa::Alibi(5)), kappa::ShapeError);
+  EXPECT_EQ(cache.length(), 3);
+  EXPECT_EQ(bf16.length(), 3);
 }
 
 TEST(DecodeErrors, FixedCapacityOverflowThrowsAndLeavesCacheUnchanged) {

@@ -426,6 +426,23 @@ class MultiHeadAttention {
   ///         is then unchanged).
   template <cache::RetentionPolicy R, cache::StorageFormat F>
   RowMatrix<T> forward_cached(ConstMatrixRef<T> x, KVCache<T, R, F>& cache) const {
+    return forward_cached(x, cache, NoMask{});
+  }
+
+  /// forward_cached() with an additive score bias (or any further mask-like
+  /// policy) on top of the causal mask: AlibiBias / Alibi(n_heads),
+  /// T5RelativeBias, HeadScoreBias... The bias is bound to (n, t + n) with the
+  /// default offset, so query row i is position t + i and key row j position
+  /// j, as in forward(whole sequence, all_of(CausalMask{}, bias)), which the
+  /// concatenated outputs equal. A per-head bias in a stored-format cache
+  /// attends head by head (each head reads its group's K and V). Growable
+  /// and FixedCapacity caches only: a SlidingWindow ring does not hold keys
+  /// in position order.
+  template <class B, cache::RetentionPolicy R, cache::StorageFormat F>
+  RowMatrix<T> forward_cached(ConstMatrixRef<T> x, KVCache<T, R, F>& cache, const B& bias) const {
+    static_assert(std::same_as<B, NoMask> || !R::kWindowed,
+                  "kappa: forward_cached() with a score bias needs a Growable or FixedCapacity "
+                  "cache (a SlidingWindow ring does not keep its keys in position order)");
     static_assert(!AttentionApproximation<Kernel> || dependent_false<R>,
                   "kappa: forward_cached() is not available with an attention approximation "
                   "(approx::Nystrom, SequenceSketch, SampledAttention) in the Kernel slot: they "
@@ -444,7 +461,12 @@ class MultiHeadAttention {
     apply_position(k, h_kv, 0, n, t0);
     RowMatrix<T> y(n, config_.n_heads * dv);  // (n, H d_v)
     const std::vector<Index> q_off{0, n};
-    if constexpr (!R::kWindowed) {
+    if constexpr (!std::same_as<B, NoMask>) {
+      const auto mask = all_of(CausalMask{}, bias);
+      check_cached_mask(mask, n, t0 + n);  // before the cache changes
+      cache.append(k, v);
+      attend_cache(q, cache, y, mask);
+    } else if constexpr (!R::kWindowed) {
       cache.append(k, v);
       attend_cache(q, cache, y, CausalMask{});
     } else {
@@ -763,26 +785,38 @@ class MultiHeadAttention {
       }
     }
     if constexpr (ScoreKernel<Kernel>) {
-      (void)mask.bind(n, cache.stored());  // validate before any parallel region
+      check_cached_mask(mask, n, cache.stored());  // before any parallel region
       const Index dh = config_.d_head, dv = config_.d_v;
       const auto head = [&](Index g, DecodeWorkspace<T>& ws, RowMatrix<T>& qg, RowMatrix<T>& yg) {
-        if (n == 1) {  // the G heads of kv head g are G contiguous rows: no copy
-          const Eigen::Map<const RowMatrix<T>> qm(q.data() + g * grp * dh, grp, dh);
-          Eigen::Map<RowMatrix<T>> ym(y.data() + g * grp * dv, grp, dv);
-          decode_attention_into<T, F>(qm, cache.key_rows(g), cache.value_rows(g), ym, ws, kernel_,
+        if constexpr (PerHeadMask<M>) {
+          // A bias per head (ALiBi, T5): each head of the group attends on
+          // its own, so the group's K and V are read once per head.
+          (void)qg;
+          (void)yg;
+          for (Index h = g * grp; h < (g + 1) * grp; ++h) {
+            decode_attention_into<T, F>(
+                ConstMatrixRef<T>(q.middleCols(h * dh, dh)), cache.key_rows(g), cache.value_rows(g),
+                MatrixRef<T>(y.middleCols(h * dv, dv)), ws, kernel_, mask.head(h), 1);
+          }
+        } else {
+          if (n == 1) {  // the G heads of kv head g are G contiguous rows: no copy
+            const Eigen::Map<const RowMatrix<T>> qm(q.data() + g * grp * dh, grp, dh);
+            Eigen::Map<RowMatrix<T>> ym(y.data() + g * grp * dv, grp, dv);
+            decode_attention_into<T, F>(qm, cache.key_rows(g), cache.value_rows(g), ym, ws, kernel_,
+                                        mask, grp);
+            return;
+          }
+          qg.resize(n * grp, dh);  // row i G + j: query i of head g G + j
+          yg.resize(n * grp, dv);
+          for (Index i = 0; i < n; ++i)
+            qg.middleRows(i * grp, grp) =
+                Eigen::Map<const RowMatrix<T>>(q.data() + i * q.cols() + g * grp * dh, grp, dh);
+          decode_attention_into<T, F>(qg, cache.key_rows(g), cache.value_rows(g), yg, ws, kernel_,
                                       mask, grp);
-          return;
+          for (Index i = 0; i < n; ++i)
+            Eigen::Map<RowMatrix<T>>(y.data() + i * y.cols() + g * grp * dv, grp, dv) =
+                yg.middleRows(i * grp, grp);
         }
-        qg.resize(n * grp, dh);  // row i G + j: query i of head g G + j
-        yg.resize(n * grp, dv);
-        for (Index i = 0; i < n; ++i)
-          qg.middleRows(i * grp, grp) =
-              Eigen::Map<const RowMatrix<T>>(q.data() + i * q.cols() + g * grp * dh, grp, dh);
-        decode_attention_into<T, F>(qg, cache.key_rows(g), cache.value_rows(g), yg, ws, kernel_,
-                                    mask, grp);
-        for (Index i = 0; i < n; ++i)
-          Eigen::Map<RowMatrix<T>>(y.data() + i * y.cols() + g * grp * dv, grp, dv) =
-              yg.middleRows(i * grp, grp);
       };
 #ifdef _OPENMP
       // A short cache is one chunk per head: spread the heads instead.
@@ -801,6 +835,24 @@ class MultiHeadAttention {
       DecodeWorkspace<T> ws;
       RowMatrix<T> qg, yg;
       for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
+    }
+  }
+
+  /// Throws unless `mask` binds to (n, n_kv), for every head when it is a
+  /// per-head policy (whose number of heads must be n_heads).
+  template <class M>
+  void check_cached_mask(const M& mask, Index n, Index n_kv) const {
+    if constexpr (PerHeadMask<M>) {
+      if (mask.heads() != config_.n_heads) {
+        throw ShapeError(
+            "kappa: MultiHeadAttention::forward_cached: the per-head mask or bias "
+            "has " +
+            std::to_string(mask.heads()) +
+            " heads but the layer has n_heads = " + std::to_string(config_.n_heads));
+      }
+      for (Index h = 0; h < config_.n_heads; ++h) (void)mask.head(h).bind(n, n_kv);
+    } else {
+      (void)mask.bind(n, n_kv);
     }
   }
 
