@@ -116,6 +116,22 @@ consteval bool check_grouped_policies() {
   }
 }
 
+/// Throws unless `mask` binds to (n_q, n_kv); a per-head policy must have
+/// n_heads heads, and each of them must bind.
+template <class M>
+void check_heads_mask(const M& mask, Index n_heads, Index n_q, Index n_kv) {
+  if constexpr (PerHeadMask<M>) {
+    if (mask.heads() != n_heads) {
+      throw ShapeError("kappa: multi-head attention: the per-head mask or bias has " +
+                       std::to_string(mask.heads()) +
+                       " heads but the layer has n_heads = " + std::to_string(n_heads));
+    }
+    for (Index h = 0; h < n_heads; ++h) (void)mask.head(h).bind(n_q, n_kv);
+  } else {
+    (void)mask.bind(n_q, n_kv);
+  }
+}
+
 /// Runs every (sequence b, kv head g) task: sequence b is rows
 /// q_off[b] .. q_off[b+1] - 1 of q and y; kv(b, g) returns its (K_g, V_g) as
 /// a pair of ConstMatrixRef. Tasks are independent and each is computed by one
@@ -131,22 +147,10 @@ void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index
   const Index* const off = q_off.data();  // indexed by Index b, as the sequences are
   // Validate the mask for every sequence up front: nothing may throw inside
   // the parallel region.
-  if constexpr (PerHeadMask<M>) {
-    if (mask.heads() != n_heads) {
-      throw ShapeError("kappa: multi-head attention: the per-head mask or bias has " +
-                       std::to_string(mask.heads()) +
-                       " heads but the layer has n_heads = " + std::to_string(n_heads));
-    }
-    for (Index b = 0; b < n_seq; ++b) {
-      for (Index h = 0; h < n_heads; ++h)
-        (void)mask.head(h).bind(off[b + 1] - off[b], kv(b, 0).first.rows());
-    }
-  } else {
-    for (Index b = 0; b < n_seq; ++b) {
-      (void)mask.bind(off[b + 1] - off[b], kv(b, 0).first.rows());
-      if constexpr (AttentionApproximation<K>)
-        kernel.validate(off[b + 1] - off[b], kv(b, 0).first.rows(), mask);
-    }
+  for (Index b = 0; b < n_seq; ++b) {
+    check_heads_mask(mask, n_heads, off[b + 1] - off[b], kv(b, 0).first.rows());
+    if constexpr (AttentionApproximation<K> && !PerHeadMask<M>)
+      kernel.validate(off[b + 1] - off[b], kv(b, 0).first.rows(), mask);
   }
   const auto task = [&](Index t, HeadsScratch<T>& s) {
     const Index b = t / n_kv_heads, g = t % n_kv_heads;

@@ -463,7 +463,7 @@ class MultiHeadAttention {
     const std::vector<Index> q_off{0, n};
     if constexpr (!std::same_as<B, NoMask>) {
       const auto mask = all_of(CausalMask{}, bias);
-      check_cached_mask(mask, n, t0 + n);  // before the cache changes
+      detail::check_heads_mask(mask, config_.n_heads, n, t0 + n);  // before the cache changes
       cache.append(k, v);
       attend_cache(q, cache, y, mask);
     } else if constexpr (!R::kWindowed) {
@@ -785,7 +785,7 @@ class MultiHeadAttention {
       }
     }
     if constexpr (ScoreKernel<Kernel>) {
-      check_cached_mask(mask, n, cache.stored());  // before any parallel region
+      detail::check_heads_mask(mask, config_.n_heads, n, cache.stored());  // before threads
       const Index dh = config_.d_head, dv = config_.d_v;
       const auto head = [&](Index g, DecodeWorkspace<T>& ws, RowMatrix<T>& qg, RowMatrix<T>& yg) {
         if constexpr (PerHeadMask<M>) {
@@ -835,24 +835,6 @@ class MultiHeadAttention {
       DecodeWorkspace<T> ws;
       RowMatrix<T> qg, yg;
       for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
-    }
-  }
-
-  /// Throws unless `mask` binds to (n, n_kv), for every head when it is a
-  /// per-head policy (whose number of heads must be n_heads).
-  template <class M>
-  void check_cached_mask(const M& mask, Index n, Index n_kv) const {
-    if constexpr (PerHeadMask<M>) {
-      if (mask.heads() != config_.n_heads) {
-        throw ShapeError(
-            "kappa: MultiHeadAttention::forward_cached: the per-head mask or bias "
-            "has " +
-            std::to_string(mask.heads()) +
-            " heads but the layer has n_heads = " + std::to_string(config_.n_heads));
-      }
-      for (Index h = 0; h < config_.n_heads; ++h) (void)mask.head(h).bind(n, n_kv);
-    } else {
-      (void)mask.bind(n, n_kv);
     }
   }
 
