@@ -7,13 +7,26 @@
 // preallocated outputs, so GFLOP/s(attention) / GFLOP/s(GEMM) is the fraction
 // of the machine's GEMM speed that attention reaches.
 //
+// BM_Attention_Softmax runs what attention_into chooses (kAuto: for float on
+// AVX-512 or AVX2 + FMA, the tiled path's register-blocked kernels);
+// BM_Attention_Softmax_Blocked forces the blocked path, whose products are
+// Eigen GEMMs. BM_FmaPeak is the other ceiling: the machine's fused
+// multiply-add rate (2 flops each) with independent register accumulators,
+// so GFLOP/s(attention) / GFLOP/s(FMA peak) is the fraction of the
+// arithmetic peak, read from one run.
+//
 // Every benchmark touches its buffers once before timing (steady state).
 //
 // Args: {N, d, threads}. Threads > 1 needs the OpenMP build (bench preset).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -48,12 +61,14 @@ int use_threads(benchmark::State& state) {
 }
 
 template <class Mask>
-void attention_bench(benchmark::State& state, const Mask& mask, double flop_fraction) {
+void attention_bench(benchmark::State& state, const Mask& mask, double flop_fraction,
+                     kappa::AttentionPath path = kappa::AttentionPath::kAuto) {
   const Index n = state.range(0), d = state.range(1);
   use_threads(state);
   const RowMatrix<float> q = random(n, d, 1), k = random(n, d, 2), v = random(n, d, 3);
   RowMatrix<float> y(n, d);
   kappa::AttentionWorkspace<float> ws;
+  ws.path = path;
   kappa::attention_into<float>(q, k, v, y, ws, kappa::kernels::Softmax{}, mask);  // warm-up
   for (auto _ : state) {
     kappa::attention_into<float>(q, k, v, y, ws, kappa::kernels::Softmax{}, mask);
@@ -66,6 +81,85 @@ void attention_bench(benchmark::State& state, const Mask& mask, double flop_frac
 
 void BM_Attention_Softmax(benchmark::State& state) {
   attention_bench(state, kappa::NoMask{}, 1.0);
+}
+
+// The same through the blocked path: Eigen GEMMs for Q K^T and A V.
+void BM_Attention_Softmax_Blocked(benchmark::State& state) {
+  attention_bench(state, kappa::NoMask{}, 1.0, kappa::AttentionPath::kBlocked);
+}
+
+// The FMA peak: each thread runs kChains independent chains acc = acc * b + c
+// in registers (enough to cover the FMA latency times the FMA ports of any
+// current x86 core: 4 cycles x 2 ports = 8 in flight). 2 flops per lane per
+// FMA. Vector width: AVX-512, else AVX2 + FMA, else scalar std::fma.
+constexpr int kChains = 12;
+#if defined(__AVX512F__)
+using FmaVec = __m512;
+constexpr int kFmaLanes = 16;
+inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline FmaVec fma_splat(float x) {
+  return _mm512_set1_ps(x);
+}
+inline float fma_first(FmaVec a) {
+  return _mm512_cvtss_f32(a);
+}
+#elif defined(__FMA__)
+using FmaVec = __m256;
+constexpr int kFmaLanes = 8;
+inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline FmaVec fma_splat(float x) {
+  return _mm256_set1_ps(x);
+}
+inline float fma_first(FmaVec a) {
+  return _mm256_cvtss_f32(a);
+}
+#else
+using FmaVec = float;
+constexpr int kFmaLanes = 1;
+inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
+  return std::fma(a, b, c);
+}
+inline FmaVec fma_splat(float x) {
+  return x;
+}
+inline float fma_first(FmaVec a) {
+  return a;
+}
+#endif
+
+float fma_chains(long iters) {
+  FmaVec acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = fma_splat(1.0f + 1e-3f * static_cast<float>(i));
+  const FmaVec b = fma_splat(0.9999999f), c = fma_splat(1e-7f);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = fma_step(acc[i], b, c);
+  }
+  float sum = 0;
+  for (int i = 0; i < kChains; ++i) sum += fma_first(acc[i]);
+  return sum;
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+#ifndef _OPENMP
+  if (threads > 1) state.SkipWithError("built without OpenMP: only 1 thread available");
+#endif
+  constexpr long kIters = 1 << 22;
+  for (auto _ : state) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    { benchmark::DoNotOptimize(fma_chains(kIters)); }
+  }
+  const double flops = 2.0 * kFmaLanes * kChains * double(kIters) * threads;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["lanes"] = kFmaLanes;
 }
 
 // Causal: blocks of queries skip the keys they cannot see, so about half the
@@ -151,7 +245,14 @@ void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"N", "d", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+BENCHMARK(BM_FmaPeak)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Attention_Softmax)->Apply(shapes);
+BENCHMARK(BM_Attention_Softmax_Blocked)->Apply(shapes);
 BENCHMARK(BM_EigenGemm_SameShapes)->Apply(shapes);
 BENCHMARK(BM_Attention_Softmax_Causal)->Apply(shapes);
 BENCHMARK(BM_Attention_Softmax_FullMatrix)->Apply(shapes);
@@ -197,7 +298,7 @@ void long_context(benchmark::State& state, kappa::AttentionPath path) {
   }
   set_rates(state, 4.0 * double(n_q) * double(n_kv) * double(d), n_q);
   const Index per_thread = path == kappa::AttentionPath::kTiled
-                               ? kappa::detail::tiled_scratch_bytes<float>(d)
+                               ? kappa::detail::tiled_scratch_bytes<float>(d, d)
                                : kappa::detail::blocked_scratch_bytes<float>(n_q, n_kv);
   state.counters["scratch_MB"] = static_cast<double>(per_thread) * threads / 1e6;
 }

@@ -44,7 +44,13 @@
 //    N_KV, the GEMMs keep their shape however long the context, and fully
 //    masked tiles are skipped. Kernels that are not shift-invariant take no
 //    maximum (their A is summed as is). It equals the blocked path to
-//    rounding (tests: 1e-5 relative in float, 1e-12 in double);
+//    rounding (tests: 1e-5 relative in float, 1e-12 in double). For float
+//    softmax with a mask of key ranges (none, causal, window, padding) in a
+//    build for AVX-512 or AVX2 + FMA, its products run on the
+//    register-blocked kernels of tile_simd.hpp (blocks of kSimdTileRows
+//    rows, the block's s Q^T packed once, K and V read in place), at about
+//    0.85 of the FMA peak against Eigen's 0.55 on these shapes; kAuto then
+//    takes it from kSimdMinRows query rows on, whatever N_KV;
 //  * few-query (a decode step: at most kFewQueryRows queries seeing the same
 //    keys) is computed transposed so that the long key dimension drives the
 //    GEMMs, split over key chunks.
@@ -56,6 +62,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -65,6 +72,7 @@
 #include "kappa/attention/concepts.hpp"
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
+#include "kappa/attention/tile_simd.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
@@ -101,6 +109,7 @@ struct AttentionWorkspace {
   std::vector<T> z;           // block of diag(Z)
   std::vector<T> tile_q;      // tiled: s Q of the block
   std::vector<T> tile_m;      // tiled: running row maxima, row sums, rescale factors
+  std::vector<T> tile_y;      // tiled, SIMD kernels: the block's partial output
   RowMatrix<T> phi_q, phi_k;  // feature maps (feature-map kernels only)
   // Few-query path: s Q; per thread a chunk of A^T; per key chunk (A V)^T,
   // and the chunks' row maxima and sums (column-major: one query per column).
@@ -121,6 +130,13 @@ inline constexpr Index kStreamRows = 8;
 /// kTileRows x (kTileKeys + d_QK + 3) scalars per thread, whatever N_KV.
 inline constexpr Index kTileRows = 128;
 inline constexpr Index kTileKeys = 256;
+/// Query rows per block of the tiled path when it runs the register-blocked
+/// float kernels of tile_simd.hpp (a multiple of their panel sizes).
+inline constexpr Index kSimdTileRows = 96;
+/// From this many query rows on, kAuto takes the tiled path whenever its
+/// SIMD kernels apply (detail::simd_tiled), whatever N_KV: they run faster
+/// than Eigen's GEMMs in the blocked path (benchmarks/README.md).
+inline constexpr Index kSimdMinRows = 32;
 /// kAuto takes the tiled path for score kernels once a row of scores is
 /// longer than this many bytes (N_KV > 8192 keys in float, 4096 in double):
 /// beyond it the blocked path's blocks shrink below 64 rows (block_rows) and
@@ -168,12 +184,16 @@ bool prefer_tiled(Index n_kv) {
   return n_kv > kTiledMinRowBytes / static_cast<Index>(sizeof(T));
 }
 
-/// The per-thread scratch bytes of the tiled path for width d_QK (fixed,
-/// whatever N_Q and N_KV; Eigen's GEMM packing buffers come on top, as on
-/// every path).
+/// The per-thread scratch bytes of the tiled path for widths d_QK and d_V
+/// (fixed, whatever N_Q and N_KV): the larger of the Eigen-GEMM tiles
+/// (kTileRows x (kTileKeys + d_QK + 3); Eigen's packing buffers come on top,
+/// as on every path) and the SIMD kernels' (kSimdTileRows x (kTileKeys + d_QK
+/// + d_V + 4)).
 template <class T>
-Index tiled_scratch_bytes(Index d_qk) {
-  return kTileRows * (kTileKeys + d_qk + 3) * static_cast<Index>(sizeof(T));
+Index tiled_scratch_bytes(Index d_qk, Index d_v = 0) {
+  const Index gemm = kTileRows * (kTileKeys + d_qk + 3);
+  const Index simd = kSimdTileRows * (kTileKeys + d_qk + d_v + 4);
+  return std::max(gemm, simd) * static_cast<Index>(sizeof(T));
 }
 
 /// Throws std::invalid_argument naming kernel K and the scale s (see
@@ -507,6 +527,125 @@ void tiled_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q, T 
   normalize_rows(y_block, l);
 }
 
+/// Whether the register-blocked kernels of tile_simd.hpp can run a tiled
+/// call: float, the softmax kernel, a mask of key ranges (no holes, no bias),
+/// d_V a multiple of the vector width, and a build for AVX-512 or AVX2 + FMA.
+template <class T, class K, class B>
+bool simd_tiled(Index d_v) {
+#ifdef KAPPA_TILE_SIMD
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<K, kernels::Softmax> && !B::kHasHoles &&
+                !BiasedBound<B>) {
+    return d_v % tile::kLanes == 0;
+  }
+#endif
+  static_cast<void>(d_v);
+  return false;
+}
+
+#ifdef KAPPA_TILE_SIMD
+/// Scratch of the SIMD tiled path (one per thread).
+struct SimdTileScratch {
+  std::vector<float>& qt;   // s Q_block^T, d_QK x kSimdTileRows
+  std::vector<float>& st;   // one tile of S^T, then of P^T: kTileKeys x kSimdTileRows
+  std::vector<float>& y;    // the block's partial output Y, kSimdTileRows x d_V
+  std::vector<float>& mla;  // 4 kSimdTileRows: maxima m, with this tile, sums l, rescale alpha
+};
+
+/// tiled_block for the calls simd_tiled accepts, through the kernels of
+/// tile_simd.hpp, on blocks of rows <= kSimdTileRows query rows (padded
+/// with zero queries to kSimdTileRows). The same online softmax, transposed:
+/// queries along the vector lanes. Tiles every row of the block sees in full
+/// take the fused path (the column maxima from the score registers); ragged
+/// tiles (a causal diagonal, a window's edges, a padded tail) set hidden
+/// scores to -inf before the maxima and their weights to 0 after the exp.
+/// Returns false, having written nothing, when a key that some row of the
+/// block cannot see holds a non-finite value in V (0 * NaN would leak into
+/// that row through the P V kernel): tiled_block then sums each row over its
+/// own keys.
+template <class B>
+bool simd_tiled_block(const B& bound, const ConstMatrixRef<float>& q, float scale,
+                      const ConstMatrixRef<float>& k, const ConstMatrixRef<float>& v,
+                      MatrixRef<float>& y, Index r0, Index rows, SimdTileScratch ws) {
+  constexpr Index kRows = kSimdTileRows;
+  static_assert(kRows % tile::kScoreCols == 0 && kRows % tile::kPvRows == 0);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const KeyRange keys = block_keys(bound, r0, rows);
+  auto y_block = y.middleRows(r0, rows);
+  if (keys.size() == 0) {
+    y_block.setZero();
+    return true;
+  }
+  // The keys every row of the block sees: [ib, ie) (empty when ib >= ie).
+  Index ib = keys.begin, ie = keys.end;
+  for (Index r = 0; r < rows; ++r) {
+    const KeyRange kr = bound.range(r0 + r);
+    ib = std::max(ib, kr.begin);
+    ie = std::min(ie, kr.end);
+  }
+  if (ie <= ib) ib = ie = keys.end;
+  const auto finite = [&](Index b, Index e) {
+    return e <= b || v.middleRows(b, e - b).allFinite();
+  };
+  if (!finite(keys.begin, ib) || !finite(ie, keys.end)) return false;
+
+  const Index d = q.cols(), d_v = v.cols();
+  const auto grow = [](std::vector<float>& buf, Index n) {
+    if (buf.size() < static_cast<std::size_t>(n)) buf.resize(static_cast<std::size_t>(n));
+  };
+  grow(ws.qt, d * kRows);
+  grow(ws.st, kTileKeys * kRows);
+  grow(ws.y, kRows * d_v);
+  grow(ws.mla, 4 * kRows);
+  Eigen::Map<RowMatrix<float>> qt(ws.qt.data(), d, kRows);
+  qt.leftCols(rows).noalias() = scale * q.middleRows(r0, rows).transpose();
+  qt.rightCols(kRows - rows).setZero();
+  float* const st = ws.st.data();
+  float* const yacc = ws.y.data();
+  std::fill(yacc, yacc + kRows * d_v, 0.0f);
+  float* const m = ws.mla.data();
+  float* const cmax = m + kRows;
+  float* const l = cmax + kRows;
+  float* const alpha = l + kRows;
+  std::fill(m, m + kRows, kNegInf);
+  std::fill(l, l + kRows, 0.0f);
+  const Index ldk = k.outerStride(), ldv = v.outerStride();
+
+  for (Index kb = keys.begin; kb < keys.end; kb += kTileKeys) {
+    const Index len = std::min(kTileKeys, keys.end - kb);
+    const float* const kt = k.data() + kb * ldk;
+    if (ib <= kb && kb + len <= ie) {  // every row sees every key of the tile
+      std::copy(m, m + kRows, cmax);
+      for (Index c = 0; c < kRows; c += tile::kScoreCols)
+        tile::score_columns<true>(kt, ldk, len, qt.data() + c, kRows, d, st + c, kRows, cmax + c);
+      tile::softmax_columns<false>(st, len, kRows, m, cmax, l, alpha);
+    } else {
+      bool seen = false;
+      for (Index r = 0; r < rows && !seen; ++r) {
+        const KeyRange kr = bound.range(r0 + r);
+        seen = std::max(kr.begin, kb) < std::min(kr.end, kb + len);
+      }
+      if (!seen) continue;  // a fully masked tile
+      for (Index c = 0; c < kRows; c += tile::kScoreCols)
+        tile::score_columns<false>(kt, ldk, len, qt.data() + c, kRows, d, st + c, kRows, nullptr);
+      for (Index r = 0; r < rows; ++r) {  // hide the keys row r cannot see
+        const KeyRange kr = bound.range(r0 + r);
+        const Index lo = std::clamp(kr.begin - kb, Index{0}, len);
+        const Index hi = std::clamp(kr.end - kb, lo, len);
+        for (Index j = 0; j < lo; ++j) st[j * kRows + r] = kNegInf;
+        for (Index j = hi; j < len; ++j) st[j * kRows + r] = kNegInf;
+      }
+      tile::column_max(st, len, kRows, m, cmax);
+      tile::softmax_columns<true>(st, len, kRows, m, cmax, l, alpha);
+    }
+    tile::scale_rows(yacc, kRows, d_v, alpha);
+    tile::accumulate_pv(st, kRows, kRows, v.data() + kb * ldv, ldv, len, d_v, yacc);
+  }
+  y_block = Eigen::Map<const RowMatrix<float>>(yacc, rows, d_v);
+  normalize_rows(y_block, l);
+  return true;
+}
+#endif
+
 /// The decode-shaped case: m <= kFewQueryRows queries that all see the same
 /// keys [b, e). Computed transposed,
 ///     A^T = f(K (s Q)^T)    (span x m),      (A V)^T = V^T A^T    (d_V x m),
@@ -666,12 +805,26 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
       detail::few_query_rows<T>(kernel, bound, scale, q, k, v, y, ws))
     return;
   if constexpr (ScoreKernel<K>) {
+    using Bound = std::decay_t<decltype(bound)>;
+    const bool simd = detail::simd_tiled<T, K, Bound>(v.cols());
     if (ws.path == AttentionPath::kTiled ||
-        (ws.path == AttentionPath::kAuto && detail::prefer_tiled<T>(k.rows()))) {
-      const Index n_tb = (n_q + kTileRows - 1) / kTileRows;
-      auto tile = [&](Index b, std::vector<T>& s, std::vector<T>& qb, std::vector<T>& mla) {
-        const Index r0 = b * kTileRows;
-        detail::tiled_block<T>(kernel, bound, q, scale, k, v, y, r0, std::min(kTileRows, n_q - r0),
+        (ws.path == AttentionPath::kAuto &&
+         (detail::prefer_tiled<T>(k.rows()) || (simd && n_q >= kSimdMinRows)))) {
+      const Index block = simd ? kSimdTileRows : kTileRows;
+      const Index n_tb = (n_q + block - 1) / block;
+      auto tile = [&](Index b, std::vector<T>& s, std::vector<T>& qb, std::vector<T>& mla,
+                      std::vector<T>& yb) {
+        const Index r0 = b * block;
+        const Index rows = std::min(block, n_q - r0);
+#ifdef KAPPA_TILE_SIMD
+        if constexpr (std::is_same_v<T, float>) {
+          if (simd && detail::simd_tiled_block(bound, q, scale, k, v, y, r0, rows,
+                                               detail::SimdTileScratch{qb, s, yb, mla}))
+            return;
+        }
+#endif
+        static_cast<void>(yb);
+        detail::tiled_block<T>(kernel, bound, q, scale, k, v, y, r0, rows,
                                detail::TiledScratch<T>{s, qb, mla});
       };
 #ifdef _OPENMP
@@ -679,14 +832,14 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
       if (threads > 1) {
 #pragma omp parallel num_threads(threads)
         {
-          std::vector<T> s, qb, mla;
+          std::vector<T> s, qb, mla, yb;
 #pragma omp for schedule(dynamic, 1)
-          for (Index b = 0; b < n_tb; ++b) tile(b, s, qb, mla);
+          for (Index b = 0; b < n_tb; ++b) tile(b, s, qb, mla, yb);
         }
         return;
       }
 #endif
-      for (Index b = 0; b < n_tb; ++b) tile(b, ws.scores, ws.tile_q, ws.tile_m);
+      for (Index b = 0; b < n_tb; ++b) tile(b, ws.scores, ws.tile_q, ws.tile_m, ws.tile_y);
       return;
     }
   }
