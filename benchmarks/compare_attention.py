@@ -8,8 +8,8 @@ Runs kappa's benchmark binaries (built by `cmake --build --preset bench`) on the
 cases below, then the same shapes in PyTorch (Debian's python3-torch, float32 on
 the CPU, torch.set_num_threads(T)), and prints per case and thread count:
 kappa's rate, PyTorch's rate, their ratio, and kappa's rate over its ceiling
-measured in the same kappa binary (Eigen GEMM of the same shapes for compute-
-bound cases, a plain read of the same bytes for decode). Quote the ratios, not
+measured in the same kappa binary (the FMA peak, BM_FmaPeak, for the
+compute-bound cases; a plain read of the same bytes for decode). Quote the ratios, not
 the bare rates: machines of one kind differ by 2x in FMA peak.
 
 Cases (PyTorch written as a user would, without fused kernels, which torch 1.13
@@ -41,11 +41,11 @@ ROOT = os.path.dirname(HERE)
 # kappa side: (binary, benchmark name regex with {n}/{t} holes, rate counter,
 #              ceiling name regex, ceiling counter)
 PREFILL = ("bench_attention", r"BM_Attention_Softmax/N:{n}/d:128/threads:{t}/", "GFLOP/s",
-           r"BM_EigenGemm_SameShapes/N:{n}/d:128/threads:{t}/", "GFLOP/s")
+           r"BM_FmaPeak/threads:{t}/", "GFLOP/s")
 DECODE = ("bench_heads", r"BM_DecodeAttention/0/{n}/{t}/", "GB/s",
           r"BM_MemoryRead/0/{n}/{t}/", "GB/s")
 LONG = ("bench_attention", r"BM_LongContext_Tiled/NQ:{nq}/NKV:{n}/threads:{t}/", "GFLOP/s",
-        r"BM_LongContext_EigenGemm/NQ:{nq}/NKV:{n}/threads:{t}/", "GFLOP/s")
+        r"BM_FmaPeak/threads:{t}/", "GFLOP/s")
 # One LLaMA-3-70B layer's KV cache (8 kv heads of 128), one query head per kv
 # head, in float and in BF16 storage (PyTorch: bfloat16 tensors).
 DECODE_F32 = ("bench_cache", r"BM_KvDecode<cache::Native>/{n}/{t}/1/", "GB/s",

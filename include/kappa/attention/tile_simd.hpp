@@ -23,7 +23,7 @@
 // With queries along the vector lanes, a query's maximum, sum and rescale
 // factor are lanes of vectors, so the online softmax costs no horizontal
 // reductions. Measured on Zen 5 (AVX-512, N = 4096, d = 128, 1 thread): the
-// score and P V kernels at 0.95 and 0.93 of the FMA peak, the softmax 6% of
+// score and P V kernels at 0.95 and 0.94 of the FMA peak, the softmax 6% of
 // the time (benchmarks/README.md, "Prefill against the FMA peak").
 #pragma once
 
