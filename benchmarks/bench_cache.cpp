@@ -16,6 +16,17 @@
 //       through grouped_attention_into (the path before the decode kernel).
 //   BM_PlainRead<Format>/len/threads/0   a vectorized sum over as many
 //       bytes as that format's cache holds: the read ceiling, same binary.
+//   BM_KvDecodeVsRead<Format>/len/threads   G = 1: each iteration runs one
+//       decode step and then one plain read of as many bytes, timed
+//       separately; of_read = decode GB/s / read GB/s over the same
+//       iterations. Alternating the two cancels the drift of this VM's
+//       bandwidth (up to 1.5x between runs minutes apart), which separate
+//       benchmarks cannot. GB/s and tokens/s count the decode steps only.
+//   BM_KvDecodeVsFloat<Format>/len/threads   G = 1: each iteration runs one
+//       decode step over a cache stored in Format and one over the same
+//       tokens in a float cache, timed separately (the manual time is
+//       Format's); x_float = float step time / Format step time, i.e. the
+//       speedup in tokens/s, from alternating steps for the same reason.
 //   BM_LatentDecode<Format>/len/threads   LatentAttention::forward_cached of
 //       one token (the whole layer; the cache is rolled back after each step),
 //       tokens/s and cache GB/s.
@@ -25,6 +36,7 @@
 
 #include "bench_common.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -129,6 +141,79 @@ void BM_PlainRead(benchmark::State& st) {
   kappa_bench::memory_read(st, bytes, threads);
 }
 
+// Args: len, threads: decode steps (G = 1) alternating with plain reads of
+// as many bytes; the decode steps' time is the benchmark's (manual) time.
+template <class F>
+void BM_KvDecodeVsRead(benchmark::State& st) {
+  using Clock = std::chrono::steady_clock;
+  const Index len = st.range(0);
+  const int threads = static_cast<int>(st.range(1));
+  set_threads(st, threads, F::kName);
+  const auto c = filled_cache<F>(len);
+  const Matrix q = random(1, kKvHeads * kDHead, 4);
+  Matrix y(1, kKvHeads * kDHead);
+  kappa::DecodeWorkspace<T> ws;
+  const std::vector<float> src(c.bytes() / sizeof(float), 1.0f);
+  for (int i = 0; i < 2; ++i) {  // warm up (first touch)
+    decode_step<F>(q, c, y, ws, 1);
+    benchmark::DoNotOptimize(kappa_bench::read_once(src, threads));
+  }
+  double t_decode = 0, t_read = 0;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    decode_step<F>(q, c, y, ws, 1);
+    benchmark::DoNotOptimize(y.data());
+    const auto t1 = Clock::now();
+    benchmark::DoNotOptimize(kappa_bench::read_once(src, threads));
+    const auto t2 = Clock::now();
+    const double d = std::chrono::duration<double>(t1 - t0).count();
+    t_decode += d;
+    t_read += std::chrono::duration<double>(t2 - t1).count();
+    st.SetIterationTime(d);
+  }
+  const double bytes = double(src.size() * sizeof(float));
+  st.counters["GB/s"] =
+      benchmark::Counter(double(c.bytes()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["read_GB/s"] = bytes * double(st.iterations()) / t_read * 1e-9;
+  st.counters["of_read"] = (double(c.bytes()) / t_decode) / (bytes / t_read);
+}
+
+// Args: len, threads: decode steps (G = 1) over a Format cache alternating
+// with steps over a float cache of the same tokens.
+template <class F>
+void BM_KvDecodeVsFloat(benchmark::State& st) {
+  using Clock = std::chrono::steady_clock;
+  const Index len = st.range(0);
+  set_threads(st, static_cast<int>(st.range(1)), F::kName);
+  const auto c = filled_cache<F>(len);
+  const auto c_float = filled_cache<cache::Native>(len);
+  const Matrix q = random(1, kKvHeads * kDHead, 4);
+  Matrix y(1, kKvHeads * kDHead), y_float(1, kKvHeads * kDHead);
+  kappa::DecodeWorkspace<T> ws, ws_float;
+  for (int i = 0; i < 2; ++i) {  // warm up (first touch)
+    decode_step<F>(q, c, y, ws, 1);
+    decode_step<cache::Native>(q, c_float, y_float, ws_float, 1);
+  }
+  double t_format = 0, t_float = 0;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    decode_step<F>(q, c, y, ws, 1);
+    benchmark::DoNotOptimize(y.data());
+    const auto t1 = Clock::now();
+    decode_step<cache::Native>(q, c_float, y_float, ws_float, 1);
+    benchmark::DoNotOptimize(y_float.data());
+    const auto t2 = Clock::now();
+    const double d = std::chrono::duration<double>(t1 - t0).count();
+    t_format += d;
+    t_float += std::chrono::duration<double>(t2 - t1).count();
+    st.SetIterationTime(d);
+  }
+  st.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["float_tokens/s"] = double(st.iterations()) / t_float;
+  st.counters["x_float"] = t_float / t_format;
+}
+
 // ---- latent ---------------------------------------------------------------------
 
 kappa::LatentConfig latent_config() {
@@ -178,6 +263,10 @@ void read_args(benchmark::internal::Benchmark* b) {
   for (int len : {1024, 8192, 32768, 131072})
     for (int threads : {1, 2}) b->Args({len, threads, 0});
 }
+void vs_read_args(benchmark::internal::Benchmark* b) {
+  for (int len : {1024, 8192, 32768, 131072})
+    for (int threads : {1, 2}) b->Args({len, threads});
+}
 void latent_args(benchmark::internal::Benchmark* b) {
   for (int len : {1024, 8192, 32768})
     for (int threads : {1, 2}) b->Args({len, threads});
@@ -212,6 +301,26 @@ BENCHMARK_TEMPLATE(BM_PlainRead, cache::Int8)
     ->Apply(read_args)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_KvDecodeVsRead, cache::Native)
+    ->Apply(vs_read_args)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK_TEMPLATE(BM_KvDecodeVsRead, cache::BF16)
+    ->Apply(vs_read_args)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK_TEMPLATE(BM_KvDecodeVsFloat, cache::BF16)
+    ->Apply(vs_read_args)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK_TEMPLATE(BM_KvDecodeVsFloat, cache::F16)
+    ->Apply(vs_read_args)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK_TEMPLATE(BM_KvDecodeVsFloat, cache::Int8)
+    ->Apply(vs_read_args)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 BENCHMARK_TEMPLATE(BM_LatentDecode, cache::Native)
     ->Apply(latent_args)
     ->Unit(benchmark::kMicrosecond)

@@ -35,26 +35,28 @@ inline void memory_copy(benchmark::State& st, std::size_t bytes, int threads) {
       benchmark::Counter(double(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-/// The read ceiling: `bytes` of floats summed (Eigen's vectorized sum) on `threads` threads, one
-/// contiguous slice each. GB/s = bytes read per second: what a memory-bound decode step can at best
-/// reach.
-inline void memory_read(benchmark::State& st, std::size_t bytes, int threads) {
-  const std::size_t n = bytes / sizeof(float);
-  std::vector<float> src(n, 1.0f);
+/// One read of `src`: its floats summed (Eigen's vectorized sum) on
+/// `threads` threads, one contiguous slice each.
+inline float read_once(const std::vector<float>& src, int threads) {
+  const std::size_t n = src.size();
   float total = 0;
-  for (auto _ : st) {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
 #endif
-    for (int t = 0; t < threads; ++t) {
-      const std::size_t lo = n * t / threads, hi = n * (t + 1) / threads;
-      total +=
-          Eigen::Map<const Eigen::VectorXf>(src.data() + lo, static_cast<Eigen::Index>(hi - lo))
-              .sum();
-    }
-    benchmark::DoNotOptimize(total);
+  for (int t = 0; t < threads; ++t) {
+    const std::size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+    total += Eigen::Map<const Eigen::VectorXf>(src.data() + lo, static_cast<Eigen::Index>(hi - lo))
+                 .sum();
   }
-  st.counters["GB/s"] = benchmark::Counter(double(n * sizeof(float)) * 1e-9,
+  return total;
+}
+
+/// The read ceiling: `bytes` of floats summed by read_once. GB/s = bytes
+/// read per second: what a memory-bound decode step can at best reach.
+inline void memory_read(benchmark::State& st, std::size_t bytes, int threads) {
+  const std::vector<float> src(bytes / sizeof(float), 1.0f);
+  for (auto _ : st) benchmark::DoNotOptimize(read_once(src, threads));
+  st.counters["GB/s"] = benchmark::Counter(double(src.size() * sizeof(float)) * 1e-9,
                                            benchmark::Counter::kIsIterationInvariantRate);
 }
 
