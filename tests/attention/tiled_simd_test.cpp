@@ -4,7 +4,8 @@
 // path (Eigen's GEMMs; 1e-5 relative) and a long-double plain-loop reference
 // across block and tile edges, masks of key ranges, fully masked rows and
 // large logits; hidden keys' NaN / inf never reach rows that cannot see them;
-// and kAuto dispatches to it from kSimdMinRows query rows on.
+// score biases (a bias matrix, ALiBi, T5 buckets, -inf as a mask) equal the
+// blocked path; and kAuto dispatches to it from kSimdMinRows query rows on.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kappa/attention/attention.hpp"
+#include "kappa/attention/bias.hpp"
 #include "support/reference.hpp"
 
 namespace kappa {
@@ -94,6 +96,44 @@ TEST(TiledSimd, EqualsBlockedPathAndReferenceAcrossShapesAndMasks) {
       lengths[static_cast<std::size_t>(i)] = (i * 7919) % (s.n_kv + 1);  // includes 0
     check_simd(q, k, v, KeyPaddingMask{lengths}, "padding");
     check_simd(q, k, v, all_of(CausalMask{}, KeyPaddingMask{lengths}), "causal+padding");
+  }
+}
+
+// Score biases take the SIMD path too (every tile as a ragged one); the
+// blocked path is the reference (tests/attention/bias_test.cpp checks it
+// against a long-double loop and PyTorch's golden data).
+TEST(TiledSimd, ScoreBiasesEqualBlockedPath) {
+  EXPECT_TRUE((detail::simd_tiled<float, kernels::Softmax,
+                                  decltype(all_of(CausalMask{}, AlibiBias{0.5}).bind(1, 1))>(16)));
+  unsigned seed = 300;
+  for (const Shape& s : {Shape{97, 257, 33, 32}, Shape{200, 700, 16, 64}, Shape{40, 1000, 8, 16}}) {
+    const RowMatrix<float> q = random_matrix<float>(s.n_q, s.d, seed++, 1.5);
+    const RowMatrix<float> k = random_matrix<float>(s.n_kv, s.d, seed++, 1.5);
+    const RowMatrix<float> v = random_matrix<float>(s.n_kv, s.d_v, seed++);
+    const auto check = [&](const auto& mask, const std::string& what) {
+      SCOPED_TRACE(what + " N_Q=" + std::to_string(s.n_q) + " N_KV=" + std::to_string(s.n_kv));
+      const RowMatrix<float> blocked = run_path(AttentionPath::kBlocked, q, k, v, mask);
+      for (AttentionPath path : {AttentionPath::kTiled, AttentionPath::kAuto}) {
+        const RowMatrix<float> y = run_path(path, q, k, v, mask);
+        ASSERT_TRUE(y.allFinite());
+        EXPECT_LE(max_scaled_error(y, blocked, 1e-5, 1e-8), 1.0);
+      }
+    };
+    ScoreBias<float> b{random_matrix<float>(s.n_q, s.n_kv, seed++, 3.0)};
+    check(b, "bias matrix");
+    check(all_of(CausalMask{}, b), "causal + bias matrix");
+    check(all_of(CausalMask{}, AlibiBias{0.0625}), "ALiBi");
+    check(all_of(SlidingWindowMask{50}, AlibiBias{0.25}), "window + ALiBi");
+    const T5RelativeBias<float> t5{random_matrix<float>(32, 1, seed++), true, 128, {}};
+    check(t5.head(0), "T5 buckets, bidirectional");
+    // -inf hides keys: every third key for every row, and all keys of row 3.
+    ScoreBias<float> hide{RowMatrix<float>::Zero(s.n_q, s.n_kv)};
+    for (Index i = 0; i < s.n_q; ++i)
+      for (Index j = 0; j < s.n_kv; ++j)
+        if (j % 3 == 1 || i == 3) hide.bias(i, j) = -std::numeric_limits<float>::infinity();
+    check(hide, "-inf bias");
+    const RowMatrix<float> y = run_path(AttentionPath::kAuto, q, k, v, hide);
+    EXPECT_TRUE(y.row(3).isZero(0)) << "a row of -inf scores is a zero row";
   }
 }
 

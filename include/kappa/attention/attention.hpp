@@ -45,7 +45,8 @@
 //    masked tiles are skipped. Kernels that are not shift-invariant take no
 //    maximum (their A is summed as is). It equals the blocked path to
 //    rounding (tests: 1e-5 relative in float, 1e-12 in double). For float
-//    softmax with a mask of key ranges (none, causal, window, padding) in a
+//    softmax with a mask of key ranges (none, causal, window, padding; with
+//    or without a score bias) in a
 //    build for AVX-512 or AVX2 + FMA, its products run on the
 //    register-blocked kernels of tile_simd.hpp (blocks of kSimdTileRows
 //    rows, the block's s Q^T packed once, K and V read in place), at about
@@ -188,11 +189,11 @@ bool prefer_tiled(Index n_kv) {
 /// (fixed, whatever N_Q and N_KV): the larger of the Eigen-GEMM tiles
 /// (kTileRows x (kTileKeys + d_QK + 3); Eigen's packing buffers come on top,
 /// as on every path) and the SIMD kernels' (kSimdTileRows x (kTileKeys + d_QK
-/// + d_V + 4)).
+/// + d_V + 4), and a row of kTileKeys for a score bias).
 template <class T>
 Index tiled_scratch_bytes(Index d_qk, Index d_v = 0) {
   const Index gemm = kTileRows * (kTileKeys + d_qk + 3);
-  const Index simd = kSimdTileRows * (kTileKeys + d_qk + d_v + 4);
+  const Index simd = kSimdTileRows * (kTileKeys + d_qk + d_v + 4) + kTileKeys;
   return std::max(gemm, simd) * static_cast<Index>(sizeof(T));
 }
 
@@ -528,13 +529,13 @@ void tiled_block(const K& kernel, const B& bound, const ConstMatrixRef<T>& q, T 
 }
 
 /// Whether the register-blocked kernels of tile_simd.hpp can run a tiled
-/// call: float, the softmax kernel, a mask of key ranges (no holes, no bias),
+/// call: float, the softmax kernel, a mask of key ranges (no holes; a score
+/// bias may come with it),
 /// d_V a multiple of the vector width, and a build for AVX-512 or AVX2 + FMA.
 template <class T, class K, class B>
 bool simd_tiled(Index d_v) {
 #ifdef KAPPA_TILE_SIMD
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<K, kernels::Softmax> && !B::kHasHoles &&
-                !BiasedBound<B>) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<K, kernels::Softmax> && !B::kHasHoles) {
     return d_v % tile::kLanes == 0;
   }
 #endif
@@ -548,7 +549,8 @@ struct SimdTileScratch {
   std::vector<float>& qt;   // s Q_block^T, d_QK x kSimdTileRows
   std::vector<float>& st;   // one tile of S^T, then of P^T: kTileKeys x kSimdTileRows
   std::vector<float>& y;    // the block's partial output Y, kSimdTileRows x d_V
-  std::vector<float>& mla;  // 4 kSimdTileRows: maxima m, with this tile, sums l, rescale alpha
+  std::vector<float>& mla;  // 4 kSimdTileRows: maxima m, with this tile, sums l, rescale
+                            // alpha; then kTileKeys for one row's score bias
 };
 
 /// tiled_block for the calls simd_tiled accepts, through the kernels of
@@ -558,6 +560,9 @@ struct SimdTileScratch {
 /// take the fused path (the column maxima from the score registers); ragged
 /// tiles (a causal diagonal, a window's edges, a padded tail) set hidden
 /// scores to -inf before the maxima and their weights to 0 after the exp.
+/// With a score bias every tile takes the ragged path: the bias is added
+/// row by row (through a row of scratch) before the maxima, and a bias of
+/// -inf hides a key like the mask.
 /// Returns false, having written nothing, when a key that some row of the
 /// block cannot see holds a non-finite value in V (0 * NaN would leak into
 /// that row through the P V kernel): tiled_block then sums each row over its
@@ -595,7 +600,7 @@ bool simd_tiled_block(const B& bound, const ConstMatrixRef<float>& q, float scal
   grow(ws.qt, d * kRows);
   grow(ws.st, kTileKeys * kRows);
   grow(ws.y, kRows * d_v);
-  grow(ws.mla, 4 * kRows);
+  grow(ws.mla, 4 * kRows + kTileKeys);
   Eigen::Map<RowMatrix<float>> qt(ws.qt.data(), d, kRows);
   qt.leftCols(rows).noalias() = scale * q.middleRows(r0, rows).transpose();
   qt.rightCols(kRows - rows).setZero();
@@ -606,6 +611,8 @@ bool simd_tiled_block(const B& bound, const ConstMatrixRef<float>& q, float scal
   float* const cmax = m + kRows;
   float* const l = cmax + kRows;
   float* const alpha = l + kRows;
+  float* const bias_row = alpha + kRows;
+  static_cast<void>(bias_row);  // (used with a score bias only)
   std::fill(m, m + kRows, kNegInf);
   std::fill(l, l + kRows, 0.0f);
   const Index ldk = k.outerStride(), ldv = v.outerStride();
@@ -613,7 +620,7 @@ bool simd_tiled_block(const B& bound, const ConstMatrixRef<float>& q, float scal
   for (Index kb = keys.begin; kb < keys.end; kb += kTileKeys) {
     const Index len = std::min(kTileKeys, keys.end - kb);
     const float* const kt = k.data() + kb * ldk;
-    if (ib <= kb && kb + len <= ie) {  // every row sees every key of the tile
+    if (!BiasedBound<B> && ib <= kb && kb + len <= ie) {  // every row sees every key
       std::copy(m, m + kRows, cmax);
       for (Index c = 0; c < kRows; c += tile::kScoreCols)
         tile::score_columns<true>(kt, ldk, len, qt.data() + c, kRows, d, st + c, kRows, cmax + c);
@@ -633,6 +640,13 @@ bool simd_tiled_block(const B& bound, const ConstMatrixRef<float>& q, float scal
         const Index hi = std::clamp(kr.end - kb, lo, len);
         for (Index j = 0; j < lo; ++j) st[j * kRows + r] = kNegInf;
         for (Index j = hi; j < len; ++j) st[j * kRows + r] = kNegInf;
+        if constexpr (BiasedBound<B>) {
+          if (hi > lo) {
+            std::fill(bias_row, bias_row + (hi - lo), 0.0f);
+            bound.add_bias(r0 + r, kb + lo, bias_row, hi - lo);
+            for (Index j = lo; j < hi; ++j) st[j * kRows + r] += bias_row[j - lo];
+          }
+        }
       }
       tile::column_max(st, len, kRows, m, cmax);
       tile::softmax_columns<true>(st, len, kRows, m, cmax, l, alpha);
