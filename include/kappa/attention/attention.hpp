@@ -46,12 +46,12 @@
 //    maximum (their A is summed as is). It equals the blocked path to
 //    rounding (tests: 1e-5 relative in float, 1e-12 in double). For float
 //    softmax with a mask of key ranges (none, causal, window, padding; with
-//    or without a score bias) in a
-//    build for AVX-512 or AVX2 + FMA, its products run on the
-//    register-blocked kernels of tile_simd.hpp (blocks of kSimdTileRows
-//    rows, the block's s Q^T packed once, K and V read in place), at about
-//    0.85 of the FMA peak against Eigen's 0.55 on these shapes; kAuto then
-//    takes it from kSimdMinRows query rows on, whatever N_KV;
+//    or without a score bias) in a build for AVX-512 or AVX2 + FMA, its
+//    products run on the register-blocked kernels of tile_simd.hpp (blocks
+//    of kSimdTileRows rows, the block's s Q^T packed once, K and V read in
+//    place), at about 0.85 of the FMA peak against Eigen's 0.55 on these
+//    shapes; kAuto then takes it from kSimdMinRows query rows on, whatever
+//    N_KV;
 //  * few-query (a decode step: at most kFewQueryRows queries seeing the same
 //    keys) is computed transposed so that the long key dimension drives the
 //    GEMMs, split over key chunks.
