@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kappa/cache/decode.hpp"
@@ -141,11 +142,35 @@ void BM_PlainRead(benchmark::State& st) {
   kappa_bench::memory_read(st, bytes, threads);
 }
 
+/// Total seconds of a() and of b() over the benchmark's iterations, each
+/// iteration running a() then b(), timed separately (after two untimed warm-up
+/// rounds: first touch); the manual iteration time is a()'s.
+template <class A, class B>
+std::pair<double, double> alternate(benchmark::State& st, A&& a, B&& b) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < 2; ++i) {
+    a();
+    b();
+  }
+  double t_a = 0, t_b = 0;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    a();
+    const auto t1 = Clock::now();
+    b();
+    const auto t2 = Clock::now();
+    const double d = std::chrono::duration<double>(t1 - t0).count();
+    t_a += d;
+    t_b += std::chrono::duration<double>(t2 - t1).count();
+    st.SetIterationTime(d);
+  }
+  return {t_a, t_b};
+}
+
 // Args: len, threads: decode steps (G = 1) alternating with plain reads of
 // as many bytes; the decode steps' time is the benchmark's (manual) time.
 template <class F>
 void BM_KvDecodeVsRead(benchmark::State& st) {
-  using Clock = std::chrono::steady_clock;
   const Index len = st.range(0);
   const int threads = static_cast<int>(st.range(1));
   set_threads(st, threads, F::kName);
@@ -154,23 +179,13 @@ void BM_KvDecodeVsRead(benchmark::State& st) {
   Matrix y(1, kKvHeads * kDHead);
   kappa::DecodeWorkspace<T> ws;
   const std::vector<float> src(c.bytes() / sizeof(float), 1.0f);
-  for (int i = 0; i < 2; ++i) {  // warm up (first touch)
-    decode_step<F>(q, c, y, ws, 1);
-    benchmark::DoNotOptimize(kappa_bench::read_once(src, threads));
-  }
-  double t_decode = 0, t_read = 0;
-  for (auto _ : st) {
-    const auto t0 = Clock::now();
-    decode_step<F>(q, c, y, ws, 1);
-    benchmark::DoNotOptimize(y.data());
-    const auto t1 = Clock::now();
-    benchmark::DoNotOptimize(kappa_bench::read_once(src, threads));
-    const auto t2 = Clock::now();
-    const double d = std::chrono::duration<double>(t1 - t0).count();
-    t_decode += d;
-    t_read += std::chrono::duration<double>(t2 - t1).count();
-    st.SetIterationTime(d);
-  }
+  const auto [t_decode, t_read] = alternate(
+      st,
+      [&] {
+        decode_step<F>(q, c, y, ws, 1);
+        benchmark::DoNotOptimize(y.data());
+      },
+      [&] { benchmark::DoNotOptimize(kappa_bench::read_once(src, threads)); });
   const double bytes = double(src.size() * sizeof(float));
   st.counters["GB/s"] =
       benchmark::Counter(double(c.bytes()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -183,7 +198,6 @@ void BM_KvDecodeVsRead(benchmark::State& st) {
 // with steps over a float cache of the same tokens.
 template <class F>
 void BM_KvDecodeVsFloat(benchmark::State& st) {
-  using Clock = std::chrono::steady_clock;
   const Index len = st.range(0);
   set_threads(st, static_cast<int>(st.range(1)), F::kName);
   const auto c = filled_cache<F>(len);
@@ -191,24 +205,16 @@ void BM_KvDecodeVsFloat(benchmark::State& st) {
   const Matrix q = random(1, kKvHeads * kDHead, 4);
   Matrix y(1, kKvHeads * kDHead), y_float(1, kKvHeads * kDHead);
   kappa::DecodeWorkspace<T> ws, ws_float;
-  for (int i = 0; i < 2; ++i) {  // warm up (first touch)
-    decode_step<F>(q, c, y, ws, 1);
-    decode_step<cache::Native>(q, c_float, y_float, ws_float, 1);
-  }
-  double t_format = 0, t_float = 0;
-  for (auto _ : st) {
-    const auto t0 = Clock::now();
-    decode_step<F>(q, c, y, ws, 1);
-    benchmark::DoNotOptimize(y.data());
-    const auto t1 = Clock::now();
-    decode_step<cache::Native>(q, c_float, y_float, ws_float, 1);
-    benchmark::DoNotOptimize(y_float.data());
-    const auto t2 = Clock::now();
-    const double d = std::chrono::duration<double>(t1 - t0).count();
-    t_format += d;
-    t_float += std::chrono::duration<double>(t2 - t1).count();
-    st.SetIterationTime(d);
-  }
+  const auto [t_format, t_float] = alternate(
+      st,
+      [&] {
+        decode_step<F>(q, c, y, ws, 1);
+        benchmark::DoNotOptimize(y.data());
+      },
+      [&] {
+        decode_step<cache::Native>(q, c_float, y_float, ws_float, 1);
+        benchmark::DoNotOptimize(y_float.data());
+      });
   st.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["float_tokens/s"] = double(st.iterations()) / t_float;
   st.counters["x_float"] = t_float / t_format;
