@@ -1,10 +1,11 @@
 // The decode kernel (kappa/cache/decode.hpp) against a plain-loop reference
 // in long double over the decoded rows, for every storage format: masks,
 // chunks, GQA groups, score biases, one to a few query rows, widths that are
-// not multiples of the SIMD width, and keys no row may see. CMake builds this
-// file twice: for the default target, and with -march=native
-// (kappa_decode_native_tests) so that the register-widening loops of
-// decode_simd.hpp run where the machine has AVX2 and FMA.
+// not multiples of the SIMD width, rows wider than one register panel, and
+// keys no row may see. CMake builds this file three times: for the default
+// target, with -march=native (kappa_decode_native_tests: the register loops of
+// decode_simd.hpp at the machine's widest vectors, 16 lanes with AVX-512) and
+// for x86-64-v3 (kappa_decode_avx2_tests: 8 lanes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +163,38 @@ TYPED_TEST(DecodeKernelTest, MatchesTheReferenceOverTheStoredRows) {
         q, kd, vd, s, 2, [&](Index i) { return std::pair<Index, Index>(0, n_kv - 2 + i + 1); },
         [&](Index i, Index j) { return bound.bias(i, j); });
     EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0);
+  }
+}
+
+#ifdef KAPPA_EXPECT_DECODE_SIMD
+// These targets exist to test the register loops: if the build did not enable
+// them, every comparison here would test the portable path again.
+TEST(DecodeKernel, RegisterLoopsAreBuilt) {
+  EXPECT_EQ(KAPPA_DECODE_SIMD, 1);
+#ifdef KAPPA_EXPECT_SIMD_LANES
+  EXPECT_EQ(KAPPA_SIMD_LANES, KAPPA_EXPECT_SIMD_LANES);
+#endif
+}
+#endif
+
+TYPED_TEST(DecodeKernelTest, RowsWiderThanOneRegisterPanel) {
+  using F = TypeParam;
+  // d 144 and d_v 200: more vectors than one accumulation panel holds (8) at
+  // either width, plus tails; 1 to 5 rows (pairs and a single row in the
+  // score loop), causal ranges ending inside 64-key blocks, GQA group 1.
+  const Index n_kv = 700, d = 144, dv = 200;
+  StoredHead<F> h(n_kv, d, dv, 31);
+  auto& [c, kr, vr, kd, vd, ws, s] = h;
+  for (const Index rows : {1, 2, 5}) {
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(rows, d, 33 + unsigned(rows));
+    RowMatrix<float> y(rows, dv);
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, kappa::kernels::Softmax{},
+                                           kappa::CausalMask{});
+    const auto causal = [&](Index i) { return std::pair<Index, Index>(0, n_kv - rows + i + 1); };
+    EXPECT_LE(kappa::testing::max_scaled_error(
+                  y, reference_decode(q, kd, vd, s, 1, causal, no_bias), 1e-5, 1e-6),
+              1.0)
+        << rows << " rows";
   }
 }
 

@@ -27,10 +27,10 @@
 // the time (benchmarks/README.md, "Prefill against the FMA peak").
 #pragma once
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#define KAPPA_TILE_SIMD 1
+#include "kappa/core/simd.hpp"
 
-#include <immintrin.h>
+#if KAPPA_SIMD_LANES > 0
+#define KAPPA_TILE_SIMD 1
 
 #include <cmath>
 
@@ -40,90 +40,41 @@
 
 namespace kappa::detail::tile {
 
-#if defined(__AVX512F__)
-using Vec = __m512;
-inline constexpr int kLanes = 16;
+using simd::add;
+using simd::broadcast;
+using simd::fma;
+using simd::kLanes;
+using simd::load;
+using simd::max;
+using simd::mul;
+using simd::store;
+using simd::sub;
+using simd::Vec;
+using simd::zero;
+
+#if KAPPA_SIMD_LANES == 16
 inline constexpr int kScoreKeys = 8;  // 8 x 3 = 24 of 32 registers
 inline constexpr int kScoreVecs = 3;
 inline constexpr int kPvRows = 6;  // 6 x 4 = 24 of 32 registers
 inline constexpr int kPvVecs = 4;
-inline Vec load(const float* p) {
-  return _mm512_loadu_ps(p);
-}
-inline void store(float* p, Vec x) {
-  _mm512_storeu_ps(p, x);
-}
-inline Vec broadcast(float x) {
-  return _mm512_set1_ps(x);
-}
-inline Vec fma(Vec a, Vec b, Vec c) {
-  return _mm512_fmadd_ps(a, b, c);
-}
-inline Vec max(Vec a, Vec b) {
-  return _mm512_max_ps(a, b);
-}
-inline Vec sub(Vec a, Vec b) {
-  return _mm512_sub_ps(a, b);
-}
-inline Vec add(Vec a, Vec b) {
-  return _mm512_add_ps(a, b);
-}
-inline Vec mul(Vec a, Vec b) {
-  return _mm512_mul_ps(a, b);
-}
-inline Vec zero() {
-  return _mm512_setzero_ps();
-}
 /// x where s is not -inf (NaN counts as not -inf), else 0.
 inline Vec zero_where_neginf(Vec x, Vec s) {
   const __mmask16 keep = _mm512_cmp_ps_mask(s, broadcast(-INFINITY), _CMP_NEQ_UQ);
   return _mm512_maskz_mov_ps(keep, x);
 }
-/// 0 where m is -inf, else m.
-inline Vec finite_or_zero(Vec m) {
-  return zero_where_neginf(m, m);
-}
 #else
-using Vec = __m256;
-inline constexpr int kLanes = 8;
 inline constexpr int kScoreKeys = 4;  // 4 x 3 = 12 of 16 registers
 inline constexpr int kScoreVecs = 3;
 inline constexpr int kPvRows = 6;  // 6 x 2 = 12 of 16 registers
 inline constexpr int kPvVecs = 2;
-inline Vec load(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-inline void store(float* p, Vec x) {
-  _mm256_storeu_ps(p, x);
-}
-inline Vec broadcast(float x) {
-  return _mm256_set1_ps(x);
-}
-inline Vec fma(Vec a, Vec b, Vec c) {
-  return _mm256_fmadd_ps(a, b, c);
-}
-inline Vec max(Vec a, Vec b) {
-  return _mm256_max_ps(a, b);
-}
-inline Vec sub(Vec a, Vec b) {
-  return _mm256_sub_ps(a, b);
-}
-inline Vec add(Vec a, Vec b) {
-  return _mm256_add_ps(a, b);
-}
-inline Vec mul(Vec a, Vec b) {
-  return _mm256_mul_ps(a, b);
-}
-inline Vec zero() {
-  return _mm256_setzero_ps();
-}
 inline Vec zero_where_neginf(Vec x, Vec s) {
   return _mm256_and_ps(x, _mm256_cmp_ps(s, broadcast(-INFINITY), _CMP_NEQ_UQ));
 }
+#endif
+/// 0 where m is -inf, else m.
 inline Vec finite_or_zero(Vec m) {
   return zero_where_neginf(m, m);
 }
-#endif
 
 /// e^x, lane by lane (Eigen's vectorized exp: the same function the scalar
 /// paths call through Eigen's arrays).
@@ -193,7 +144,7 @@ inline void score_columns(const float* k, Index ldk, Index keys, const float* qt
     case 3:
       score_panel<3, kMax>(kj, ldk, qt, ldq, depth, sj, lds, cmax);
       break;
-#if defined(__AVX512F__)
+#if KAPPA_SIMD_LANES == 16
     case 4:
       score_panel<4, kMax>(kj, ldk, qt, ldq, depth, sj, lds, cmax);
       break;

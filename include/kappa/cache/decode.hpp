@@ -14,10 +14,13 @@
 // chunk c yields per row its maximum m_ci, sum z_ci and partial output y_ci,
 // combined as m_i = max_c m_ci, z_i = sum_c e^{m_ci - m_i} z_ci,
 // y_i = sum_c e^{m_ci - m_i} y_ci / z_i ("split-K", flash decoding). Inside a
-// chunk stored rows are widened to T kDecodeTile rows at a time (a block of a
-// few KB that stays in L1), or, for float rows on x86 with AVX2 and FMA, in
-// registers (decode_simd.hpp: BF16, F16, Int8); an Int8 row's scale multiplies its dot
-// product (K) or its weight (V), never the row. The float cache is read in place.
+// chunk, float rows on x86 with AVX-512 or AVX2 + FMA go through the register
+// loops of decode_simd.hpp (any format: each value is loaded, widened and
+// used in a register); otherwise stored rows are widened to T kDecodeTile rows
+// at a time (a block of a few KB that stays in L1) and a float cache is read
+// in place, by Eigen's dot products and row updates or, from
+// kDecodeGemmRows(Native) rows on, small GEMMs. An Int8 row's scale multiplies
+// its dot product (K) or its weight (V), never the row.
 // K and V are each read once; scores and sums are in T.
 //
 // Masks: row i sees the keys bound.range(i) (a KeyRange; masks with holes
@@ -154,12 +157,11 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     T* tile = ws.tile[tid].data();
     const Index b0 = lo + c * kDecodeChunk;
     const Index len = std::min(kDecodeChunk, hi - b0);
-    // Float rows of a stored format, with the SIMD loops compiled in: values
-    // are widened in registers (decode_simd.hpp), for any number of rows
-    // (at G = 8 they beat widening a tile and running small GEMMs on it:
-    // 25 against 33 ms for BF16 at 32k tokens, benchmarks/README.md).
+    // Float rows, with the SIMD loops compiled in: values are read (and
+    // widened) in registers (decode_simd.hpp), for any format and number of
+    // rows (benchmarks/README.md, "Decoding against the read ceiling").
 #if KAPPA_DECODE_SIMD
-    constexpr bool fused = std::is_same_v<T, float> && !std::is_same_v<F, cache::Native>;
+    constexpr bool fused = std::is_same_v<T, float>;
     if constexpr (fused) cache::simd::scores<F>(ws.q_scaled.data(), m, k, b0, len, sc, len);
 #else
     constexpr bool fused = false;
