@@ -177,24 +177,32 @@ TEST(DecodeKernel, RegisterLoopsAreBuilt) {
 }
 #endif
 
-TYPED_TEST(DecodeKernelTest, RowsWiderThanOneRegisterPanel) {
+TYPED_TEST(DecodeKernelTest, HeadWidthsOfEveryRegisterLoop) {
   using F = TypeParam;
-  // d 144 and d_v 200: more vectors than one accumulation panel holds (8) at
-  // either width, plus tails; 1 to 5 rows (pairs and a single row in the
-  // score loop), causal ranges ending inside 64-key blocks, GQA group 1.
-  const Index n_kv = 700, d = 144, dv = 200;
-  StoredHead<F> h(n_kv, d, dv, 31);
-  auto& [c, kr, vr, kd, vd, ws, s] = h;
-  for (const Index rows : {1, 2, 5}) {
-    const RowMatrix<float> q = kappa::testing::random_matrix<float>(rows, d, 33 + unsigned(rows));
-    RowMatrix<float> y(rows, dv);
-    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, kappa::kernels::Softmax{},
-                                           kappa::CausalMask{});
-    const auto causal = [&](Index i) { return std::pair<Index, Index>(0, n_kv - rows + i + 1); };
-    EXPECT_LE(kappa::testing::max_scaled_error(
-                  y, reference_decode(q, kd, vd, s, 1, causal, no_bias), 1e-5, 1e-6),
-              1.0)
-        << rows << " rows";
+  // The score loop holds the query rows in registers when d has 4 or 8
+  // vectors (d 68 and 128 with 16 lanes, d 35 with 8; tails of 4 and 3
+  // values) and reads them from L1 otherwise (d 144); the accumulation holds
+  // up to 8 vectors of y, so d_v 200 takes two panels and a tail. 1, 2 and 5
+  // rows (a pair and a single row), causal ranges ending inside 64-key blocks.
+  const Index n_kv = 700;
+  struct Width {
+    Index d, dv;
+  };
+  for (const Width w : {Width{144, 200}, Width{128, 128}, Width{68, 64}, Width{35, 24}}) {
+    StoredHead<F> h(n_kv, w.d, w.dv, 31);
+    auto& [c, kr, vr, kd, vd, ws, s] = h;
+    for (const Index rows : {1, 2, 5}) {
+      const RowMatrix<float> q =
+          kappa::testing::random_matrix<float>(rows, w.d, 33 + unsigned(rows));
+      RowMatrix<float> y(rows, w.dv);
+      kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, kappa::kernels::Softmax{},
+                                             kappa::CausalMask{});
+      const auto causal = [&](Index i) { return std::pair<Index, Index>(0, n_kv - rows + i + 1); };
+      EXPECT_LE(kappa::testing::max_scaled_error(
+                    y, reference_decode(q, kd, vd, s, 1, causal, no_bias), 1e-5, 1e-6),
+                1.0)
+          << "d " << w.d << ", d_v " << w.dv << ", " << rows << " rows";
+    }
   }
 }
 

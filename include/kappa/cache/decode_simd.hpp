@@ -11,8 +11,11 @@
 //   scores:      x_rj = q_r . k_j           (times k_j's scale for Int8)
 //   accumulate:  y_r += sum_j w_rj v_j      (w_rj times v_j's scale for Int8)
 //
-// Scores take four keys at a time (independent accumulators hide the FMA
-// latency) and two query rows at a time (each loaded key serves both).
+// Scores take one key at a time, its row read in address order (reading four
+// keys' rows interleaved, one vector of each in turn, halves the read rate
+// from memory on Zen 5: the prefetchers see four strided streams), and two
+// query rows at a time (each loaded key serves both), held in registers for
+// d = 4 or 8 vectors.
 // Accumulation keeps a panel of up to kPanelVecs vectors of y_r in registers
 // while it runs down a block of keys, so y is loaded and stored once per
 // block instead of once per key. Both loops go over kBlockKeys keys at a time
@@ -96,70 +99,155 @@ inline constexpr Index kBlockKeys = 64;
 /// AVX-512, 64 with AVX2).
 inline constexpr int kPanelVecs = 8;
 
+/// The lane sums of a0, a1, a2, a3, in that order.
+inline __m128 hsum4(Vec a0, Vec a1, Vec a2, Vec a3) {
+#if KAPPA_SIMD_LANES == 16
+  // Halve twice across 128-bit lanes (lane l of u: four partial sums of a_l),
+  // then add within the lanes and gather one sum from each.
+  const __m512 t0 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+  const __m512 t1 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+  __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD));
+  u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1));
+  u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
+#else
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+#endif
+}
+
+/// q . k for one key row kj: NQ > 0 vectors with the query in registers p,
+/// else dw values with the query read from q.
+template <StorageFormat F, int NQ>
+inline Vec dot(const typename F::template Element<float>* kj, const Vec* p, const float* q,
+               Index dw) {
+  Vec a = kappa::simd::zero();
+  if constexpr (NQ > 0) {
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) a = kappa::simd::fma(p[i], load<F>(kj + i * kLanes), a);
+  } else {
+    for (Index i = 0; i < dw; i += kLanes)
+      a = kappa::simd::fma(kappa::simd::load(q + i), load<F>(kj + i), a);
+  }
+  return a;
+}
+
+/// s0[j] = q0 . k_{j0 + j} and, with kTwo, s1[j] = q1 . k_{j0 + j} (each
+/// times k's Int8 scale), for keys b <= j < e, each key's row read in address
+/// order. Four keys at a time share one horizontal reduction (hsum4): the
+/// fewer instructions per key, the more keys the core keeps in flight, and
+/// the closer the loop comes to a plain read. NQ > 0: d is NQ vectors and the
+/// query rows stay in registers; NQ = 0: any d, the query rows are read from
+/// L1 for every key, the tail of d % kLanes values one by one.
+template <StorageFormat F, int NQ, bool kTwo>
+void score_keys(const float* q0, const float* q1, const StoredRows<float, F>& k, Index j0, Index b,
+                Index e, float* s0, float* s1) {
+  const Index d = k.cols, dw = NQ > 0 ? Index{NQ} * kLanes : d - d % kLanes;
+  Vec p0[NQ > 0 ? NQ : 1], p1[NQ > 0 ? NQ : 1];
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    p0[i] = kappa::simd::load(q0 + i * kLanes);
+    if constexpr (kTwo) p1[i] = kappa::simd::load(q1 + i * kLanes);
+  }
+  // The tail of a row (NQ = 0 only) and its Int8 scale.
+  const auto finish = [&](const auto* kj, Index j, float& x0, float& x1) {
+    for (Index i = dw; i < d; ++i) {
+      const float x = load1<F>(kj + i);
+      x0 += q0[i] * x;
+      if constexpr (kTwo) x1 += q1[i] * x;
+    }
+    if constexpr (F::kScaled) {
+      x0 *= k.scale(j0 + j);
+      x1 *= k.scale(j0 + j);
+    }
+  };
+  Index j = b;
+  for (; j + 4 <= e; j += 4) {
+    const auto* k0 = k.row(j0 + j);
+    const auto* k1 = k.row(j0 + j + 1);
+    const auto* k2 = k.row(j0 + j + 2);
+    const auto* k3 = k.row(j0 + j + 3);
+    // Key by key: the four rows' loads interleaved (one vector of each in
+    // turn) halve the read rate from memory on Zen 5.
+    const Vec a0 = dot<F, NQ>(k0, p0, q0, dw), a1 = dot<F, NQ>(k1, p0, q0, dw),
+              a2 = dot<F, NQ>(k2, p0, q0, dw), a3 = dot<F, NQ>(k3, p0, q0, dw);
+    __m128 x = hsum4(a0, a1, a2, a3);
+    __m128 y = _mm_setzero_ps();
+    if constexpr (kTwo) {
+      y = hsum4(dot<F, NQ>(k0, p1, q1, dw), dot<F, NQ>(k1, p1, q1, dw), dot<F, NQ>(k2, p1, q1, dw),
+                dot<F, NQ>(k3, p1, q1, dw));
+    }
+    if (NQ == 0 && (dw < d || F::kScaled)) {
+      alignas(16) float xs[4], ys[4];
+      _mm_store_ps(xs, x);
+      _mm_store_ps(ys, y);
+      const decltype(k0) rows[4] = {k0, k1, k2, k3};
+      for (int t = 0; t < 4; ++t) finish(rows[t], j + t, xs[t], ys[t]);
+      x = _mm_load_ps(xs);
+      y = _mm_load_ps(ys);
+    } else if constexpr (F::kScaled) {
+      const __m128 sc = _mm_loadu_ps(k.scales + j0 + j);
+      x = _mm_mul_ps(x, sc);
+      y = _mm_mul_ps(y, sc);
+    }
+    _mm_storeu_ps(s0 + j, x);
+    if constexpr (kTwo) _mm_storeu_ps(s1 + j, y);
+  }
+  for (; j < e; ++j) {
+    const auto* kj = k.row(j0 + j);
+    float x0 = kappa::simd::hsum(dot<F, NQ>(kj, p0, q0, dw)), x1 = 0.0f;
+    if constexpr (kTwo) x1 = kappa::simd::hsum(dot<F, NQ>(kj, p1, q1, dw));
+    finish(kj, j, x0, x1);
+    s0[j] = x0;
+    if constexpr (kTwo) s1[j] = x1;
+  }
+}
+
+/// score_keys for one pair of rows (kTwo) or a single row.
+template <StorageFormat F, int NQ>
+void score_rows(bool two, const float* q0, const float* q1, const StoredRows<float, F>& k, Index j0,
+                Index b, Index e, float* s0, float* s1) {
+  if (two) {
+    score_keys<F, NQ, true>(q0, q1, k, j0, b, e, s0, s1);
+  } else {
+    score_keys<F, NQ, false>(q0, q1, k, j0, b, e, s0, s1);
+  }
+}
+
 /// x_rj = q_r . k_{j0 + j} (times its Int8 scale) for rows r < m and keys
 /// j < n, into sc[r * ld + j]. q: m rows of d floats, row r at q + r * d.
+/// Rows go two at a time (each loaded key serves both), over blocks of
+/// kBlockKeys keys (read from memory for the first pair, from L1 after).
 template <StorageFormat F>
 void scores(const float* q, Index m, const StoredRows<float, F>& k, Index j0, Index n, float* sc,
             Index ld) {
-  using kappa::simd::fma;
-  using kappa::simd::hsum;
-  const Index d = k.cols, dw = d - d % kLanes;
+  const Index d = k.cols;
+  // Query rows in registers where d is 4 or 8 whole vectors and two rows fit
+  // beside the accumulators.
+  const int nq = d == 8 * kLanes && 2 * 8 + 8 <= kappa::simd::kRegisters ? 8
+                 : d == 4 * kLanes                                       ? 4
+                                                                         : 0;
   for (Index b = 0; b < n; b += kBlockKeys) {
-    const Index be = std::min(n, b + kBlockKeys);
+    const Index e = std::min(n, b + kBlockKeys);
     for (Index r0 = 0; r0 < m; r0 += 2) {
       const bool two = r0 + 1 < m;
       const float* q0 = q + r0 * d;
       const float* q1 = two ? q0 + d : q0;
-      Index j = b;
-      for (; j + 4 <= be; j += 4) {
-        const decltype(k.row(0)) rows[4] = {k.row(j0 + j), k.row(j0 + j + 1), k.row(j0 + j + 2),
-                                            k.row(j0 + j + 3)};
-        // Key by key, each row's values in address order: interleaving the
-        // four rows' loads (one vector of each in turn) halves the read rate
-        // from memory on Zen 5 (the prefetchers see four strided streams).
-        Vec a[4], c[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; ++t) {
-          a[t] = kappa::simd::zero();
-          c[t] = a[t];
-          for (Index i = 0; i < dw; i += kLanes) {
-            const Vec x = load<F>(rows[t] + i);
-            a[t] = fma(kappa::simd::load(q0 + i), x, a[t]);
-            if (two) c[t] = fma(kappa::simd::load(q1 + i), x, c[t]);
-          }
-        }
-        float s0[4] = {hsum(a[0]), hsum(a[1]), hsum(a[2]), hsum(a[3])};
-        float s1[4] = {hsum(c[0]), hsum(c[1]), hsum(c[2]), hsum(c[3])};
-        for (Index i = dw; i < d; ++i) {
-          for (int t = 0; t < 4; ++t) {
-            const float x = load1<F>(rows[t] + i);
-            s0[t] += q0[i] * x;
-            s1[t] += q1[i] * x;
-          }
-        }
-        for (int t = 0; t < 4; ++t) {
-          const float ks = k.scale(j0 + j + t);
-          sc[r0 * ld + j + t] = F::kScaled ? s0[t] * ks : s0[t];
-          if (two) sc[(r0 + 1) * ld + j + t] = F::kScaled ? s1[t] * ks : s1[t];
-        }
-      }
-      for (; j < be; ++j) {
-        const auto* kj = k.row(j0 + j);
-        Vec a = kappa::simd::zero(), c = a;
-        for (Index i = 0; i < dw; i += kLanes) {
-          const Vec x = load<F>(kj + i);
-          a = fma(kappa::simd::load(q0 + i), x, a);
-          c = fma(kappa::simd::load(q1 + i), x, c);
-        }
-        float s0 = hsum(a), s1 = hsum(c);
-        for (Index i = dw; i < d; ++i) {
-          const float x = load1<F>(kj + i);
-          s0 += q0[i] * x;
-          s1 += q1[i] * x;
-        }
-        const float ks = k.scale(j0 + j);
-        sc[r0 * ld + j] = F::kScaled ? s0 * ks : s0;
-        if (two) sc[(r0 + 1) * ld + j] = F::kScaled ? s1 * ks : s1;
+      float* s0 = sc + r0 * ld;
+      float* s1 = two ? s0 + ld : s0;
+      switch (nq) {
+        case 8:
+          score_rows<F, 8>(two, q0, q1, k, j0, b, e, s0, s1);
+          break;
+        case 4:
+          score_rows<F, 4>(two, q0, q1, k, j0, b, e, s0, s1);
+          break;
+        default:
+          score_rows<F, 0>(two, q0, q1, k, j0, b, e, s0, s1);
+          break;
       }
     }
   }
