@@ -14,9 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "kappa/attention/bias.hpp"
 #include "kappa/cache/decode.hpp"
 #include "kappa/cache/formats.hpp"
 #include "kappa/cache/kv_cache.hpp"
+#include "kappa/heads/grouped_attention.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -287,6 +289,45 @@ TEST(DecodeKernel, OneRowHiddenNaNAndInfinityInEveryFormat) {
   check(cache::Native{});
   check(cache::BF16{});
   check(cache::F16{});
+}
+
+// ---- a float cache through grouped_attention_into -------------------------------
+
+TEST(DecodeKernel, FloatCacheDecodesLikeTheWholeSequence) {
+  // grouped_attention_into(q, cache) over a float cache (the decode kernel
+  // for up to kDecodeRows rows per kv head where its register loops are
+  // built, attention_into otherwise) against grouped_attention_into(q, k, v)
+  // on the same rows (attention_into): 8 heads over 2 kv heads (G = 4), 1 and
+  // 3 new queries (4 and 12 rows per kv head), 5 (20 rows: the other path),
+  // over 2500 cached tokens; causal, per-head ALiBi and a boolean mask (holes:
+  // never the decode kernel).
+  const Index n_ctx = 2500, h = 8, h_kv = 2, d = 64;
+  const RowMatrix<float> k = kappa::testing::random_matrix<float>(n_ctx, h_kv * d, 41);
+  const RowMatrix<float> v = kappa::testing::random_matrix<float>(n_ctx, h_kv * d, 42);
+  KVCache<float> c({.n_kv_heads = h_kv, .d_head = d});
+  c.append(k, v);
+  EXPECT_EQ(
+      (kappa::detail::native_cache_decodable<float, kappa::kernels::Softmax, kappa::CausalMask>()),
+      KAPPA_DECODE_SIMD == 1);
+  EXPECT_FALSE((
+      kappa::detail::native_cache_decodable<float, kappa::kernels::Softmax, kappa::BooleanMask>()));
+  EXPECT_FALSE((
+      kappa::detail::native_cache_decodable<double, kappa::kernels::Softmax, kappa::CausalMask>()));
+  for (const Index n : {1, 3, 5}) {
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(n, h * d, 43 + unsigned(n));
+    RowMatrix<float> y(n, h * d), want(n, h * d);
+    const auto check = [&](const auto& mask, const char* what) {
+      kappa::grouped_attention_into<float>(q, c, y, h, kappa::kernels::Softmax{}, mask);
+      kappa::grouped_attention_into<float>(q, k, v, want, h, h_kv, kappa::kernels::Softmax{}, mask);
+      EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0)
+          << n << " queries, " << what;
+    };
+    check(kappa::CausalMask{}, "causal");
+    check(kappa::Alibi(h), "ALiBi");
+    kappa::BooleanMask holes{kappa::BooleanMask::Matrix::Constant(n, n_ctx, true)};
+    for (Index j = 0; j < n_ctx; j += 3) holes.allowed(0, j) = false;
+    check(holes, "boolean mask");
+  }
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "kappa/attention/kernels.hpp"
 #include "kappa/attention/masks.hpp"
 #include "kappa/attention/whole_attention.hpp"
+#include "kappa/cache/decode.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
@@ -180,6 +183,95 @@ void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index
   for (Index t = 0; t < tasks; ++t) task(t, s);
 }
 
+/// Whether the decode kernel takes mask M: key ranges without holes (per
+/// head for a PerHeadMask).
+template <class M>
+constexpr bool decodable_mask() {
+  if constexpr (PerHeadMask<M>) {
+    using H = std::remove_cvref_t<decltype(std::declval<const M&>().head(Index{0}))>;
+    return !decltype(std::declval<const H&>().bind(Index{0}, Index{0}))::kHasHoles;
+  } else {
+    return !decltype(std::declval<const M&>().bind(Index{0}, Index{0}))::kHasHoles;
+  }
+}
+
+/// Whether query rows over a float (Native) cache may go through the decode
+/// kernel: when its register loops are compiled in, for a score kernel and a
+/// mask of key ranges. The callers take it for at most kDecodeRows rows per
+/// kv head (more rows, a chunk of a prompt, run faster as a tiled prefill).
+/// The loops read the cache at 0.8-0.98 of a plain read, where Eigen's
+/// products on the attention_into path reach about 0.7
+/// (benchmarks/README.md, "Decoding against the read ceiling").
+template <class T, class K, class M>
+constexpr bool native_cache_decodable() {
+  if constexpr (KAPPA_DECODE_SIMD && std::same_as<T, float> && ScoreKernel<K>) {
+    return decodable_mask<M>();
+  } else {
+    return false;
+  }
+}
+
+/// [Y_1 ... Y_H] for the n queries q (n x H d_head) over everything `cache`
+/// stores, through the decode kernel, into y (n x H d_v): the G query heads
+/// of kv head g are stacked as the rows of one call (K_g and V_g are read
+/// once), except with a per-head mask (ALiBi, T5: one call per head). A
+/// short cache (one chunk) spreads the kv heads over the threads instead of
+/// the chunks. `mask` is bound to (n, stored()).
+template <Scalar T, cache::RetentionPolicy R, cache::StorageFormat F, class K, class M>
+void decode_cache_heads(ConstMatrixRef<T> q, const KVCache<T, R, F>& cache, MatrixRef<T> y,
+                        Index n_heads, const K& kernel, const M& mask) {
+  static_assert(ScoreKernel<K>, "kappa: the decode kernel needs a score kernel");
+  const KVCacheConfig& c = cache.config();
+  const Index n = q.rows(), h_kv = c.n_kv_heads, grp = n_heads / h_kv;
+  const Index dh = c.d_head, dv = c.value_width();
+  check_heads_mask(mask, n_heads, n, cache.stored());  // before threads
+  const auto head = [&](Index g, DecodeWorkspace<T>& ws, RowMatrix<T>& qg, RowMatrix<T>& yg) {
+    if constexpr (PerHeadMask<M>) {
+      // A bias per head (ALiBi, T5): each head of the group attends on its
+      // own, so the group's K and V are read once per head.
+      for (Index h = g * grp; h < (g + 1) * grp; ++h) {
+        decode_attention_into<T, F>(ConstMatrixRef<T>(q.middleCols(h * dh, dh)), cache.key_rows(g),
+                                    cache.value_rows(g), MatrixRef<T>(y.middleCols(h * dv, dv)), ws,
+                                    kernel, mask.head(h), 1);
+      }
+    } else {
+      if (n == 1) {  // the G heads of kv head g are G contiguous values of row 0: no copy
+        const Eigen::Map<const RowMatrix<T>> qm(q.data() + g * grp * dh, grp, dh);
+        Eigen::Map<RowMatrix<T>> ym(y.data() + g * grp * dv, grp, dv);
+        decode_attention_into<T, F>(qm, cache.key_rows(g), cache.value_rows(g), ym, ws, kernel,
+                                    mask, grp);
+        return;
+      }
+      qg.resize(n * grp, dh);  // row i G + j: query i of head g G + j
+      yg.resize(n * grp, dv);
+      for (Index i = 0; i < n; ++i)
+        qg.middleRows(i * grp, grp) =
+            Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
+      decode_attention_into<T, F>(qg, cache.key_rows(g), cache.value_rows(g), yg, ws, kernel, mask,
+                                  grp);
+      for (Index i = 0; i < n; ++i)
+        Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
+            yg.middleRows(i * grp, grp);
+    }
+  };
+#ifdef _OPENMP
+  const int threads = static_cast<int>(std::min<Index>(num_threads(), h_kv));
+  if (threads > 1 && cache.stored() <= kDecodeChunk) {
+#pragma omp parallel num_threads(threads)
+    {
+      DecodeWorkspace<T> ws;
+      RowMatrix<T> qg, yg;
+#pragma omp for schedule(dynamic, 1)
+      for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
+    }
+    return;
+  }
+#endif
+  DecodeWorkspace<T> ws;
+  RowMatrix<T> qg, yg;
+  for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
+}
+
 }  // namespace detail
 
 /// [Y_1 ... Y_H] for one sequence from stacked, already projected Q (N_Q x
@@ -216,7 +308,10 @@ void grouped_attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatri
 /// default CausalMask's offset stored() - n makes the queries the last n
 /// positions, which is right when they were appended last. For a
 /// SlidingWindow cache the rows are in ring order: use n = 1 with NoMask
-/// (MultiHeadAttention::forward_cached handles every case).
+/// (MultiHeadAttention::forward_cached handles every case). Float with the
+/// decode kernel's register loops compiled in (AVX-512 or AVX2 + FMA), up to
+/// kDecodeRows rows per kv head go through decode_attention_into, more
+/// through attention_into.
 /// \throws ShapeError when the shapes do not fit the cache.
 template <Scalar T, cache::RetentionPolicy R, class K = kernels::Softmax, class M = CausalMask>
 void grouped_attention_into(ConstMatrixRef<T> q, const KVCache<T, R>& cache, MatrixRef<T> y,
@@ -235,6 +330,12 @@ void grouped_attention_into(ConstMatrixRef<T> q, const KVCache<T, R>& cache, Mat
                  "Q is n x (n_heads d_head)");
   require_shapes(y.rows() == q.rows() && y.cols() == hv, what, "Y", y.rows(), y.cols(),
                  "the expected shape", q.rows(), hv, "Y is n x (n_heads d_v)");
+  if constexpr (detail::native_cache_decodable<T, K, M>()) {
+    if (q.rows() * (n_heads / c.n_kv_heads) <= kDecodeRows) {
+      detail::decode_cache_heads<T>(q, cache, y, n_heads, kernel, mask);
+      return;
+    }
+  }
   const std::vector<Index> q_off{0, q.rows()};
   const auto kv = [&cache](Index /*b*/, Index g) {
     return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));

@@ -759,82 +759,31 @@ class MultiHeadAttention {
 
   /// Attention of the n queries q (n x H d_head) over everything `cache`
   /// stores, into y (n x H d_v); `mask` bound to (n, stored()). A stored
-  /// format (BF16, F16, Int8) goes through the decode kernel, a Native cache
-  /// through attend_all.
+  /// format (BF16, F16, Int8) goes through the decode kernel; so does a
+  /// float cache for a few rows per kv head where the kernel's register
+  /// loops are compiled in (detail::native_cache_decodable); otherwise a
+  /// Native cache goes through attend_all.
   template <class M, cache::RetentionPolicy R, cache::StorageFormat F>
   void attend_cache(const RowMatrix<T>& q, const KVCache<T, R, F>& cache, RowMatrix<T>& y,
                     const M& mask) const {
-    const Index n = q.rows(), grp = group_size(), h_kv = config_.n_kv_heads;
-    (void)grp;  // (unused by the Native path)
-    (void)h_kv;
-    // A Native cache keeps the attention_into path: measured level with the
-    // decode kernel for one query row per kv head and ahead of it for G = 8
-    // (benchmarks/README.md, bench_cache).
-    constexpr bool use_decode = ScoreKernel<Kernel> && !std::same_as<F, cache::Native>;
-    if constexpr (!use_decode) {
-      if constexpr (std::same_as<F, cache::Native>) {
-        const std::vector<Index> q_off{0, n};
-        const auto from_cache = [&cache](Index /*b*/, Index g) {
-          return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));
-        };
-        attend_all(q, q_off, from_cache, y, mask);
-        return;
-      } else {
-        static_assert(ScoreKernel<Kernel>,
-                      "kappa: a cache in a stored format (BF16, F16, Int8) needs a score kernel");
-      }
-    }
-    if constexpr (ScoreKernel<Kernel>) {
-      detail::check_heads_mask(mask, config_.n_heads, n, cache.stored());  // before threads
-      const Index dh = config_.d_head, dv = config_.d_v;
-      const auto head = [&](Index g, DecodeWorkspace<T>& ws, RowMatrix<T>& qg, RowMatrix<T>& yg) {
-        if constexpr (PerHeadMask<M>) {
-          // A bias per head (ALiBi, T5): each head of the group attends on
-          // its own, so the group's K and V are read once per head.
-          (void)qg;
-          (void)yg;
-          for (Index h = g * grp; h < (g + 1) * grp; ++h) {
-            decode_attention_into<T, F>(
-                ConstMatrixRef<T>(q.middleCols(h * dh, dh)), cache.key_rows(g), cache.value_rows(g),
-                MatrixRef<T>(y.middleCols(h * dv, dv)), ws, kernel_, mask.head(h), 1);
-          }
-        } else {
-          if (n == 1) {  // the G heads of kv head g are G contiguous rows: no copy
-            const Eigen::Map<const RowMatrix<T>> qm(q.data() + g * grp * dh, grp, dh);
-            Eigen::Map<RowMatrix<T>> ym(y.data() + g * grp * dv, grp, dv);
-            decode_attention_into<T, F>(qm, cache.key_rows(g), cache.value_rows(g), ym, ws, kernel_,
-                                        mask, grp);
-            return;
-          }
-          qg.resize(n * grp, dh);  // row i G + j: query i of head g G + j
-          yg.resize(n * grp, dv);
-          for (Index i = 0; i < n; ++i)
-            qg.middleRows(i * grp, grp) =
-                Eigen::Map<const RowMatrix<T>>(q.data() + i * q.cols() + g * grp * dh, grp, dh);
-          decode_attention_into<T, F>(qg, cache.key_rows(g), cache.value_rows(g), yg, ws, kernel_,
-                                      mask, grp);
-          for (Index i = 0; i < n; ++i)
-            Eigen::Map<RowMatrix<T>>(y.data() + i * y.cols() + g * grp * dv, grp, dv) =
-                yg.middleRows(i * grp, grp);
+    if constexpr (std::same_as<F, cache::Native>) {
+      if constexpr (detail::native_cache_decodable<T, Kernel, M>()) {
+        if (q.rows() * group_size() <= kDecodeRows) {
+          detail::decode_cache_heads<T>(ConstMatrixRef<T>(q), cache, MatrixRef<T>(y),
+                                        config_.n_heads, kernel_, mask);
+          return;
         }
+      }
+      const std::vector<Index> q_off{0, q.rows()};
+      const auto from_cache = [&cache](Index /*b*/, Index g) {
+        return std::pair<ConstMatrixRef<T>, ConstMatrixRef<T>>(cache.keys(g), cache.values(g));
       };
-#ifdef _OPENMP
-      // A short cache is one chunk per head: spread the heads instead.
-      const int threads = static_cast<int>(std::min<Index>(num_threads(), h_kv));
-      if (threads > 1 && cache.stored() <= kDecodeChunk) {
-#pragma omp parallel num_threads(threads)
-        {
-          DecodeWorkspace<T> ws;
-          RowMatrix<T> qg, yg;
-#pragma omp for schedule(dynamic, 1)
-          for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
-        }
-        return;
-      }
-#endif
-      DecodeWorkspace<T> ws;
-      RowMatrix<T> qg, yg;
-      for (Index g = 0; g < h_kv; ++g) head(g, ws, qg, yg);
+      attend_all(q, q_off, from_cache, y, mask);
+    } else {
+      static_assert(ScoreKernel<Kernel>,
+                    "kappa: a cache in a stored format (BF16, F16, Int8) needs a score kernel");
+      detail::decode_cache_heads<T>(ConstMatrixRef<T>(q), cache, MatrixRef<T>(y), config_.n_heads,
+                                    kernel_, mask);
     }
   }
 
