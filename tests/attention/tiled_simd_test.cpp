@@ -15,6 +15,7 @@
 
 #include "kappa/attention/attention.hpp"
 #include "kappa/attention/bias.hpp"
+#include "kappa/core/threading.hpp"
 #include "support/reference.hpp"
 
 namespace kappa {
@@ -58,7 +59,8 @@ struct Shape {
 // x 48 (24) queries, P V panels of 6 rows x 64 (16) columns.
 const Shape kShapes[] = {{32, 1, 1, 16},     {33, 7, 3, 32},      {47, 255, 8, 48},
                          {96, 256, 64, 64},  {97, 257, 33, 80},   {191, 513, 128, 128},
-                         {200, 700, 16, 16}, {300, 1000, 72, 96}, {40, 9000, 8, 16}};
+                         {200, 700, 16, 16}, {300, 1000, 72, 96}, {40, 9000, 8, 16},
+                         {800, 300, 16, 32}};  // 9 blocks: passes of two blocks on 1 or 2 threads
 
 /// The SIMD tiled path (kTiled and kAuto) against the blocked path, and with
 /// `reference` also against the long-double plain loop. The loop is the slow
@@ -142,6 +144,94 @@ TEST(TiledSimd, ScoreBiasesEqualBlockedPath) {
   }
 }
 
+// Blocks that share a pass over K and V (detail::simd_tiled_pass) give the
+// same bits as each block alone, so results do not depend on the pairing
+// (which depends on the thread count); a block refused for a hidden
+// non-finite value leaves its rows untouched and the other block of its
+// pass unharmed.
+TEST(TiledSimd, PassesOfTwoBlocksEqualBlocksAlone) {
+  constexpr Index kBlock = kSimdTileRows;
+  static_assert(kSimdPassBlocks == 2);
+  const Index n_q = 5 * kBlock + 41, n_kv = 900, d = 24, d_v = 32;
+  const RowMatrix<float> q = random_matrix<float>(n_q, d, 171, 1.5);
+  const RowMatrix<float> k = random_matrix<float>(n_kv, d, 172, 1.5);
+  RowMatrix<float> v = random_matrix<float>(n_kv, d_v, 173);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto check = [&](const auto& mask, const std::string& what, unsigned want_refused) {
+    SCOPED_TRACE(what);
+    const auto bound = mask.bind(n_q, n_kv);
+    RowMatrix<float> paired = RowMatrix<float>::Constant(n_q, d_v, -7.0f);
+    RowMatrix<float> alone = paired;
+    MatrixRef<float> paired_ref(paired), alone_ref(alone);
+    std::vector<float> qt, st, y, mla;
+    const detail::SimdTileScratch ws{qt, st, y, mla};
+    const Index n_tb = (n_q + kBlock - 1) / kBlock;
+    unsigned refused = 0;
+    for (Index b0 = 0; b0 < n_tb; b0 += 2) {
+      const int n = static_cast<int>(std::min<Index>(2, n_tb - b0));
+      const Index last = std::min(kBlock, n_q - (b0 + n - 1) * kBlock);
+      const unsigned r =
+          detail::simd_tiled_pass(bound, q, scale, k, v, paired_ref, b0 * kBlock, n, last, ws);
+      refused |= r << b0;
+      for (int b = 0; b < n; ++b) {
+        const Index r0 = (b0 + b) * kBlock;
+        const unsigned r1 = detail::simd_tiled_pass(bound, q, scale, k, v, alone_ref, r0, 1,
+                                                    std::min(kBlock, n_q - r0), ws);
+        EXPECT_EQ(r1, (r >> b) & 1u) << "block " << b0 + b;
+      }
+    }
+    EXPECT_EQ(refused, want_refused);
+    for (Index i = 0; i < n_q; ++i)
+      for (Index c = 0; c < d_v; ++c)
+        ASSERT_TRUE(paired(i, c) == alone(i, c) ||
+                    (std::isnan(paired(i, c)) && std::isnan(alone(i, c))))
+            << "row " << i << " column " << c << ": " << paired(i, c) << " vs " << alone(i, c);
+    if (want_refused != 0) return;
+    const RowMatrix<float> blocked = run_path(AttentionPath::kBlocked, q, k, v, mask);
+    EXPECT_LE(max_scaled_error(paired, blocked, 1e-5, 1e-8), 1.0);
+  };
+  check(NoMask{}, "none", 0);
+  check(CausalMask{}, "causal", 0);
+  check(CausalMask{0}, "top-left causal", 0);
+  check(SlidingWindowMask{37}, "window 37 (blocks begin at different keys)", 0);
+  check(SlidingWindowMask{300}, "window 300", 0);
+  std::vector<Index> lengths(static_cast<std::size_t>(n_q));
+  for (Index i = 0; i < n_q; ++i) lengths[static_cast<std::size_t>(i)] = (i * 7919) % (n_kv + 1);
+  check(KeyPaddingMask{lengths}, "padding", 0);
+  check(all_of(CausalMask{}, AlibiBias{0.0625}), "causal + ALiBi", 0);
+  // A NaN in V at key 150 under a top-left causal mask (row i sees keys
+  // 0..i): block 1 (rows 96..191) holds rows that see it and rows that do
+  // not, so it is refused; block 0 (keys 0..95) never meets it.
+  v.row(150).setConstant(std::numeric_limits<float>::quiet_NaN());
+  check(CausalMask{0}, "top-left causal, NaN at key 150", 0b10u);
+}
+
+// The pairing of blocks into passes depends on the thread count; the bits
+// of the result do not.
+TEST(TiledSimd, ResultsAreIndependentOfTheThreadCount) {
+  const Index n_q = 9 * kSimdTileRows + 5, n_kv = 700;
+  const RowMatrix<float> q = random_matrix<float>(n_q, 32, 181, 1.5);
+  const RowMatrix<float> k = random_matrix<float>(n_kv, 32, 182, 1.5);
+  const RowMatrix<float> v = random_matrix<float>(n_kv, 48, 183);
+  const int saved = num_threads();
+  const auto run = [&](int threads, const auto& mask) {
+    set_num_threads(threads);
+    return run_path(AttentionPath::kAuto, q, k, v, mask);
+  };
+  const auto check = [&](const auto& mask, const std::string& what) {
+    SCOPED_TRACE(what);
+    const RowMatrix<float> one = run(1, mask);
+    for (int threads : {2, 3, 5}) {
+      const RowMatrix<float> y = run(threads, mask);
+      EXPECT_TRUE((y.array() == one.array()).all()) << threads << " threads";
+    }
+  };
+  check(NoMask{}, "none");
+  check(SlidingWindowMask{150}, "window 150");
+  check(all_of(CausalMask{0}, AlibiBias{0.125}), "top-left causal + ALiBi");
+  set_num_threads(saved);
+}
+
 // Logits of about 1e4, the largest of each row in a late tile: earlier
 // partial sums are rescaled by e^{-1e4} = 0 and must not turn into NaN.
 TEST(TiledSimd, LargeLogitsStayFiniteAndExact) {
@@ -211,6 +301,7 @@ TEST(TiledSimd, HiddenKeysValuesDoNotReachOtherRows) {
   check_hidden_poison(CausalMask{}, 300, 300, 150, "causal");
   check_hidden_poison(SlidingWindowMask{20}, 200, 300, 130, "window");
   check_hidden_poison(KeyPaddingMask{Index{500}}, 64, 700, 600, "padded tail");
+  check_hidden_poison(CausalMask{}, 800, 800, 400, "causal, passes of two blocks");
 }
 
 }  // namespace

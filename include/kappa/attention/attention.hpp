@@ -48,10 +48,12 @@
 //    softmax with a mask of key ranges (none, causal, window, padding; with
 //    or without a score bias) in a build for AVX-512 or AVX2 + FMA, its
 //    products run on the register-blocked kernels of tile_simd.hpp (blocks
-//    of kSimdTileRows rows, the block's s Q^T packed once, K and V read in
-//    place), at about 0.85 of the FMA peak against Eigen's 0.55 on these
-//    shapes; kAuto then takes it from kSimdMinRows query rows on, whatever
-//    N_KV;
+//    of kSimdTileRows rows, padded to a multiple of the score panel's 48
+//    (24) queries, the block's s Q^T packed once, K and V read in place;
+//    with enough blocks per thread, kSimdPassBlocks blocks share one pass
+//    over K and V, whose tiles then come from memory once per pass), at
+//    about 0.85 of the FMA peak against Eigen's 0.55 on these shapes; kAuto
+//    then takes it from kSimdMinRows query rows on, whatever N_KV;
 //  * few-query (a decode step: at most kFewQueryRows queries seeing the same
 //    keys) is computed transposed so that the long key dimension drives the
 //    GEMMs, split over key chunks.
@@ -134,6 +136,14 @@ inline constexpr Index kTileKeys = 256;
 /// Query rows per block of the tiled path when it runs the register-blocked
 /// float kernels of tile_simd.hpp (a multiple of their panel sizes).
 inline constexpr Index kSimdTileRows = 96;
+/// Blocks of kSimdTileRows rows that share one pass over K and V in the SIMD
+/// tiled path (as many passes as split evenly over the threads; the other
+/// blocks run alone): each tile of K and V then comes from memory once per
+/// pass instead of once per block. With 128k keys (128 MB of K and V at d =
+/// 128) this is 10-25% faster on Zen 5; the pass's working set (2 blocks' s
+/// Q^T and Y, a tile of scores, a tile of K and of V) is about 0.55 MB at d =
+/// 128, within a 1 MB L2.
+inline constexpr int kSimdPassBlocks = 2;
 /// From this many query rows on, kAuto takes the tiled path whenever its
 /// SIMD kernels apply (detail::simd_tiled), whatever N_KV: they run faster
 /// than Eigen's GEMMs in the blocked path (benchmarks/README.md).
@@ -188,12 +198,14 @@ bool prefer_tiled(Index n_kv) {
 /// The per-thread scratch bytes of the tiled path for widths d_QK and d_V
 /// (fixed, whatever N_Q and N_KV): the larger of the Eigen-GEMM tiles
 /// (kTileRows x (kTileKeys + d_QK + 3); Eigen's packing buffers come on top,
-/// as on every path) and the SIMD kernels' (kSimdTileRows x (kTileKeys + d_QK
-/// + d_V + 4), and a row of kTileKeys for a score bias).
+/// as on every path) and the SIMD kernels' (a tile of kTileKeys x
+/// kSimdTileRows scores, and per block of a pass kSimdTileRows x (d_QK + d_V
+/// + 4) and a row of kTileKeys for a score bias).
 template <class T>
 Index tiled_scratch_bytes(Index d_qk, Index d_v = 0) {
   const Index gemm = kTileRows * (kTileKeys + d_qk + 3);
-  const Index simd = kSimdTileRows * (kTileKeys + d_qk + d_v + 4) + kTileKeys;
+  const Index simd =
+      kSimdTileRows * kTileKeys + kSimdPassBlocks * (kSimdTileRows * (d_qk + d_v + 4) + kTileKeys);
   return std::max(gemm, simd) * static_cast<Index>(sizeof(T));
 }
 
@@ -544,119 +556,197 @@ bool simd_tiled(Index d_v) {
 }
 
 #ifdef KAPPA_TILE_SIMD
-/// Scratch of the SIMD tiled path (one per thread).
+/// Scratch of the SIMD tiled path (one per thread), for the kSimdPassBlocks
+/// blocks of a pass: block b's parts start at b times the sizes below.
 struct SimdTileScratch {
-  std::vector<float>& qt;   // s Q_block^T, d_QK x kSimdTileRows
-  std::vector<float>& st;   // one tile of S^T, then of P^T: kTileKeys x kSimdTileRows
-  std::vector<float>& y;    // the block's partial output Y, kSimdTileRows x d_V
-  std::vector<float>& mla;  // 4 kSimdTileRows: maxima m, with this tile, sums l, rescale
-                            // alpha; then kTileKeys for one row's score bias
+  std::vector<float>& qt;   // s Q_block^T, d_QK x kSimdTileRows per block
+  std::vector<float>& st;   // one tile of S^T, then of P^T: kTileKeys x kSimdTileRows (shared)
+  std::vector<float>& y;    // the block's partial output Y, kSimdTileRows x d_V per block
+  std::vector<float>& mla;  // 4 kSimdTileRows per block: maxima m, with this tile, sums l,
+                            // rescale alpha; then kTileKeys for one row's score bias
 };
 
-/// tiled_block for the calls simd_tiled accepts, through the kernels of
-/// tile_simd.hpp, on blocks of rows <= kSimdTileRows query rows (padded
-/// with zero queries to kSimdTileRows). The same online softmax, transposed:
-/// queries along the vector lanes. Tiles every row of the block sees in full
-/// take the fused path (the column maxima from the score registers); ragged
-/// tiles (a causal diagonal, a window's edges, a padded tail) set hidden
-/// scores to -inf before the maxima and their weights to 0 after the exp.
-/// With a score bias every tile takes the ragged path: the bias is added
-/// row by row (through a row of scratch) before the maxima, and a bias of
-/// -inf hides a key like the mask.
-/// Returns false, having written nothing, when a key that some row of the
-/// block cannot see holds a non-finite value in V (0 * NaN would leak into
-/// that row through the P V kernel): tiled_block then sums each row over its
-/// own keys.
+/// One block of rows <= kSimdTileRows query rows of the SIMD tiled path,
+/// through the kernels of tile_simd.hpp: tiled_block's online softmax,
+/// transposed (queries along the vector lanes), on the block's rows padded
+/// with zero queries to a multiple of tile::kScoreCols. begin() sets it up,
+/// tile() takes one tile of keys, finish() writes the block's rows of Y.
+/// Tiles every row of the block sees in full take the fused path (the
+/// column maxima from the score registers); ragged tiles (a causal diagonal,
+/// a window's edges, a padded tail) set hidden scores to -inf before the
+/// maxima and their weights to 0 after the exp. With a score bias every
+/// tile takes the ragged path: the bias is added row by row (through a row
+/// of scratch) before the maxima, and a bias of -inf hides a key like the
+/// mask.
 template <class B>
-bool simd_tiled_block(const B& bound, const ConstMatrixRef<float>& q, float scale,
-                      const ConstMatrixRef<float>& k, const ConstMatrixRef<float>& v,
-                      MatrixRef<float>& y, Index r0, Index rows, SimdTileScratch ws) {
-  constexpr Index kRows = kSimdTileRows;
-  static_assert(kRows % tile::kScoreCols == 0 && kRows % tile::kPvRows == 0);
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const KeyRange keys = block_keys(bound, r0, rows);
-  auto y_block = y.middleRows(r0, rows);
-  if (keys.size() == 0) {
-    y_block.setZero();
+class SimdTiledBlock {
+ public:
+  static constexpr Index kRows = kSimdTileRows;
+  static_assert(kRows % tile::kScoreCols == 0 && tile::kScoreCols % tile::kPvRows == 0);
+
+  /// Returns false, having set nothing up, when a key that some row of the
+  /// block cannot see holds a non-finite value in V (0 * NaN would leak into
+  /// that row through the P V kernel): tiled_block then sums each row over
+  /// its own keys. qt, y and mla point at this block's scratch (see
+  /// SimdTileScratch).
+  bool begin(const B& bound, const ConstMatrixRef<float>& q, float scale,
+             const ConstMatrixRef<float>& v, Index r0, Index rows, float* qt, float* y,
+             float* mla) {
+    r0_ = r0;
+    rows_ = rows;
+    keys_ = block_keys(bound, r0, rows);
+    if (keys_.size() == 0) return true;
+    // The keys every row of the block sees: [ib_, ie_) (empty when ib_ >= ie_).
+    ib_ = keys_.begin;
+    ie_ = keys_.end;
+    for (Index r = 0; r < rows; ++r) {
+      const KeyRange kr = bound.range(r0 + r);
+      ib_ = std::max(ib_, kr.begin);
+      ie_ = std::min(ie_, kr.end);
+    }
+    if (ie_ <= ib_) ib_ = ie_ = keys_.end;
+    const auto finite = [&](Index b, Index e) {
+      return e <= b || v.middleRows(b, e - b).allFinite();
+    };
+    if (!finite(keys_.begin, ib_) || !finite(ie_, keys_.end)) return false;
+    cols_ = (rows + tile::kScoreCols - 1) / tile::kScoreCols * tile::kScoreCols;
+    d_v_ = v.cols();
+    qt_ = qt;
+    Eigen::Map<RowMatrix<float>> qtm(qt, q.cols(), kRows);
+    qtm.leftCols(rows).noalias() = scale * q.middleRows(r0, rows).transpose();
+    qtm.middleCols(rows, cols_ - rows).setZero();
+    y_ = y;
+    std::fill(y, y + kRows * d_v_, 0.0f);
+    m_ = mla;
+    cmax_ = m_ + kRows;
+    l_ = cmax_ + kRows;
+    alpha_ = l_ + kRows;
+    bias_row_ = alpha_ + kRows;
+    std::fill(m_, m_ + kRows, -std::numeric_limits<float>::infinity());
+    std::fill(l_, l_ + kRows, 0.0f);
     return true;
   }
-  // The keys every row of the block sees: [ib, ie) (empty when ib >= ie).
-  Index ib = keys.begin, ie = keys.end;
-  for (Index r = 0; r < rows; ++r) {
-    const KeyRange kr = bound.range(r0 + r);
-    ib = std::max(ib, kr.begin);
-    ie = std::min(ie, kr.end);
-  }
-  if (ie <= ib) ib = ie = keys.end;
-  const auto finite = [&](Index b, Index e) {
-    return e <= b || v.middleRows(b, e - b).allFinite();
-  };
-  if (!finite(keys.begin, ib) || !finite(ie, keys.end)) return false;
 
-  const Index d = q.cols(), d_v = v.cols();
-  const auto grow = [](std::vector<float>& buf, Index n) {
-    if (buf.size() < static_cast<std::size_t>(n)) buf.resize(static_cast<std::size_t>(n));
-  };
-  grow(ws.qt, d * kRows);
-  grow(ws.st, kTileKeys * kRows);
-  grow(ws.y, kRows * d_v);
-  grow(ws.mla, 4 * kRows + kTileKeys);
-  Eigen::Map<RowMatrix<float>> qt(ws.qt.data(), d, kRows);
-  qt.leftCols(rows).noalias() = scale * q.middleRows(r0, rows).transpose();
-  qt.rightCols(kRows - rows).setZero();
-  float* const st = ws.st.data();
-  float* const yacc = ws.y.data();
-  std::fill(yacc, yacc + kRows * d_v, 0.0f);
-  float* const m = ws.mla.data();
-  float* const cmax = m + kRows;
-  float* const l = cmax + kRows;
-  float* const alpha = l + kRows;
-  float* const bias_row = alpha + kRows;
-  static_cast<void>(bias_row);  // (used with a score bias only)
-  std::fill(m, m + kRows, kNegInf);
-  std::fill(l, l + kRows, 0.0f);
-  const Index ldk = k.outerStride(), ldv = v.outerStride();
+  /// The keys some row of the block sees (empty when none).
+  KeyRange keys() const { return keys_; }
 
-  for (Index kb = keys.begin; kb < keys.end; kb += kTileKeys) {
-    const Index len = std::min(kTileKeys, keys.end - kb);
+  /// Keys [kb, kb + len) (within keys()), through st (kTileKeys x kRows).
+  void tile(const B& bound, const ConstMatrixRef<float>& k, const ConstMatrixRef<float>& v,
+            Index kb, Index len, float* st) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    const Index d = k.cols(), ldk = k.outerStride(), ldv = v.outerStride();
     const float* const kt = k.data() + kb * ldk;
-    if (!BiasedBound<B> && ib <= kb && kb + len <= ie) {  // every row sees every key
-      std::copy(m, m + kRows, cmax);
-      for (Index c = 0; c < kRows; c += tile::kScoreCols)
-        tile::score_columns<true>(kt, ldk, len, qt.data() + c, kRows, d, st + c, kRows, cmax + c);
-      tile::softmax_columns<false>(st, len, kRows, m, cmax, l, alpha);
+    if (!BiasedBound<B> && ib_ <= kb && kb + len <= ie_) {  // every row sees every key
+      std::copy(m_, m_ + cols_, cmax_);
+      for (Index c = 0; c < cols_; c += tile::kScoreCols)
+        tile::score_columns<true>(kt, ldk, len, qt_ + c, kRows, d, st + c, kRows, cmax_ + c);
+      tile::softmax_columns<false>(st, kRows, len, cols_, m_, cmax_, l_, alpha_);
     } else {
       bool seen = false;
-      for (Index r = 0; r < rows && !seen; ++r) {
-        const KeyRange kr = bound.range(r0 + r);
+      for (Index r = 0; r < rows_ && !seen; ++r) {
+        const KeyRange kr = bound.range(r0_ + r);
         seen = std::max(kr.begin, kb) < std::min(kr.end, kb + len);
       }
-      if (!seen) continue;  // a fully masked tile
-      for (Index c = 0; c < kRows; c += tile::kScoreCols)
-        tile::score_columns<false>(kt, ldk, len, qt.data() + c, kRows, d, st + c, kRows, nullptr);
-      for (Index r = 0; r < rows; ++r) {  // hide the keys row r cannot see
-        const KeyRange kr = bound.range(r0 + r);
+      if (!seen) return;  // a fully masked tile
+      for (Index c = 0; c < cols_; c += tile::kScoreCols)
+        tile::score_columns<false>(kt, ldk, len, qt_ + c, kRows, d, st + c, kRows, nullptr);
+      for (Index r = 0; r < rows_; ++r) {  // hide the keys row r cannot see
+        const KeyRange kr = bound.range(r0_ + r);
         const Index lo = std::clamp(kr.begin - kb, Index{0}, len);
         const Index hi = std::clamp(kr.end - kb, lo, len);
         for (Index j = 0; j < lo; ++j) st[j * kRows + r] = kNegInf;
         for (Index j = hi; j < len; ++j) st[j * kRows + r] = kNegInf;
         if constexpr (BiasedBound<B>) {
           if (hi > lo) {
-            std::fill(bias_row, bias_row + (hi - lo), 0.0f);
-            bound.add_bias(r0 + r, kb + lo, bias_row, hi - lo);
-            for (Index j = lo; j < hi; ++j) st[j * kRows + r] += bias_row[j - lo];
+            std::fill(bias_row_, bias_row_ + (hi - lo), 0.0f);
+            bound.add_bias(r0_ + r, kb + lo, bias_row_, hi - lo);
+            for (Index j = lo; j < hi; ++j) st[j * kRows + r] += bias_row_[j - lo];
           }
         }
       }
-      tile::column_max(st, len, kRows, m, cmax);
-      tile::softmax_columns<true>(st, len, kRows, m, cmax, l, alpha);
+      tile::column_max(st, kRows, len, cols_, m_, cmax_);
+      tile::softmax_columns<true>(st, kRows, len, cols_, m_, cmax_, l_, alpha_);
     }
-    tile::scale_rows(yacc, kRows, d_v, alpha);
-    tile::accumulate_pv(st, kRows, kRows, v.data() + kb * ldv, ldv, len, d_v, yacc);
+    tile::scale_rows(y_, cols_, d_v_, alpha_);
+    tile::accumulate_pv(st, kRows, cols_, v.data() + kb * ldv, ldv, len, d_v_, y_);
   }
-  y_block = Eigen::Map<const RowMatrix<float>>(yacc, rows, d_v);
-  normalize_rows(y_block, l);
-  return true;
+
+  /// Writes the block's rows of Y (zero where a row sees no key).
+  void finish(MatrixRef<float>& y) const {
+    auto y_block = y.middleRows(r0_, rows_);
+    if (keys_.size() == 0) {
+      y_block.setZero();
+      return;
+    }
+    y_block = Eigen::Map<const RowMatrix<float>>(y_, rows_, d_v_);
+    normalize_rows(y_block, l_);
+  }
+
+ private:
+  Index r0_ = 0, rows_ = 0, cols_ = 0, d_v_ = 0;
+  KeyRange keys_{0, 0};
+  Index ib_ = 0, ie_ = 0;
+  float* qt_ = nullptr;
+  float* y_ = nullptr;
+  float* m_ = nullptr;
+  float* cmax_ = nullptr;
+  float* l_ = nullptr;
+  float* alpha_ = nullptr;
+  float* bias_row_ = nullptr;
+};
+
+/// One pass of the SIMD tiled path over K and V for the blocks
+/// [r0 + b kSimdTileRows, ...) b < n_blocks (n_blocks <= kSimdPassBlocks,
+/// the last one `last_rows` rows): each tile of K and V is read from memory
+/// once and from L2 by the other blocks of the pass. The tiles follow a grid
+/// of kTileKeys keys from key 0, clipped to each block's keys, so a block's
+/// result does not depend on which blocks share its pass (nor on the thread
+/// count). Returns a bit per block that begin() refused (see SimdTiledBlock;
+/// nothing written for it).
+template <class B>
+unsigned simd_tiled_pass(const B& bound, const ConstMatrixRef<float>& q, float scale,
+                         const ConstMatrixRef<float>& k, const ConstMatrixRef<float>& v,
+                         MatrixRef<float>& y, Index r0, int n_blocks, Index last_rows,
+                         SimdTileScratch ws) {
+  constexpr Index kRows = kSimdTileRows;
+  const Index d = q.cols(), d_v = v.cols();
+  const auto grow = [](std::vector<float>& buf, Index n) {
+    if (buf.size() < static_cast<std::size_t>(n)) buf.resize(static_cast<std::size_t>(n));
+  };
+  const Index mla = 4 * kRows + kTileKeys;
+  grow(ws.qt, kSimdPassBlocks * d * kRows);
+  grow(ws.st, kTileKeys * kRows);
+  grow(ws.y, kSimdPassBlocks * kRows * d_v);
+  grow(ws.mla, kSimdPassBlocks * mla);
+  SimdTiledBlock<B> blocks[kSimdPassBlocks];
+  int live[kSimdPassBlocks] = {};
+  int n_live = 0;
+  unsigned refused = 0;
+  Index kb0 = std::numeric_limits<Index>::max(), ke = 0;
+  for (int b = 0; b < n_blocks; ++b) {
+    const Index rows = b + 1 == n_blocks ? last_rows : kRows;
+    if (!blocks[b].begin(bound, q, scale, v, r0 + b * kRows, rows, ws.qt.data() + b * d * kRows,
+                         ws.y.data() + b * kRows * d_v, ws.mla.data() + b * mla)) {
+      refused |= 1u << b;
+      continue;
+    }
+    const KeyRange keys = blocks[b].keys();
+    if (keys.size() > 0) {
+      kb0 = std::min(kb0, keys.begin);
+      ke = std::max(ke, keys.end);
+    }
+    live[n_live++] = b;
+  }
+  for (Index t = kb0 < ke ? kb0 / kTileKeys * kTileKeys : ke; t < ke; t += kTileKeys) {
+    for (int i = 0; i < n_live; ++i) {
+      SimdTiledBlock<B>& blk = blocks[live[i]];
+      const KeyRange keys = blk.keys();
+      const Index lo = std::max(t, keys.begin), hi = std::min(t + kTileKeys, keys.end);
+      if (lo < hi) blk.tile(bound, k, v, lo, hi - lo, ws.st.data());
+    }
+  }
+  for (int i = 0; i < n_live; ++i) blocks[live[i]].finish(y);
+  return refused;
 }
 #endif
 
@@ -826,34 +916,49 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
          (detail::prefer_tiled<T>(k.rows()) || (simd && n_q >= kSimdMinRows)))) {
       const Index block = simd ? kSimdTileRows : kTileRows;
       const Index n_tb = (n_q + block - 1) / block;
-      auto tile = [&](Index b, std::vector<T>& s, std::vector<T>& qb, std::vector<T>& mla,
+      // Units of work, largest first: with the SIMD kernels, passes of
+      // kSimdPassBlocks blocks, as many as split evenly over the threads;
+      // then single blocks.
+      const Index per_round = Index{kSimdPassBlocks} * num_threads();
+      const Index n_passes = simd ? n_tb / per_round * num_threads() : 0;
+      const Index n_units = n_passes + (n_tb - n_passes * kSimdPassBlocks);
+      auto rows_of = [&](Index b) { return std::min(block, n_q - b * block); };
+      auto unit = [&](Index u, std::vector<T>& s, std::vector<T>& qb, std::vector<T>& mla,
                       std::vector<T>& yb) {
-        const Index r0 = b * block;
-        const Index rows = std::min(block, n_q - r0);
+        const Index b0 = u < n_passes ? u * kSimdPassBlocks : u + n_passes * (kSimdPassBlocks - 1);
+        const Index b1 = u < n_passes ? b0 + kSimdPassBlocks : b0 + 1;
+        unsigned simd_done = 0;  // bit b - b0: block b ran on the SIMD kernels
 #ifdef KAPPA_TILE_SIMD
         if constexpr (std::is_same_v<T, float>) {
-          if (simd && detail::simd_tiled_block(bound, q, scale, k, v, y, r0, rows,
-                                               detail::SimdTileScratch{qb, s, yb, mla}))
-            return;
+          if (simd) {
+            const auto n = static_cast<int>(b1 - b0);
+            const unsigned refused =
+                detail::simd_tiled_pass(bound, q, scale, k, v, y, b0 * block, n, rows_of(b1 - 1),
+                                        detail::SimdTileScratch{qb, s, yb, mla});
+            simd_done = ~refused & ((1u << n) - 1u);
+          }
         }
 #endif
         static_cast<void>(yb);
-        detail::tiled_block<T>(kernel, bound, q, scale, k, v, y, r0, rows,
-                               detail::TiledScratch<T>{s, qb, mla});
+        for (Index b = b0; b < b1; ++b) {
+          if ((simd_done >> (b - b0)) & 1u) continue;
+          detail::tiled_block<T>(kernel, bound, q, scale, k, v, y, b * block, rows_of(b),
+                                 detail::TiledScratch<T>{s, qb, mla});
+        }
       };
 #ifdef _OPENMP
-      const int threads = static_cast<int>(std::min<Index>(num_threads(), n_tb));
+      const int threads = static_cast<int>(std::min<Index>(num_threads(), n_units));
       if (threads > 1) {
 #pragma omp parallel num_threads(threads)
         {
           std::vector<T> s, qb, mla, yb;
 #pragma omp for schedule(dynamic, 1)
-          for (Index b = 0; b < n_tb; ++b) tile(b, s, qb, mla, yb);
+          for (Index u = 0; u < n_units; ++u) unit(u, s, qb, mla, yb);
         }
         return;
       }
 #endif
-      for (Index b = 0; b < n_tb; ++b) tile(b, ws.scores, ws.tile_q, ws.tile_m, ws.tile_y);
+      for (Index u = 0; u < n_units; ++u) unit(u, ws.scores, ws.tile_q, ws.tile_m, ws.tile_y);
       return;
     }
   }

@@ -210,23 +210,23 @@ inline void accumulate_pv(const float* pt, Index ldp, Index rows, const float* v
   }
 }
 
-/// The online-softmax step of one tile, down the columns of S^T (`st`: keys x
-/// cols, row stride cols; cols a multiple of kLanes). On entry m holds the
+/// The online-softmax step of one tile, down the first `cols` columns of S^T
+/// (`st`: keys x ..., row stride lds; cols a multiple of kLanes). On entry m holds the
 /// running maxima and cmax the maxima including this tile. Per query c:
 /// alpha[c] = e^{m[c] - cmax[c]}, m[c] = cmax[c], st[j][c] = e^{st[j][c] -
 /// m[c]} (0 where st is -inf when kMasked: hidden keys), l[c] = alpha l + the
 /// column's sum. A query that has seen no finite score yet (cmax = -inf)
 /// subtracts 0 instead, so its hidden entries stay 0 rather than NaN.
 template <bool kMasked>
-inline void softmax_columns(float* st, Index keys, Index cols, float* m, const float* cmax,
-                            float* l, float* alpha) {
+inline void softmax_columns(float* st, Index lds, Index keys, Index cols, float* m,
+                            const float* cmax, float* l, float* alpha) {
   for (Index c = 0; c < cols; c += kLanes) {
     const Vec mn = load(cmax + c);
     const Vec shift = finite_or_zero(mn);
     const Vec a = exp(sub(load(m + c), shift));
     Vec sum = zero();
     for (Index j = 0; j < keys; ++j) {
-      float* s = st + j * cols + c;
+      float* s = st + j * lds + c;
       const Vec x = load(s);
       Vec e = exp(sub(x, shift));
       if constexpr (kMasked) e = zero_where_neginf(e, x);
@@ -239,11 +239,13 @@ inline void softmax_columns(float* st, Index keys, Index cols, float* m, const f
   }
 }
 
-/// cmax[c] = max(m[c], max_j st[j][c]) (st: keys x cols, row stride cols).
-inline void column_max(const float* st, Index keys, Index cols, const float* m, float* cmax) {
+/// cmax[c] = max(m[c], max_j st[j][c]) for the first `cols` columns (st: keys
+/// x ..., row stride lds).
+inline void column_max(const float* st, Index lds, Index keys, Index cols, const float* m,
+                       float* cmax) {
   for (Index c = 0; c < cols; c += kLanes) {
     Vec mx = load(m + c);
-    for (Index j = 0; j < keys; ++j) mx = max(mx, load(st + j * cols + c));
+    for (Index j = 0; j < keys; ++j) mx = max(mx, load(st + j * lds + c));
     store(cmax + c, mx);
   }
 }
