@@ -49,6 +49,32 @@ struct HeadsScratch {
   RowMatrix<T> qg, yg;
 };
 
+/// Calls attend(q_g, y_g) with the G query heads of kv head g stacked as
+/// rows, row i G + j of q_g (n G x d_head) being query i of head g G + j,
+/// then writes y_g (n G x d_v) back to those heads' columns of y. One query:
+/// its G heads are G contiguous rows of d_head already, so q_g and y_g are
+/// views (no copy); else they are copies in qg and yg.
+template <class T, class A>
+void stacked_group(const ConstMatrixRef<T>& q, MatrixRef<T>& y, Index g, Index grp, Index dh,
+                   Index dv, RowMatrix<T>& qg, RowMatrix<T>& yg, A&& attend) {
+  const Index n = q.rows();
+  if (n == 1) {
+    const Eigen::Map<const RowMatrix<T>> qm(q.data() + g * grp * dh, grp, dh);
+    Eigen::Map<RowMatrix<T>> ym(y.data() + g * grp * dv, grp, dv);
+    attend(ConstMatrixRef<T>(qm), MatrixRef<T>(ym));
+    return;
+  }
+  qg.resize(n * grp, dh);
+  yg.resize(n * grp, dv);
+  for (Index i = 0; i < n; ++i)
+    qg.middleRows(i * grp, grp) =
+        Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
+  attend(ConstMatrixRef<T>(qg), MatrixRef<T>(yg));
+  for (Index i = 0; i < n; ++i)
+    Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
+        yg.middleRows(i * grp, grp);
+}
+
 /// Attends the G query heads of kv head g for one sequence. q: the
 /// sequence's (n_q x H d_head) rows of Q; kg (n_kv x d_head), vg (n_kv x d_v);
 /// y: the sequence's (n_q x H d_v) rows of [Y_1 ... Y_H].
@@ -64,32 +90,16 @@ void attend_group(const ConstMatrixRef<T>& q, Index g, const ConstMatrixRef<T>& 
                         mask.head(h));
     }
   } else {
-    const Index n_q = q.rows();
     if (grp == 1) {
       attention_into<T>(q.middleCols(g * dh, dh), kg, vg, y.middleCols(g * dv, dv), s.ws, kernel,
                         mask);
       return;
     }
     const GroupedRows<M> grouped{&mask, grp};
-    if (n_q == 1) {
-      // One query: its G heads are G contiguous rows of d_head, no copy.
-      const Eigen::Map<const RowMatrix<T>> qg(q.data() + g * grp * dh, grp, dh);  // (G, d_head)
-      Eigen::Map<RowMatrix<T>> yg(y.data() + g * grp * dv, grp, dv);              // (G, d_v)
-      attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
-      return;
-    }
-    // Row i G + j of qg is query i of head g G + j.
-    s.qg.resize(n_q * grp, dh);  // (n_q G, d_head)
-    s.yg.resize(n_q * grp, dv);  // (n_q G, d_v)
-    for (Index i = 0; i < n_q; ++i) {
-      s.qg.middleRows(i * grp, grp) =
-          Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
-    }
-    attention_into<T>(s.qg, kg, vg, s.yg, s.ws, kernel, grouped);
-    for (Index i = 0; i < n_q; ++i) {
-      Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
-          s.yg.middleRows(i * grp, grp);
-    }
+    stacked_group<T>(q, y, g, grp, dh, dv, s.qg, s.yg,
+                     [&](const ConstMatrixRef<T>& qg, const MatrixRef<T>& yg) {
+                       attention_into<T>(qg, kg, vg, yg, s.ws, kernel, grouped);
+                     });
   }
 }
 
@@ -235,23 +245,11 @@ void decode_cache_heads(ConstMatrixRef<T> q, const KVCache<T, R, F>& cache, Matr
                                     kernel, mask.head(h), 1);
       }
     } else {
-      if (n == 1) {  // the G heads of kv head g are G contiguous values of row 0: no copy
-        const Eigen::Map<const RowMatrix<T>> qm(q.data() + g * grp * dh, grp, dh);
-        Eigen::Map<RowMatrix<T>> ym(y.data() + g * grp * dv, grp, dv);
-        decode_attention_into<T, F>(qm, cache.key_rows(g), cache.value_rows(g), ym, ws, kernel,
-                                    mask, grp);
-        return;
-      }
-      qg.resize(n * grp, dh);  // row i G + j: query i of head g G + j
-      yg.resize(n * grp, dv);
-      for (Index i = 0; i < n; ++i)
-        qg.middleRows(i * grp, grp) =
-            Eigen::Map<const RowMatrix<T>>(q.data() + i * q.outerStride() + g * grp * dh, grp, dh);
-      decode_attention_into<T, F>(qg, cache.key_rows(g), cache.value_rows(g), yg, ws, kernel, mask,
-                                  grp);
-      for (Index i = 0; i < n; ++i)
-        Eigen::Map<RowMatrix<T>>(y.data() + i * y.outerStride() + g * grp * dv, grp, dv) =
-            yg.middleRows(i * grp, grp);
+      stacked_group<T>(q, y, g, grp, dh, dv, qg, yg,
+                       [&](const ConstMatrixRef<T>& qs, const MatrixRef<T>& ys) {
+                         decode_attention_into<T, F>(qs, cache.key_rows(g), cache.value_rows(g), ys,
+                                                     ws, kernel, mask, grp);
+                       });
     }
   };
 #ifdef _OPENMP
