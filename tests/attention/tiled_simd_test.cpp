@@ -207,9 +207,11 @@ TEST(TiledSimd, PassesOfTwoBlocksEqualBlocksAlone) {
 }
 
 // The pairing of blocks into passes depends on the thread count; the bits
-// of the result do not.
+// of the result do not. Six blocks: three passes on 1 thread, two passes
+// and two single blocks on 2. (Only 1 and 2 threads: with more threads than
+// cores, the OpenMP runtime's thread pool shows up as a leak under ASan.)
 TEST(TiledSimd, ResultsAreIndependentOfTheThreadCount) {
-  const Index n_q = 9 * kSimdTileRows + 5, n_kv = 700;
+  const Index n_q = 5 * kSimdTileRows + 5, n_kv = 1500;
   const RowMatrix<float> q = random_matrix<float>(n_q, 32, 181, 1.5);
   const RowMatrix<float> k = random_matrix<float>(n_kv, 32, 182, 1.5);
   const RowMatrix<float> v = random_matrix<float>(n_kv, 48, 183);
@@ -221,13 +223,11 @@ TEST(TiledSimd, ResultsAreIndependentOfTheThreadCount) {
   const auto check = [&](const auto& mask, const std::string& what) {
     SCOPED_TRACE(what);
     const RowMatrix<float> one = run(1, mask);
-    for (int threads : {2, 3, 5}) {
-      const RowMatrix<float> y = run(threads, mask);
-      EXPECT_TRUE((y.array() == one.array()).all()) << threads << " threads";
-    }
+    const RowMatrix<float> two = run(2, mask);
+    EXPECT_TRUE((two.array() == one.array()).all());
   };
   check(NoMask{}, "none");
-  check(SlidingWindowMask{150}, "window 150");
+  check(SlidingWindowMask{600}, "window 600 (blocks begin at different keys)");
   check(all_of(CausalMask{0}, AlibiBias{0.125}), "top-left causal + ALiBi");
   set_num_threads(saved);
 }
