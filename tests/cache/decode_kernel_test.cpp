@@ -208,6 +208,55 @@ TYPED_TEST(DecodeKernelTest, HeadWidthsOfEveryRegisterLoop) {
   }
 }
 
+#if KAPPA_DECODE_SIMD
+TYPED_TEST(DecodeKernelTest, RowsTogetherEqualEachRowAloneBitForBit) {
+  using F = TypeParam;
+  using kappa::cache::simd::kLanes;
+  // Several rows share each loaded key: scores take rows in pairs, and from 3
+  // rows on the accumulation goes key-major over the keys all rows see (then
+  // the keys before and after them row by row). Neither may change a row's
+  // arithmetic: every row must equal the same row run alone, bit for bit.
+  // d_v of 4 and 8 vectors (the key-major widths) and 3 (row by row); ranges
+  // with keys before and after the common ones, lengths that leave tails of
+  // the key-major step, and a row that sees no key of the chunk.
+  const Index n = 301;
+  for (const Index dv : {8 * Index{kLanes}, 4 * Index{kLanes}, 3 * Index{kLanes}}) {
+    const Index d = dv;
+    StoredHead<F> h(n, d, dv, 41 + unsigned(dv));
+    const auto& kr = h.kr;
+    const auto& vr = h.vr;
+    for (const Index m : {2, 3, 8, 16}) {
+      const RowMatrix<float> q = kappa::testing::random_matrix<float>(m, d, 43 + unsigned(m));
+      RowMatrix<float> sc(m, n), sc1(1, n);
+      cache::simd::scores<F>(q.data(), m, kr, 0, n, sc.data(), n);
+      for (Index r = 0; r < m; ++r) {
+        cache::simd::scores<F>(q.row(r).data(), 1, kr, 0, n, sc1.data(), n);
+        ASSERT_TRUE((sc.row(r).array() == sc1.array()).all())
+            << "scores: " << m << " rows, d " << d << ", row " << r;
+      }
+      const RowMatrix<float> w = kappa::testing::random_matrix<float>(m, n, 47);
+      for (const bool empty_row : {false, true}) {
+        Index begin[16], end[16];
+        for (Index r = 0; r < m; ++r) {
+          begin[r] = (r * 7) % 23;                               // 0 .. 22
+          end[r] = n - (r * 5) % 19;                             // 283 .. 301
+          if (empty_row && r == m - 1) begin[r] = end[r] = 150;  // sees nothing
+        }
+        RowMatrix<float> y = RowMatrix<float>::Zero(m, dv), y1(1, dv);
+        cache::simd::accumulate<F>(w.data(), n, m, begin, end, vr, 0, y.data());
+        for (Index r = 0; r < m; ++r) {
+          y1.setZero();
+          cache::simd::accumulate<F>(w.row(r).data(), n, 1, begin + r, end + r, vr, 0, y1.data());
+          ASSERT_TRUE((y.row(r).array() == y1.array()).all())
+              << "values: " << m << " rows, d_v " << dv << ", row " << r
+              << (empty_row ? ", one row sees no key" : "");
+        }
+      }
+    }
+  }
+}
+#endif
+
 TEST(DecodeKernel, AKeyNoRowSeesCannotPoisonTheOutputAndBadShapesThrow) {
   const Index n = 3000, d = 8;
   RowMatrix<float> k = kappa::testing::random_matrix<float>(n, d, 7);

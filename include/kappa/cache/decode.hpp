@@ -60,6 +60,10 @@ namespace kappa {
 /// At most this many query rows go through the decode kernel at once (more
 /// rows are processed in blocks of it, each reading the keys it needs).
 inline constexpr Index kDecodeRows = 16;
+#if KAPPA_DECODE_SIMD
+static_assert(kDecodeRows <= cache::simd::kDecodeRowsMax,
+              "kappa: the register loops take at most kDecodeRowsMax rows at once");
+#endif
 /// Keys per chunk of the decode kernel (the unit of work of one thread).
 inline constexpr Index kDecodeChunk = 2048;
 /// Stored rows widened to T at once inside a chunk.
