@@ -212,10 +212,11 @@ TYPED_TEST(DecodeKernelTest, HeadWidthsOfEveryRegisterLoop) {
 TYPED_TEST(DecodeKernelTest, RowsTogetherEqualEachRowAloneBitForBit) {
   using F = TypeParam;
   using kappa::cache::simd::kLanes;
-  // Several rows share each loaded key: scores take rows in pairs, and from 3
-  // rows on the accumulation goes key-major over the keys all rows see (then
-  // the keys before and after them row by row). Neither may change a row's
-  // arithmetic: every row must equal the same row run alone, bit for bit.
+  // Several rows share each loaded key: two rows go as a pair, and from 3
+  // rows on both loops go key-major (the accumulation over the keys all rows
+  // see, the keys before and after them row by row). None of this may change
+  // a row's arithmetic: every row must equal the same row run alone, bit for
+  // bit (a tail key's score included).
   // d_v of 4 and 8 vectors (the key-major widths) and 3 (row by row); ranges
   // with keys before and after the common ones, lengths that leave tails of
   // the key-major step, and a row that sees no key of the chunk.

@@ -11,26 +11,27 @@
 //   scores:      x_rj = q_r . k_j           (times k_j's scale for Int8)
 //   accumulate:  y_r += sum_j w_rj v_j      (w_rj times v_j's scale for Int8)
 //
-// Scores take one key at a time, its row read in address order (reading four
-// keys' rows interleaved, one vector of each in turn, halves the read rate
-// from memory on Zen 5: the prefetchers see four strided streams), and two
-// query rows at a time (each loaded and widened vector of the key serves
-// both), held in registers for d = 4 or 8 vectors. They go over kBlockKeys
-// keys at a time for all rows, so with several rows a block is read from
-// memory once and from L1 again by the other pairs.
-// Accumulation, for one or two rows, keeps a panel of up to kPanelVecs
-// vectors of y_r in registers while it runs down a block of keys, so y is
-// loaded and stored once per block instead of once per key. From three rows
-// on (GQA groups) it goes key-major: a few value rows are loaded and widened
-// into registers once, and every row's y (in L1) takes them, with the value
-// rows asked for kPrefetchValues keys ahead. Row by row, each block came from
-// memory for the first row while the core idled, then from L1 for the others
-// while the memory idled; key-major, the two overlap (G = 8: 1.2-1.4x the
-// tokens/s). Every row's sums keep the same order either way, so a row's
-// result does not depend on how many rows run with it. Tails (d or d_v not a multiple of the
-// vector width) go through the scalar conversions of formats.hpp, so results
-// agree with the portable path to float rounding (the order of the sums
-// differs).
+// One or two query rows (multi-head attention, small groups): scores take
+// one key at a time, its row read in address order (reading four keys' rows
+// interleaved, one vector of each in turn, halves the read rate from memory
+// on Zen 5: the prefetchers see four strided streams), and two query rows at
+// a time (each loaded and widened vector of the key serves both), held in
+// registers for d = 4 or 8 vectors, over kBlockKeys keys at a time.
+// Accumulation keeps a panel of up to kPanelVecs vectors of y_r in registers
+// while it runs down a block of keys, so y is loaded and stored once per
+// block instead of once per key.
+// Three rows or more (GQA groups), with d (d_v) of 4 or 8 vectors: both
+// loops go key-major. A few stored rows are loaded and widened into
+// registers once, and every query row takes them (query rows and y are read
+// from L1), with the stored rows asked for kPrefetchRows keys ahead. Row by
+// row over a block, the block came from memory for the first rows while the
+// core idled, then from L1 for the others while the memory idled; key-major,
+// the two overlap (G = 8: 1.4-1.6x the tokens/s). A row's sums keep the same
+// order either way, so its result has the same bits whatever rows run with
+// it.
+// Tails (d or d_v not a multiple of the vector width) go through the scalar
+// conversions of formats.hpp, so results agree with the portable path to
+// float rounding (the order of the sums differs).
 //
 // Measured against a plain read of the same bytes, one LLaMA-3-70B layer's
 // cache at 32k tokens: benchmarks/README.md, "Decoding against the read
@@ -102,6 +103,11 @@ inline float load1(const typename F::template Element<float>* p) {
 /// Keys per block: every row passes over a block before the next one is
 /// read, so it stays in L1 (64 keys of 128 floats: 32 KB).
 inline constexpr Index kBlockKeys = 64;
+/// How many keys ahead the key-major loops ask for the stored rows (12 KB
+/// for 128 floats). Each key there costs the work of every query row, so the
+/// core keeps few keys' loads in flight by itself: without this, G = 8 over a
+/// float cache on 2 threads read slower key-major than row by row.
+inline constexpr Index kPrefetchRows = 24;
 /// The most rows the loops take at once (kDecodeRows of decode.hpp).
 inline constexpr Index kDecodeRowsMax = 16;
 /// Vectors of y held in registers by the accumulation (8: 128 floats with
@@ -237,9 +243,14 @@ void score_keys(const float* q0, const float* q1, const StoredRows<float, F>& k,
     if constexpr (kTwo) _mm_storeu_ps(s1 + j, y);
   }
   for (; j < e; ++j) {
+    // hsum4 as above (not a one-vector sum): a key's score then has the same
+    // bits wherever it falls, and in the key-major loop too.
     const auto* kj = k.row(j0 + j);
-    float x0 = kappa::simd::hsum(dot<F, NQ>(kj, p0, q0, dw)), x1 = 0.0f;
-    if constexpr (kTwo) x1 = kappa::simd::hsum(dot<F, NQ>(kj, p1, q1, dw));
+    const Vec z = kappa::simd::zero();
+    alignas(16) float xs[4];
+    _mm_store_ps(xs,
+                 hsum4(dot<F, NQ>(kj, p0, q0, dw), kTwo ? dot<F, NQ>(kj, p1, q1, dw) : z, z, z));
+    float x0 = xs[0], x1 = xs[1];
     finish(kj, j, x0, x1);
     s0[j] = x0;
     if constexpr (kTwo) s1[j] = x1;
@@ -257,10 +268,98 @@ void score_rows(bool two, const float* q0, const float* q1, const StoredRows<flo
   }
 }
 
+/// Key-major scores of R <= 4 rows from r0 for the KS keys from key j
+/// (chunk-relative), whose widened vectors kv are in registers: each query
+/// vector is read from L1 once for all KS keys. Lane r of a reduction is row
+/// r0 + r; hsum4 reduces each of its inputs alike whatever its position, so
+/// a score has the same bits as in the row-pair loop.
+template <StorageFormat F, int NQ, int KS, int R>
+inline void score_group(const float* q, Index d, const Vec (&kv)[KS][NQ], const float* ks, Index j,
+                        Index r0, float* sc, Index ld) {
+  Vec acc[4][KS];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < KS; ++t) acc[r][t] = kappa::simd::zero();
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const Vec qv = kappa::simd::load(q + (r0 + r) * d + i * kLanes);
+#pragma GCC unroll 4
+      for (int t = 0; t < KS; ++t) acc[r][t] = kappa::simd::fma(qv, kv[t][i], acc[r][t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < KS; ++t) {
+    __m128 x = hsum4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+    if constexpr (F::kScaled) x = _mm_mul_ps(x, _mm_set1_ps(ks[t]));
+    alignas(16) float xs[4];
+    _mm_store_ps(xs, x);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sc[(r0 + r) * ld + j + t] = xs[r];
+  }
+}
+
+/// Keys per step of the key-major scores: as many keys' widened vectors (N
+/// each) as fit in registers beside 4 accumulators per key.
+template <int N>
+inline constexpr int kKeyMajorKeys = std::max(1, (kappa::simd::kRegisters - 1) / (N + 4));
+
+/// scores() for m >= 3 rows and d = NQ vectors, keys b <= j < e, key-major:
+/// KS key rows at a time are loaded (in address order, asked for
+/// kPrefetchRows keys ahead) and widened into registers once, then all the
+/// rows take them, four rows per reduction. The memory streams the keys while
+/// the core computes; in row pairs over a block, it idled during all the
+/// pairs but the first.
+template <StorageFormat F, int NQ, int KS>
+void scores_key_major(const float* q, Index m, const StoredRows<float, F>& k, Index j0, Index b,
+                      Index e, float* sc, Index ld) {
+  const Index d = k.cols;
+  Vec kv[KS][NQ];
+  float ks[KS];
+  Index j = b;
+  for (; j + KS <= e; j += KS) {
+#pragma GCC unroll 4
+    for (int t = 0; t < KS; ++t) {
+      const auto* kr = k.row(j0 + j + t);
+      if (j + t + kPrefetchRows < e) {
+        const char* ahead = reinterpret_cast<const char*>(k.row(j0 + j + t + kPrefetchRows));
+#pragma GCC unroll 8
+        for (Index l = 0; l < d * Index{sizeof(*kr)}; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) kv[t][i] = load<F>(kr + i * kLanes);
+      ks[t] = k.scale(j0 + j + t);
+    }
+    for (Index r0 = 0; r0 < m; r0 += 4) {
+      switch (std::min<Index>(4, m - r0)) {
+        case 1:
+          score_group<F, NQ, KS, 1>(q, d, kv, ks, j, r0, sc, ld);
+          break;
+        case 2:
+          score_group<F, NQ, KS, 2>(q, d, kv, ks, j, r0, sc, ld);
+          break;
+        case 3:
+          score_group<F, NQ, KS, 3>(q, d, kv, ks, j, r0, sc, ld);
+          break;
+        default:
+          score_group<F, NQ, KS, 4>(q, d, kv, ks, j, r0, sc, ld);
+          break;
+      }
+    }
+  }
+  if constexpr (KS > 1) {
+    if (j < e) scores_key_major<F, NQ, 1>(q, m, k, j0, j, e, sc, ld);
+  }
+}
+
 /// x_rj = q_r . k_{j0 + j} (times its Int8 scale) for rows r < m and keys
 /// j < n, into sc[r * ld + j]. q: m rows of d floats, row r at q + r * d.
-/// Rows go two at a time (each loaded key serves both), over blocks of
-/// kBlockKeys keys (read from memory for the first pair, from L1 after).
+/// Three rows or more with d of 4 or 8 vectors: key-major
+/// (scores_key_major). Otherwise rows go two at a time (each loaded key
+/// serves both), over blocks of kBlockKeys keys (read from memory for the
+/// first pair, from L1 after).
 template <StorageFormat F>
 void scores(const float* q, Index m, const StoredRows<float, F>& k, Index j0, Index n, float* sc,
             Index ld) {
@@ -270,6 +369,14 @@ void scores(const float* q, Index m, const StoredRows<float, F>& k, Index j0, In
   const int nq = d == 8 * kLanes && 2 * 8 + 8 <= kappa::simd::kRegisters ? 8
                  : d == 4 * kLanes                                       ? 4
                                                                          : 0;
+  if (m >= 3 && d == 8 * kLanes) {
+    scores_key_major<F, 8, kKeyMajorKeys<8>>(q, m, k, j0, 0, n, sc, ld);
+    return;
+  }
+  if (m >= 3 && d == 4 * kLanes) {
+    scores_key_major<F, 4, kKeyMajorKeys<4>>(q, m, k, j0, 0, n, sc, ld);
+    return;
+  }
   for (Index b = 0; b < n; b += kBlockKeys) {
     const Index e = std::min(n, b + kBlockKeys);
     for (Index r0 = 0; r0 < m; r0 += 2) {
@@ -329,12 +436,6 @@ void accumulate_panel(const float* w, Index a, Index e, const StoredRows<float, 
   for (int t = 0; t < NV; ++t) kappa::simd::store(y + t * kLanes, acc[t]);
 }
 
-/// How many keys ahead the key-major accumulation asks for the value rows
-/// (12 KB for 128 floats). Each key costs every row's update there, so the
-/// core keeps few keys' loads in flight by itself: without this, G = 8 over
-/// a float cache on 2 threads read slower key-major than row by row.
-inline constexpr Index kPrefetchValues = 24;
-
 /// Values per step of the key-major accumulation: as many keys' widened
 /// vectors (N each) as fit in registers beside a weight and a y vector per key.
 template <int N>
@@ -358,8 +459,8 @@ void accumulate_key_major(const float* w, Index ld, Index m, Index a, Index e,
 #pragma GCC unroll 4
     for (int t = 0; t < KS; ++t) {
       const auto* vr = v.row(j0 + j + t);
-      if (j + t + kPrefetchValues < e) {
-        const char* ahead = reinterpret_cast<const char*>(v.row(j0 + j + t + kPrefetchValues));
+      if (j + t + kPrefetchRows < e) {
+        const char* ahead = reinterpret_cast<const char*>(v.row(j0 + j + t + kPrefetchRows));
 #pragma GCC unroll 8
         for (Index l = 0; l < dv * Index{sizeof(*vr)}; l += 64)
           _mm_prefetch(ahead + l, _MM_HINT_T0);
