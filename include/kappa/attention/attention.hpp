@@ -144,6 +144,21 @@ inline constexpr Index kSimdTileRows = 96;
 /// Q^T and Y, a tile of scores, a tile of K and of V) is about 0.55 MB at d =
 /// 128, within a 1 MB L2.
 inline constexpr int kSimdPassBlocks = 2;
+
+namespace detail {
+/// The blocks [begin, end) of the tiled path's unit of work u, when the first
+/// n_passes units are passes of kSimdPassBlocks blocks and the others single
+/// blocks (attention_into hands out the passes first: they are the larger).
+struct UnitBlocks {
+  Index begin, end;
+};
+inline UnitBlocks unit_blocks(Index u, Index n_passes) {
+  if (u < n_passes) return {u * kSimdPassBlocks, (u + 1) * kSimdPassBlocks};
+  const Index b = n_passes * kSimdPassBlocks + (u - n_passes);
+  return {b, b + 1};
+}
+}  // namespace detail
+
 /// From this many query rows on, kAuto takes the tiled path whenever its
 /// SIMD kernels apply (detail::simd_tiled), whatever N_KV: they run faster
 /// than Eigen's GEMMs in the blocked path (benchmarks/README.md).
@@ -719,10 +734,9 @@ unsigned simd_tiled_pass(const B& bound, const ConstMatrixRef<float>& q, float s
   grow(ws.y, kSimdPassBlocks * kRows * d_v);
   grow(ws.mla, kSimdPassBlocks * mla);
   SimdTiledBlock<B> blocks[kSimdPassBlocks];
-  int live[kSimdPassBlocks] = {};
-  int n_live = 0;
   unsigned refused = 0;
-  Index kb0 = std::numeric_limits<Index>::max(), ke = 0;
+  const auto live = [&](int b) { return ((refused >> b) & 1u) == 0; };
+  Index kb0 = std::numeric_limits<Index>::max(), ke = 0;  // the keys any block sees
   for (int b = 0; b < n_blocks; ++b) {
     const Index rows = b + 1 == n_blocks ? last_rows : kRows;
     if (!blocks[b].begin(bound, q, scale, v, r0 + b * kRows, rows, ws.qt.data() + b * d * kRows,
@@ -735,17 +749,19 @@ unsigned simd_tiled_pass(const B& bound, const ConstMatrixRef<float>& q, float s
       kb0 = std::min(kb0, keys.begin);
       ke = std::max(ke, keys.end);
     }
-    live[n_live++] = b;
   }
-  for (Index t = kb0 < ke ? kb0 / kTileKeys * kTileKeys : ke; t < ke; t += kTileKeys) {
-    for (int i = 0; i < n_live; ++i) {
-      SimdTiledBlock<B>& blk = blocks[live[i]];
-      const KeyRange keys = blk.keys();
-      const Index lo = std::max(t, keys.begin), hi = std::min(t + kTileKeys, keys.end);
-      if (lo < hi) blk.tile(bound, k, v, lo, hi - lo, ws.st.data());
+  if (kb0 < ke) {
+    for (Index t = kb0 / kTileKeys * kTileKeys; t < ke; t += kTileKeys) {
+      for (int b = 0; b < n_blocks; ++b) {
+        if (!live(b)) continue;
+        const KeyRange keys = blocks[b].keys();
+        const Index lo = std::max(t, keys.begin), hi = std::min(t + kTileKeys, keys.end);
+        if (lo < hi) blocks[b].tile(bound, k, v, lo, hi - lo, ws.st.data());
+      }
     }
   }
-  for (int i = 0; i < n_live; ++i) blocks[live[i]].finish(y);
+  for (int b = 0; b < n_blocks; ++b)
+    if (live(b)) blocks[b].finish(y);
   return refused;
 }
 #endif
@@ -925,8 +941,7 @@ void attention_into(ConstMatrixRef<T> q, ConstMatrixRef<T> k, ConstMatrixRef<T> 
       auto rows_of = [&](Index b) { return std::min(block, n_q - b * block); };
       auto unit = [&](Index u, std::vector<T>& s, std::vector<T>& qb, std::vector<T>& mla,
                       std::vector<T>& yb) {
-        const Index b0 = u < n_passes ? u * kSimdPassBlocks : u + n_passes * (kSimdPassBlocks - 1);
-        const Index b1 = u < n_passes ? b0 + kSimdPassBlocks : b0 + 1;
+        const auto [b0, b1] = detail::unit_blocks(u, n_passes);
         unsigned simd_done = 0;  // bit b - b0: block b ran on the SIMD kernels
 #ifdef KAPPA_TILE_SIMD
         if constexpr (std::is_same_v<T, float>) {
