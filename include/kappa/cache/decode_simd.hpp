@@ -268,6 +268,27 @@ void score_rows(bool two, const float* q0, const float* q1, const StoredRows<flo
   }
 }
 
+/// The key-major loops' step: rows j0 + j + t (t < KS) of s, N vectors each,
+/// loaded and widened into out[t], their Int8 scales into scale[t]; each row
+/// kPrefetchRows keys ahead (below e, chunk-relative) is asked for.
+template <StorageFormat F, int N, int KS>
+inline void load_rows(const StoredRows<float, F>& s, Index j0, Index j, Index e, Vec (&out)[KS][N],
+                      float (&scale)[KS]) {
+  constexpr Index kBytes = Index{N} * kLanes * Index{sizeof(typename F::template Element<float>)};
+#pragma GCC unroll 4
+  for (int t = 0; t < KS; ++t) {
+    const auto* row = s.row(j0 + j + t);
+    if (j + t + kPrefetchRows < e) {
+      const char* ahead = reinterpret_cast<const char*>(s.row(j0 + j + t + kPrefetchRows));
+#pragma GCC unroll 8
+      for (Index l = 0; l < kBytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) out[t][i] = load<F>(row + i * kLanes);
+    scale[t] = s.scale(j0 + j + t);
+  }
+}
+
 /// Key-major scores of R <= 4 rows from r0 for the KS keys from key j
 /// (chunk-relative), whose widened vectors kv are in registers: each query
 /// vector is read from L1 once for all KS keys. Lane r of a reduction is row
@@ -320,18 +341,7 @@ void scores_key_major(const float* q, Index m, const StoredRows<float, F>& k, In
   float ks[KS];
   Index j = b;
   for (; j + KS <= e; j += KS) {
-#pragma GCC unroll 4
-    for (int t = 0; t < KS; ++t) {
-      const auto* kr = k.row(j0 + j + t);
-      if (j + t + kPrefetchRows < e) {
-        const char* ahead = reinterpret_cast<const char*>(k.row(j0 + j + t + kPrefetchRows));
-#pragma GCC unroll 8
-        for (Index l = 0; l < d * Index{sizeof(*kr)}; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) kv[t][i] = load<F>(kr + i * kLanes);
-      ks[t] = k.scale(j0 + j + t);
-    }
+    load_rows<F, NQ, KS>(k, j0, j, e, kv, ks);
     for (Index r0 = 0; r0 < m; r0 += 4) {
       switch (std::min<Index>(4, m - r0)) {
         case 1:
@@ -456,19 +466,7 @@ void accumulate_key_major(const float* w, Index ld, Index m, Index a, Index e,
   Index j = a;
   for (; j + KS <= e; j += KS) {
     float vs[KS];
-#pragma GCC unroll 4
-    for (int t = 0; t < KS; ++t) {
-      const auto* vr = v.row(j0 + j + t);
-      if (j + t + kPrefetchRows < e) {
-        const char* ahead = reinterpret_cast<const char*>(v.row(j0 + j + t + kPrefetchRows));
-#pragma GCC unroll 8
-        for (Index l = 0; l < dv * Index{sizeof(*vr)}; l += 64)
-          _mm_prefetch(ahead + l, _MM_HINT_T0);
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < NV; ++i) vv[t][i] = load<F>(vr + i * kLanes);
-      vs[t] = v.scale(j0 + j + t);
-    }
+    load_rows<F, NV, KS>(v, j0, j, e, vv, vs);
     for (Index r = 0; r < m; ++r) {
       Vec c[KS];
 #pragma GCC unroll 4
