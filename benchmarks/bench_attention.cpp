@@ -32,6 +32,7 @@
 #include <omp.h>
 #endif
 
+#include "bench_common.hpp"
 #include "kappa/kappa.hpp"
 
 namespace {
@@ -88,78 +89,9 @@ void BM_Attention_Softmax_Blocked(benchmark::State& state) {
   attention_bench(state, kappa::NoMask{}, 1.0, kappa::AttentionPath::kBlocked);
 }
 
-// The FMA peak: each thread runs kChains independent chains acc = acc * b + c
-// in registers (enough to cover the FMA latency times the FMA ports of any
-// current x86 core: 4 cycles x 2 ports = 8 in flight). 2 flops per lane per
-// FMA. Vector width: AVX-512, else AVX2 + FMA, else scalar std::fma.
-constexpr int kChains = 12;
-#if defined(__AVX512F__)
-using FmaVec = __m512;
-constexpr int kFmaLanes = 16;
-inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
-  return _mm512_fmadd_ps(a, b, c);
-}
-inline FmaVec fma_splat(float x) {
-  return _mm512_set1_ps(x);
-}
-inline float fma_first(FmaVec a) {
-  return _mm512_cvtss_f32(a);
-}
-#elif defined(__FMA__)
-using FmaVec = __m256;
-constexpr int kFmaLanes = 8;
-inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
-  return _mm256_fmadd_ps(a, b, c);
-}
-inline FmaVec fma_splat(float x) {
-  return _mm256_set1_ps(x);
-}
-inline float fma_first(FmaVec a) {
-  return _mm256_cvtss_f32(a);
-}
-#else
-using FmaVec = float;
-constexpr int kFmaLanes = 1;
-inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
-  return std::fma(a, b, c);
-}
-inline FmaVec fma_splat(float x) {
-  return x;
-}
-inline float fma_first(FmaVec a) {
-  return a;
-}
-#endif
-
-float fma_chains(long iters) {
-  FmaVec acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = fma_splat(1.0f + 1e-3f * static_cast<float>(i));
-  const FmaVec b = fma_splat(0.9999999f), c = fma_splat(1e-7f);
-  for (long it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) acc[i] = fma_step(acc[i], b, c);
-  }
-  float sum = 0;
-  for (int i = 0; i < kChains; ++i) sum += fma_first(acc[i]);
-  return sum;
-}
-
+// The FMA peak (bench_common.hpp): the arithmetic ceiling.
 void BM_FmaPeak(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-#ifndef _OPENMP
-  if (threads > 1) state.SkipWithError("built without OpenMP: only 1 thread available");
-#endif
-  constexpr long kIters = 1 << 22;
-  for (auto _ : state) {
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
-#endif
-    { benchmark::DoNotOptimize(fma_chains(kIters)); }
-  }
-  const double flops = 2.0 * kFmaLanes * kChains * double(kIters) * threads;
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["lanes"] = kFmaLanes;
+  kappa_bench::fma_peak(state, static_cast<int>(state.range(0)));
 }
 
 // Causal: blocks of queries skip the keys they cannot see, so about half the

@@ -29,7 +29,12 @@
 //       speedup in tokens/s, from alternating steps for the same reason.
 //   BM_LatentDecode<Format>/len/threads   LatentAttention::forward_cached of
 //       one token (the whole layer; the cache is rolled back after each step),
-//       tokens/s and cache GB/s.
+//       tokens/s, cache GB/s, and attn_GFLOP/s: the attention's flops over
+//       the cache, 2 H len (2 d_c + d_R) per step, over the step time (the
+//       projections, about 54 MB of weights read per step, are in the time
+//       but not in the flops). With 16 heads it is compute-bound: compare
+//       with BM_FmaPeak.
+//   BM_FmaPeak/threads   the arithmetic ceiling (bench_common.hpp).
 //
 // The CI smoke run only runs the 1024-token rows (see CMakeLists.txt).
 #include <benchmark/benchmark.h>
@@ -258,6 +263,14 @@ void BM_LatentDecode(benchmark::State& st) {
   st.counters["cache_GB/s"] =
       benchmark::Counter(double(c.bytes()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  const double flops =
+      2.0 * double(cfg.n_heads) * double(len) * double(2 * cfg.d_latent + cfg.d_rope);
+  st.counters["attn_GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_FmaPeak(benchmark::State& st) {
+  kappa_bench::fma_peak(st, static_cast<int>(st.range(0)));
 }
 
 void decode_args(benchmark::internal::Benchmark* b) {
@@ -341,5 +354,7 @@ BENCHMARK_TEMPLATE(BM_LatentDecode, cache::Int8)
     ->UseRealTime();
 
 }  // namespace
+
+BENCHMARK(BM_FmaPeak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
 BENCHMARK_MAIN();

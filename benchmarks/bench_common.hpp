@@ -6,11 +6,91 @@
 
 #include <Eigen/Core>
 
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <vector>
 
 namespace kappa_bench {
+
+// The FMA peak: each thread runs kChains independent chains acc = acc * b + c
+// in registers (enough to cover the FMA latency times the FMA ports of any
+// current x86 core: 4 cycles x 2 ports = 8 in flight). 2 flops per lane per
+// FMA. Vector width: AVX-512, else AVX2 + FMA, else scalar std::fma.
+inline constexpr int kChains = 12;
+#if defined(__AVX512F__)
+using FmaVec = __m512;
+inline constexpr int kFmaLanes = 16;
+inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline FmaVec fma_splat(float x) {
+  return _mm512_set1_ps(x);
+}
+inline float fma_first(FmaVec a) {
+  return _mm512_cvtss_f32(a);
+}
+#elif defined(__FMA__)
+using FmaVec = __m256;
+inline constexpr int kFmaLanes = 8;
+inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline FmaVec fma_splat(float x) {
+  return _mm256_set1_ps(x);
+}
+inline float fma_first(FmaVec a) {
+  return _mm256_cvtss_f32(a);
+}
+#else
+using FmaVec = float;
+inline constexpr int kFmaLanes = 1;
+inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
+  return std::fma(a, b, c);
+}
+inline FmaVec fma_splat(float x) {
+  return x;
+}
+inline float fma_first(FmaVec a) {
+  return a;
+}
+#endif
+
+inline float fma_chains(long iters) {
+  FmaVec acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = fma_splat(1.0f + 1e-3f * static_cast<float>(i));
+  const FmaVec b = fma_splat(0.9999999f), c = fma_splat(1e-7f);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = fma_step(acc[i], b, c);
+  }
+  float sum = 0;
+  for (int i = 0; i < kChains; ++i) sum += fma_first(acc[i]);
+  return sum;
+}
+
+/// The FMA peak on `threads` threads (OpenMP): fma_chains in each. Sets
+/// GFLOP/s (2 flops per lane per FMA) and lanes (the vector width used).
+inline void fma_peak(benchmark::State& st, int threads) {
+#ifndef _OPENMP
+  if (threads > 1) st.SkipWithError("built without OpenMP: only 1 thread available");
+#endif
+  constexpr long kIters = 1 << 22;
+  for (auto _ : st) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    { benchmark::DoNotOptimize(fma_chains(kIters)); }
+  }
+  const double flops = 2.0 * kFmaLanes * kChains * double(kIters) * threads;
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["lanes"] = kFmaLanes;
+}
 
 /// The bandwidth ceiling: `bytes` copied with memcpy on `threads` threads
 /// (OpenMP, one contiguous slice each), buffers touched before timing (first

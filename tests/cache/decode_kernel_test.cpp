@@ -19,6 +19,7 @@
 #include "kappa/cache/formats.hpp"
 #include "kappa/cache/kv_cache.hpp"
 #include "kappa/heads/grouped_attention.hpp"
+#include "kappa/heads/latent.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -186,14 +187,18 @@ TYPED_TEST(DecodeKernelTest, HeadWidthsOfEveryRegisterLoop) {
   // values) and reads them from L1 otherwise (d 144); the accumulation holds
   // up to 8 vectors of y, so d_v 200 takes two panels and a tail. 1, 2 and 5
   // rows (a pair and a single row), causal ranges ending inside 64-key blocks.
+  // 5 and 16 rows over whole vectors that are not 4 or 8 of them take the
+  // wide loops: d 144 (9 or 18 vectors) and the DeepSeek-V2 latent rows, d
+  // 576 and d_v 512 under 16 stacked heads.
   const Index n_kv = 700;
   struct Width {
     Index d, dv;
   };
-  for (const Width w : {Width{144, 200}, Width{128, 128}, Width{68, 64}, Width{35, 24}}) {
+  for (const Width w :
+       {Width{144, 200}, Width{128, 128}, Width{68, 64}, Width{35, 24}, Width{576, 512}}) {
     StoredHead<F> h(n_kv, w.d, w.dv, 31);
     auto& [c, kr, vr, kd, vd, ws, s] = h;
-    for (const Index rows : {1, 2, 5}) {
+    for (const Index rows : {1, 2, 5, 16}) {
       const RowMatrix<float> q =
           kappa::testing::random_matrix<float>(rows, w.d, 33 + unsigned(rows));
       RowMatrix<float> y(rows, w.dv);
@@ -217,12 +222,16 @@ TYPED_TEST(DecodeKernelTest, RowsTogetherEqualEachRowAloneBitForBit) {
   // see, the keys before and after them row by row). None of this may change
   // a row's arithmetic: every row must equal the same row run alone, bit for
   // bit (a tail key's score included).
-  // d_v of 4 and 8 vectors (the key-major widths) and 3 (row by row); ranges
+  // d_v of 4 and 8 vectors (the key-major widths), 3 and 5 (the wide loops,
+  // which also take d of 36 vectors and d_v of 32: the latent rows); ranges
   // with keys before and after the common ones, lengths that leave tails of
   // the key-major step, and a row that sees no key of the chunk.
   const Index n = 301;
-  for (const Index dv : {8 * Index{kLanes}, 4 * Index{kLanes}, 3 * Index{kLanes}}) {
-    const Index d = dv;
+  struct Width {
+    Index d, dv;
+  };
+  for (const Width wd : {Width{8, 8}, Width{4, 4}, Width{3, 3}, Width{5, 5}, Width{36, 32}}) {
+    const Index d = wd.d * Index{kLanes}, dv = wd.dv * Index{kLanes};
     StoredHead<F> h(n, d, dv, 41 + unsigned(dv));
     const auto& kr = h.kr;
     const auto& vr = h.vr;
@@ -378,6 +387,34 @@ TEST(DecodeKernel, FloatCacheDecodesLikeTheWholeSequence) {
     for (Index j = 0; j < n_ctx; j += 3) holes.allowed(0, j) = false;
     check(holes, "boolean mask");
   }
+}
+
+// Latent attention (DeepSeek-V2's MLA) with latent rows of whole vectors
+// that are not 4 or 8 of them (d_c + d_R = 112, d_c = 96), 16 heads: a float
+// decode step over a float or BF16 cache goes through the wide register
+// loops (16 stacked rows), over enough tokens for several 64-key blocks and
+// a ragged end. Equal to the causal forward pass (BF16: to the forward pass
+// over the BF16-rounded rows' error bound, checked against float decoding).
+TEST(DecodeKernel, LatentDecodeStepsThroughTheWideLoopsEqualTheForwardPass) {
+  const kappa::LatentConfig c{
+      .d_model = 64, .n_heads = 16, .d_head = 16, .d_rope = 16, .d_latent = 96};
+  kappa::LatentAttention<float, kappa::AbsorbedLatent> mla(c);
+  mla.init_random(31);
+  const Index n = 300, decoded = 9;
+  const RowMatrix<float> x = kappa::testing::random_matrix<float>(n, c.d_model, 32);
+  const RowMatrix<float> full = mla.forward(x);
+  const RowMatrix<float> want = full.bottomRows(decoded);
+  const auto decode = [&](auto& cache) {
+    (void)mla.forward_cached(x.topRows(n - decoded), cache);
+    RowMatrix<float> y(decoded, c.d_model);
+    for (Index t = 0; t < decoded; ++t)
+      y.row(t) = mla.forward_cached(x.row(n - decoded + t), cache);
+    return y;
+  };
+  kappa::LatentCache<float> f32(c);
+  EXPECT_LE(kappa::testing::max_scaled_error(decode(f32), want, 1e-4, 1e-5), 1.0);
+  kappa::LatentCache<float, cache::Growable, cache::BF16> bf16(c);
+  EXPECT_LE(kappa::testing::max_scaled_error(decode(bf16), want, 2e-2, 2e-3), 1.0);
 }
 
 }  // namespace

@@ -29,6 +29,11 @@
 // the two overlap (G = 8: 1.4-1.6x the tokens/s). A row's sums keep the same
 // order either way, so its result has the same bits whatever rows run with
 // it.
+// Three rows or more with d (d_v) of any other number of whole vectors (the
+// DeepSeek-V2 latent rows, 576 and 512 floats, under 16 stacked heads):
+// register-blocked "wide" loops, 4 rows x a few keys of sums streaming d for
+// the scores, 4 rows x a few vectors of y streaming the keys for the
+// accumulation. With 16 rows this is compute-bound, not memory-bound.
 // Tails (d or d_v not a multiple of the vector width) go through the scalar
 // conversions of formats.hpp, so results agree with the portable path to
 // float rounding (the order of the sums differs).
@@ -45,6 +50,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kappa/cache/formats.hpp"
 #include "kappa/core/concepts.hpp"
@@ -289,6 +295,24 @@ inline void load_rows(const StoredRows<float, F>& s, Index j0, Index j, Index e,
   }
 }
 
+/// The key-major score loops' last step: the sums acc[r][t] (row r0 + r,
+/// key j + t) reduced four rows at a time by hsum4, which reduces each input
+/// alike whatever its position (so a score has the same bits as in the
+/// row-pair loop), times the keys' Int8 scales, into sc.
+template <StorageFormat F, int KS, int R>
+inline void store_scores(const Vec (&acc)[4][KS], const float* ks, Index j, Index r0, float* sc,
+                         Index ld) {
+#pragma GCC unroll 4
+  for (int t = 0; t < KS; ++t) {
+    __m128 x = hsum4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+    if constexpr (F::kScaled) x = _mm_mul_ps(x, _mm_set1_ps(ks[t]));
+    alignas(16) float xs[4];
+    _mm_store_ps(xs, x);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sc[(r0 + r) * ld + j + t] = xs[r];
+  }
+}
+
 /// Key-major scores of R <= 4 rows from r0 for the KS keys from key j
 /// (chunk-relative), whose widened vectors kv are in registers: each query
 /// vector is read from L1 once for all KS keys. Lane r of a reduction is row
@@ -311,15 +335,7 @@ inline void score_group(const float* q, Index d, const Vec (&kv)[KS][NQ], const 
       for (int t = 0; t < KS; ++t) acc[r][t] = kappa::simd::fma(qv, kv[t][i], acc[r][t]);
     }
   }
-#pragma GCC unroll 4
-  for (int t = 0; t < KS; ++t) {
-    __m128 x = hsum4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
-    if constexpr (F::kScaled) x = _mm_mul_ps(x, _mm_set1_ps(ks[t]));
-    alignas(16) float xs[4];
-    _mm_store_ps(xs, x);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sc[(r0 + r) * ld + j + t] = xs[r];
-  }
+  store_scores<F, KS, R>(acc, ks, j, r0, sc, ld);
 }
 
 /// Keys per step of the key-major scores: as many keys' widened vectors (N
@@ -364,12 +380,127 @@ void scores_key_major(const float* q, Index m, const StoredRows<float, F>& k, In
   }
 }
 
+/// Keys per step of the wide key-major loops (d or d_v of any number of
+/// whole vectors): 4 rows x kWideKeys keys of accumulators (scores), 4 rows x
+/// kWideVecs vectors of y (accumulation), with the loaded vectors beside them.
+inline constexpr int kWideKeys = kappa::simd::kRegisters >= 32 ? 4 : 2;
+inline constexpr int kWideVecs = kappa::simd::kRegisters >= 32 ? 4 : 2;
+/// How many keys ahead the wide loops ask for the stored rows (a row of the
+/// DeepSeek-V2 latent cache is 2304 bytes in float: 18 KB ahead).
+inline constexpr Index kWidePrefetchKeys = 8;
+
+/// Asks for every cache line of row r of s (T0).
+template <StorageFormat F>
+inline void prefetch_row(const StoredRows<float, F>& s, Index r) {
+  const char* p = reinterpret_cast<const char*>(s.row(r));
+  const Index bytes = s.cols * Index{sizeof(typename F::template Element<float>)};
+  for (Index l = 0; l < bytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+  _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
+}
+
+/// Scores of R <= 4 rows from r0 against the KS keys rows[t] (key j + t,
+/// chunk-relative), d a multiple of kLanes, streaming d: each vector of the
+/// keys is loaded and widened once for the R rows, each query vector once
+/// for the KS keys (4 x KS independent sums in registers). Each sum runs
+/// over d in dot's order and is reduced by hsum4, so a score has the same
+/// bits as in the row-pair loop.
+template <StorageFormat F, int KS, int R>
+inline void score_wide_group(const float* q, Index d,
+                             const typename F::template Element<float>* const (&rows)[KS],
+                             const float* ks, Index j, Index r0, float* sc, Index ld) {
+  Vec acc[4][KS];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < KS; ++t) acc[r][t] = kappa::simd::zero();
+  for (Index i = 0; i < d; i += kLanes) {
+    Vec kv[KS];
+#pragma GCC unroll 4
+    for (int t = 0; t < KS; ++t) kv[t] = load<F>(rows[t] + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const Vec qv = kappa::simd::load(q + (r0 + r) * d + i);
+#pragma GCC unroll 4
+      for (int t = 0; t < KS; ++t) acc[r][t] = kappa::simd::fma(qv, kv[t], acc[r][t]);
+    }
+  }
+  store_scores<F, KS, R>(acc, ks, j, r0, sc, ld);
+}
+
+/// Scores of the R rows from r0 against keys b <= j < e (chunk-relative), KS
+/// keys at a time, the rows of keys kWidePrefetchKeys ahead asked for when
+/// `ahead` (the first row block to pass).
+template <StorageFormat F, int KS, int R>
+void score_wide_rows(const float* q, Index r0, const StoredRows<float, F>& k, Index j0, Index b,
+                     Index e, bool ahead, float* sc, Index ld) {
+  const Index d = k.cols;
+  Index j = b;
+  for (; j + KS <= e; j += KS) {
+    const typename F::template Element<float>* rows[KS];
+    float ks[KS];
+#pragma GCC unroll 4
+    for (int t = 0; t < KS; ++t) {
+      rows[t] = k.row(j0 + j + t);
+      ks[t] = k.scale(j0 + j + t);
+      if (ahead) prefetch_row(k, j0 + j + t + kWidePrefetchKeys);
+    }
+    score_wide_group<F, KS, R>(q, d, rows, ks, j, r0, sc, ld);
+  }
+  if constexpr (KS > 1) {
+    if (j < e) score_wide_rows<F, 1, R>(q, r0, k, j0, j, e, false, sc, ld);
+  }
+}
+
+/// scores() for m >= 3 rows and d a multiple of kLanes other than 4 or 8
+/// vectors (the DeepSeek-V2 latent rows: 576 = 36 x 16), keys b <= j < e:
+/// over blocks of kBlockKeys keys (in L2), four query rows at a time (in
+/// L1) take KS keys at a time (4 x KS sums in registers: 4 + KS loads per
+/// 4 KS FMAs). With many rows this is compute-bound. Sixteen latent query
+/// rows (36 KB in float) and a few keys do not fit in L1 together, four
+/// rows do.
+template <StorageFormat F>
+void scores_wide(const float* q, Index m, const StoredRows<float, F>& k, Index j0, Index b, Index e,
+                 float* sc, Index ld) {
+  for (Index b0 = b; b0 < e; b0 += kBlockKeys) {
+    const Index b1 = std::min(e, b0 + kBlockKeys);
+    // The first row block asks for the keys ahead, as far as they exist.
+    const Index pf_end = std::max(b0, std::min(b1, e - kWidePrefetchKeys));
+    for (Index r0 = 0; r0 < m; r0 += 4) {
+      const bool first = r0 == 0;
+      const auto run = [&](auto rows_c) {
+        constexpr int R = decltype(rows_c)::value;
+        if (first) {
+          score_wide_rows<F, kWideKeys, R>(q, r0, k, j0, b0, pf_end, true, sc, ld);
+          score_wide_rows<F, kWideKeys, R>(q, r0, k, j0, pf_end, b1, false, sc, ld);
+        } else {
+          score_wide_rows<F, kWideKeys, R>(q, r0, k, j0, b0, b1, false, sc, ld);
+        }
+      };
+      switch (std::min<Index>(4, m - r0)) {
+        case 1:
+          run(std::integral_constant<int, 1>{});
+          break;
+        case 2:
+          run(std::integral_constant<int, 2>{});
+          break;
+        case 3:
+          run(std::integral_constant<int, 3>{});
+          break;
+        default:
+          run(std::integral_constant<int, 4>{});
+          break;
+      }
+    }
+  }
+}
+
 /// x_rj = q_r . k_{j0 + j} (times its Int8 scale) for rows r < m and keys
 /// j < n, into sc[r * ld + j]. q: m rows of d floats, row r at q + r * d.
 /// Three rows or more with d of 4 or 8 vectors: key-major
-/// (scores_key_major). Otherwise rows go two at a time (each loaded key
-/// serves both), over blocks of kBlockKeys keys (read from memory for the
-/// first pair, from L1 after).
+/// (scores_key_major); of any other number of whole vectors: scores_wide.
+/// Otherwise rows go two at a time (each loaded key serves both), over
+/// blocks of kBlockKeys keys (read from memory for the first pair, from L1
+/// after).
 template <StorageFormat F>
 void scores(const float* q, Index m, const StoredRows<float, F>& k, Index j0, Index n, float* sc,
             Index ld) {
@@ -385,6 +516,10 @@ void scores(const float* q, Index m, const StoredRows<float, F>& k, Index j0, In
   }
   if (m >= 3 && d == 4 * kLanes) {
     scores_key_major<F, 4, kKeyMajorKeys<4>>(q, m, k, j0, 0, n, sc, ld);
+    return;
+  }
+  if (m >= 3 && d % kLanes == 0) {
+    scores_wide<F>(q, m, k, j0, 0, n, sc, ld);
     return;
   }
   for (Index b = 0; b < n; b += kBlockKeys) {
@@ -490,6 +625,104 @@ void accumulate_key_major(const float* w, Index ld, Index m, Index a, Index e,
   }
 }
 
+/// y_r[col .. col + NV kLanes) += sum_{j in [a, e)} w_rj v_{j0 + j}[col ..]
+/// for the R <= 4 rows from r0 (w_rj times v's Int8 scale): R x NV vectors
+/// of y in registers, each loaded vector of v used by the R rows. Each
+/// element's sum runs in key order, as in accumulate_panel (same bits).
+template <StorageFormat F, int NV, int R>
+inline void accumulate_wide_group(const float* w, Index ld, Index r0, Index a, Index e,
+                                  const StoredRows<float, F>& v, Index j0, Index col, float* y) {
+  using kappa::simd::broadcast;
+  using kappa::simd::fma;
+  const Index dv = v.cols;
+  Vec acc[R][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i)
+      acc[r][i] = kappa::simd::load(y + (r0 + r) * dv + col + i * kLanes);
+  for (Index j = a; j < e; ++j) {
+    const auto* vj = v.row(j0 + j) + col;
+    Vec x[NV];
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) x[i] = load<F>(vj + i * kLanes);
+    [[maybe_unused]] const float vs = v.scale(j0 + j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      float c = w[(r0 + r) * ld + j];
+      if constexpr (F::kScaled) c *= vs;
+      const Vec cb = broadcast(c);
+#pragma GCC unroll 4
+      for (int i = 0; i < NV; ++i) acc[r][i] = fma(cb, x[i], acc[r][i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i)
+      kappa::simd::store(y + (r0 + r) * dv + col + i * kLanes, acc[r][i]);
+}
+
+/// accumulate_wide_group for the rows from r0 (all of them in blocks of 4).
+template <StorageFormat F, int NV>
+inline void accumulate_wide_cols(const float* w, Index ld, Index m, Index a, Index e,
+                                 const StoredRows<float, F>& v, Index j0, Index col, float* y) {
+  for (Index r0 = 0; r0 < m; r0 += 4) {
+    switch (std::min<Index>(4, m - r0)) {
+      case 1:
+        accumulate_wide_group<F, NV, 1>(w, ld, r0, a, e, v, j0, col, y);
+        break;
+      case 2:
+        accumulate_wide_group<F, NV, 2>(w, ld, r0, a, e, v, j0, col, y);
+        break;
+      case 3:
+        accumulate_wide_group<F, NV, 3>(w, ld, r0, a, e, v, j0, col, y);
+        break;
+      default:
+        accumulate_wide_group<F, NV, 4>(w, ld, r0, a, e, v, j0, col, y);
+        break;
+    }
+  }
+}
+
+/// y_r += sum_{j in [a, e)} w_rj v_{j0 + j} for rows r < m, d_v a multiple
+/// of kLanes other than 4 or 8 vectors (the latent rows: 512 = 32 x 16):
+/// over blocks of kBlockKeys keys, kWideVecs columns of y at a time for four
+/// rows at a time; a block's columns (64 keys x 256 bytes in float) stay in
+/// L1 while every row takes them, and the next block is asked for ahead.
+template <StorageFormat F>
+void accumulate_wide(const float* w, Index ld, Index m, Index a, Index e,
+                     const StoredRows<float, F>& v, Index j0, float* y) {
+  const Index dv = v.cols;
+  for (Index b0 = a; b0 < e; b0 += kBlockKeys) {
+    const Index b1 = std::min(e, b0 + kBlockKeys);
+    for (Index col = 0; col < dv;) {
+      // While the first columns run, ask for the rows of the next block.
+      if (col == 0) {
+        for (Index j = b1; j < std::min(e, b1 + kBlockKeys); ++j) prefetch_row(v, j0 + j);
+      }
+      switch (std::min<Index>(kWideVecs, (dv - col) / kLanes)) {
+        case 1:
+          accumulate_wide_cols<F, 1>(w, ld, m, b0, b1, v, j0, col, y);
+          col += kLanes;
+          break;
+        case 2:
+          accumulate_wide_cols<F, 2>(w, ld, m, b0, b1, v, j0, col, y);
+          col += 2 * kLanes;
+          break;
+        case 3:
+          accumulate_wide_cols<F, 3>(w, ld, m, b0, b1, v, j0, col, y);
+          col += 3 * kLanes;
+          break;
+        default:
+          accumulate_wide_cols<F, kWideVecs>(w, ld, m, b0, b1, v, j0, col, y);
+          col += kWideVecs * kLanes;
+          break;
+      }
+    }
+  }
+}
+
 /// y_r += sum_j w_rj v_{j0 + j} (w_rj = w[r * ld + j], times v's Int8 scale)
 /// over the keys row r sees, begin[r] <= j < end[r] (chunk-relative), for
 /// rows r < m; y: m rows of v.cols floats, row r at y + r * v.cols. Keys
@@ -505,10 +738,10 @@ void accumulate(const float* w, Index ld, Index m, const Index* begin, const Ind
     common_lo = std::max(common_lo, begin[r]);
     common_hi = std::min(common_hi, end[r]);
   }
-  // Three rows or more, d_v of 4 or 8 whole vectors: key-major over the keys
-  // every row sees, each row's keys before and after them row by row (its
-  // sum stays in key order).
-  if (m >= 3 && common_lo < common_hi && (dv == 8 * kLanes || dv == 4 * kLanes)) {
+  // Three rows or more, d_v of whole vectors: key-major (4 or 8 vectors) or
+  // wide over the keys every row sees, each row's keys before and after them
+  // row by row (its sum stays in key order).
+  if (m >= 3 && common_lo < common_hi && dv % kLanes == 0) {
     Index b_pre[kDecodeRowsMax], e_pre[kDecodeRowsMax], b_post[kDecodeRowsMax],
         e_post[kDecodeRowsMax];
     for (Index r = 0; r < m; ++r) {
@@ -520,8 +753,10 @@ void accumulate(const float* w, Index ld, Index m, const Index* begin, const Ind
     accumulate(w, ld, m, b_pre, e_pre, v, j0, y);
     if (dv == 8 * kLanes) {
       accumulate_key_major<F, 8, kKeyMajorValues<8>>(w, ld, m, common_lo, common_hi, v, j0, y);
-    } else {
+    } else if (dv == 4 * kLanes) {
       accumulate_key_major<F, 4, kKeyMajorValues<4>>(w, ld, m, common_lo, common_hi, v, j0, y);
+    } else {
+      accumulate_wide(w, ld, m, common_lo, common_hi, v, j0, y);
     }
     accumulate(w, ld, m, b_post, e_post, v, j0, y);
     return;

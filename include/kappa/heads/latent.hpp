@@ -431,8 +431,10 @@ class LatentAttention {
   /// The cache may store any format. With BF16, F16 or Int8 the
   /// weight-absorbed path attends over the stored rows through the decode
   /// kernel (cache/decode.hpp; the N_Q H stacked query rows in blocks of
-  /// kDecodeRows); the naive path, which up-projects K^C_h and V_h (N x d_h
-  /// each) for every head anyway, first decodes the rows to T.
+  /// kDecodeRows), and so does a float cache when N_Q H <= kDecodeRows and
+  /// the kernel's register loops are compiled in; the naive path, which
+  /// up-projects K^C_h and V_h (N x d_h each) for every head anyway, first
+  /// decodes the rows to T.
   template <cache::RetentionPolicy R, cache::StorageFormat F>
   RowMatrix<T> forward_cached(ConstMatrixRef<T> x, LatentCache<T, R, F>& cache) const {
     require_shapes(cache.d_latent() == c_.d_latent && cache.d_rope() == c_.d_rope,
@@ -442,6 +444,17 @@ class LatentAttention {
     const Index first = cache.length();
     cache.append(latent_rows(x, first));
     if constexpr (std::same_as<F, cache::Native>) {
+#if KAPPA_DECODE_SIMD
+      // A decode step (at most kDecodeRows stacked heads) over a float cache:
+      // the decode kernel's wide register loops, 1.3-1.6x the blocked
+      // attention_into path at 16 heads (benchmarks/README.md, "Latent
+      // attention"). More rows (a prompt chunk, more heads) go through
+      // attention_into, as in grouped attention.
+      if constexpr (std::is_same_v<Path, AbsorbedLatent> && std::is_same_v<T, float>) {
+        if (x.rows() * c_.n_heads <= kDecodeRows)
+          return attend_absorbed_stored(queries(x, first), cache.stored_rows());
+      }
+#endif
       return attend(x, first, cache.rows());
     } else if constexpr (std::is_same_v<Path, NaiveLatent>) {
       return attend(x, first, cache.stored_rows().decoded());
