@@ -324,6 +324,94 @@ TYPED_TEST(DecodeKernelTest, FewRowsOddWidthsAndRangesInsideChunks) {
   }
 }
 
+// A mask with holes (BooleanMask): each row sees scattered keys, a row sees
+// none, and K and V hold NaN and infinity (Int8: 1e30) at keys no row sees. Every format,
+// 1 row and 5 rows (the GEMM tiles), chunks of kDecodeChunk with keys hidden
+// across their edges, softmax and the linear kernel (whose f(-inf) is not
+// 0). Against the plain-loop reference over the visible keys.
+TYPED_TEST(DecodeKernelTest, MaskWithHolesSkipsHiddenKeysEvenNaN) {
+  using F = TypeParam;
+  const Index n_kv = 4300, d = 24, dv = 20;
+  for (const Index rows : {1, 5}) {
+    kappa::BooleanMask mask;
+    mask.allowed.resize(rows, n_kv);
+    std::vector<bool> seen(static_cast<std::size_t>(n_kv), false);
+    for (Index i = 0; i < rows; ++i)
+      for (Index j = 0; j < n_kv; ++j) {
+        const bool ok = rows > 1 && i == 2 ? false : ((j * 7 + i * 3) % 5 == 0 || j % 97 == i);
+        mask.allowed(i, j) = ok;
+        if (ok) seen[static_cast<std::size_t>(j)] = true;
+      }
+    // Positive keys (and, for the linear kernel, queries): its sums of
+    // weights stay far from 0.
+    RowMatrix<float> k = kappa::testing::random_matrix<float>(n_kv, d, 61, 2.0).cwiseAbs();
+    RowMatrix<float> v = kappa::testing::random_matrix<float>(n_kv, dv, 62);
+    RowMatrix<float> v_clean = v;
+    Index poisoned = 0;
+    for (Index j = 0; j < n_kv; ++j) {
+      if (seen[static_cast<std::size_t>(j)]) continue;
+      // Int8 cannot store NaN or infinity (append refuses them): a huge value.
+      const float bad = F::kScaled     ? 1e30f
+                        : poisoned % 2 ? std::numeric_limits<float>::quiet_NaN()
+                                       : std::numeric_limits<float>::infinity();
+      ++poisoned;
+      k(j, j % d) = bad;
+      v(j, j % dv) = bad;
+      v_clean.row(j).setZero();
+    }
+    ASSERT_GT(poisoned, 100);
+    KVCache<float, cache::Growable, F> c({.n_kv_heads = 1, .d_head = d, .d_v = dv});
+    c.append(k, v);
+    const auto kr = c.key_rows(0);
+    const auto vr = c.value_rows(0);
+    RowMatrix<float> kd = kr.decoded(), vd = vr.decoded();
+    for (Index j = 0; j < n_kv; ++j) {
+      if (!seen[static_cast<std::size_t>(j)]) {
+        kd.row(j).setZero();
+        vd.row(j).setZero();
+      }
+    }
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(rows, d, 63);
+    const double s = 1.0 / std::sqrt(double(d));
+    const auto all = [&](Index) { return std::pair<Index, Index>(0, n_kv); };
+    const auto hidden = [&](Index i, Index j) {
+      return mask.allowed(i, j) ? 0.0 : -std::numeric_limits<double>::infinity();
+    };
+    kappa::DecodeWorkspace<float> ws;
+    RowMatrix<float> y(rows, dv);
+    kappa::decode_attention_into<float, F>(q, kr, vr, y, ws, kappa::kernels::Softmax{}, mask);
+    ASSERT_TRUE(y.allFinite()) << rows << " rows";
+    RowMatrix<float> want = reference_decode(q, kd, vd, s, 1, all, hidden);
+    if (rows > 1) want.row(2).setZero();  // sees no key: a zero output
+    EXPECT_LE(kappa::testing::max_scaled_error(y, want, 1e-5, 1e-6), 1.0) << rows << " rows";
+
+    // The linear kernel f(x) = x: y_i = sum_j x_ij v_j / sum_j x_ij over the
+    // visible keys, in long double.
+    const RowMatrix<float> qp = q.cwiseAbs();
+    kappa::decode_attention_into<float, F>(qp, kr, vr, y, ws, kappa::kernels::Linear{}, mask);
+    for (Index i = 0; i < rows; ++i) {
+      if (rows > 1 && i == 2) {
+        EXPECT_TRUE(y.row(i).isZero()) << "the row that sees no key";
+        continue;
+      }
+      long double z = 0;
+      std::vector<long double> acc(static_cast<std::size_t>(dv), 0);
+      for (Index j = 0; j < n_kv; ++j) {
+        if (!mask.allowed(i, j)) continue;
+        long double x = 0;
+        for (Index t = 0; t < d; ++t) x += (long double)qp(i, t) * kd(j, t);
+        x *= static_cast<long double>(kappa::kernels::Linear{}.scale_for(d));
+        z += x;
+        for (Index t = 0; t < dv; ++t) acc[static_cast<std::size_t>(t)] += x * vd(j, t);
+      }
+      for (Index t = 0; t < dv; ++t) {
+        const double w = static_cast<double>(acc[static_cast<std::size_t>(t)] / z);
+        EXPECT_NEAR(y(i, t), w, 1e-3 * (1.0 + std::abs(w))) << "linear, row " << i << ", col " << t;
+      }
+    }
+  }
+}
+
 TEST(DecodeKernel, OneRowHiddenNaNAndInfinityInEveryFormat) {
   // One query row sees keys 0 .. 2997 of 3000 (causal, offset); keys 2998
   // and 2999 hold NaN / inf in V and K. They must not reach the output, in

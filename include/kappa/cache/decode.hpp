@@ -23,13 +23,14 @@
 // its dot product (K) or its weight (V), never the row.
 // K and V are each read once; scores and sums are in T.
 //
-// Masks: row i sees the keys bound.range(i) (a KeyRange; masks with holes
-// are not supported here). A key outside a row's range never touches that
-// row, not even through 0 * NaN. A bound with `static constexpr bool
-// kHasBias = true` and `void add_bias(Index i, Index j0, T* scores, Index
-// len) const` has its bias added to the scaled scores x_ij (keys j0 ..
-// j0 + len - 1 of row i) before the maximum and f. A row that sees no key
-// gets a zero output.
+// Masks: row i sees the keys bound.range(i) (a KeyRange) and, for a mask
+// with holes (kHasHoles: BooleanMask, or one combined with it), of those the
+// keys bound.allowed(i, j); such masks take the portable path below (rows
+// widened per tile, each hidden key skipped), not the register loops. A key
+// a row does not see never touches that row, not even through 0 * NaN. A bound with `static
+// constexpr bool kHasBias = true` and `void add_bias(Index i, Index j0, T* scores, Index len)
+// const` has its bias added to the scaled scores x_ij (keys j0 .. j0 + len - 1 of row i) before the
+// maximum and f. A row that sees no key gets a zero output.
 #pragma once
 
 #include <algorithm>
@@ -165,7 +166,7 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     // widened) in registers (decode_simd.hpp), for any format and number of
     // rows (benchmarks/README.md, "Decoding against the read ceiling").
 #if KAPPA_DECODE_SIMD
-    constexpr bool fused = std::is_same_v<T, float>;
+    constexpr bool fused = std::is_same_v<T, float> && !B::kHasHoles;
     if constexpr (fused) cache::simd::scores<F>(ws.q_scaled.data(), m, k, b0, len, sc, len);
 #else
     constexpr bool fused = false;
@@ -207,6 +208,11 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
         T* x = sc + r * len + a[r];
         const Index n = e[r] - a[r];
         if constexpr (bound_has_bias<B>()) bound.add_bias((row0 + r) / group, b0 + a[r], x, n);
+        if constexpr (B::kHasHoles) {  // hidden keys out of the maximum
+          for (Index j = 0; j < n; ++j)
+            if (!bound.allowed((row0 + r) / group, b0 + a[r] + j))
+              x[j] = -std::numeric_limits<T>::infinity();
+        }
         Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> xa(x, n);
         if constexpr (ShiftInvariantKernel<K>) {
           shift = xa.maxCoeff();
@@ -217,6 +223,10 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
           kernel.apply(x, n);
         } else {
           for (Index j = 0; j < n; ++j) x[j] = kernel(x[j]);
+        }
+        if constexpr (B::kHasHoles) {  // weight 0 whatever f(-inf) is
+          for (Index j = 0; j < n; ++j)
+            if (!bound.allowed((row0 + r) / group, b0 + a[r] + j)) x[j] = T(0);
         }
         z = xa.sum();
       }
@@ -232,7 +242,8 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
     for (Index t0 = 0; t0 < len && !fused; t0 += kDecodeTile) {
       const Index tl = std::min(kDecodeTile, len - t0);
       const auto [base, stride] = tile_rows(v, b0 + t0, tl, tile);
-      bool full = m >= gemm_rows;  // every row sees every key of the tile
+      // Every row sees every key of the tile (never with holes: 0 * NaN).
+      bool full = m >= gemm_rows && !B::kHasHoles;
       for (Index r = 0; r < m && full; ++r) full = a[r] <= t0 && t0 + tl <= e[r];
       if (full) {
         Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>> vt(base, tl, dv,
@@ -251,6 +262,9 @@ void decode_block(const ConstMatrixRef<T>& q, const cache::StoredRows<T, F>& k,
         const T vs = static_cast<T>(v.scale(b0 + j));
         for (Index r = 0; r < m; ++r) {
           if (j < a[r] || j >= e[r]) continue;
+          if constexpr (B::kHasHoles) {
+            if (!bound.allowed((row0 + r) / group, b0 + j)) continue;
+          }
           T w = sc[r * len + j];
           if constexpr (F::kScaled) w *= vs;
           OutRow(y_c.row(r).data(), dv).noalias() += w * v_j;
@@ -308,9 +322,6 @@ void decode_attention_into(ConstMatrixRef<T> q, const cache::StoredRows<T, F>& k
                 "kappa: the decode kernel needs a score kernel (f applied to s q.k); feature-map "
                 "kernels decode through attention_into on a Native cache");
   static_assert(Mask<M>, "kappa: decode_attention_into: M is not a mask");
-  using Bound = decltype(mask.bind(0, 0));
-  static_assert(!Bound::kHasHoles,
-                "kappa: the decode kernel supports masks given by key ranges (no holes)");
   constexpr const char* what = "decode_attention_into";
   if (group < 1)
     throw std::invalid_argument("kappa: decode_attention_into: group must be >= 1, got " +

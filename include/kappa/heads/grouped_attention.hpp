@@ -193,8 +193,10 @@ void grouped_attention_tasks(const ConstMatrixRef<T>& q, const std::vector<Index
   for (Index t = 0; t < tasks; ++t) task(t, s);
 }
 
-/// Whether the decode kernel takes mask M: key ranges without holes (per
-/// head for a PerHeadMask).
+/// Whether the decode kernel's register loops take mask M: key ranges
+/// without holes (per head for a PerHeadMask). A mask with holes decodes a
+/// stored-format cache through the kernel's portable path, and a float cache
+/// through attention_into.
 template <class M>
 constexpr bool decodable_mask() {
   if constexpr (PerHeadMask<M>) {
