@@ -477,6 +477,38 @@ TEST(DecodeKernel, FloatCacheDecodesLikeTheWholeSequence) {
   }
 }
 
+// A per-head bias (ALiBi) over a GQA cache: the G heads of a kv head are
+// stacked as the rows of one decode call, each with its own head's bias
+// (K and V read once per group, not once per head). Each head's output must
+// equal that head decoded alone with its bias, to float rounding: the
+// register loops give a row the same bits in any company, but the softmax
+// pass's vectorized sums start on other alignments, and the portable path
+// uses small GEMMs from 4 rows on.
+TYPED_TEST(DecodeKernelTest, PerHeadBiasStackedEqualsEachHeadAlone) {
+  using F = TypeParam;
+  const Index n_ctx = 2300, h = 8, h_kv = 2, grp = h / h_kv, d = 64;
+  KVCache<float, cache::Growable, F> c({.n_kv_heads = h_kv, .d_head = d});
+  c.append(kappa::testing::random_matrix<float>(n_ctx, h_kv * d, 71),
+           kappa::testing::random_matrix<float>(n_ctx, h_kv * d, 72));
+  const kappa::Alibi alibi(h);
+  for (const Index n : {1, 3}) {
+    const RowMatrix<float> q = kappa::testing::random_matrix<float>(n, h * d, 73 + unsigned(n));
+    RowMatrix<float> y(n, h * d), alone(n, d);
+    kappa::detail::decode_cache_heads<float>(q, c, y, h, kappa::kernels::Softmax{}, alibi);
+    kappa::DecodeWorkspace<float> ws;
+    for (Index head = 0; head < h; ++head) {
+      const RowMatrix<float> qh = q.middleCols(head * d, d);
+      kappa::decode_attention_into<float, F>(qh, c.key_rows(head / grp), c.value_rows(head / grp),
+                                             alone, ws, kappa::kernels::Softmax{},
+                                             alibi.head(head));
+      EXPECT_LE(kappa::testing::max_scaled_error(RowMatrix<float>(y.middleCols(head * d, d)), alone,
+                                                 2e-6, 2e-7),
+                1.0)
+          << n << " queries, head " << head;
+    }
+  }
+}
+
 // Latent attention (DeepSeek-V2's MLA) with latent rows of whole vectors
 // that are not 4 or 8 of them (d_c + d_R = 112, d_c = 96), 16 heads: a float
 // decode step over a float or BF16 cache goes through the wide register

@@ -223,10 +223,50 @@ constexpr bool native_cache_decodable() {
   }
 }
 
+/// The G query heads of one kv head stacked as rows (row r: query r / G of
+/// the group's head r % G), each row with its own head's mask from a
+/// per-head policy (ALiBi slopes, T5 buckets, a bias per head): one decode
+/// kernel call then reads the group's K and V once, not once per head.
+/// `heads` holds the group's head masks (their bounds may point into them).
+template <class M>
+struct StackedHeadMasks {
+  using Head = std::remove_cvref_t<decltype(std::declval<const M&>().head(Index{0}))>;
+  using HeadBound = decltype(std::declval<const Head&>().bind(Index{0}, Index{0}));
+  std::vector<Head> heads;
+
+  struct Bound {
+    static constexpr bool kHasHoles = HeadBound::kHasHoles;
+    static constexpr bool kHasBias = BiasedBound<HeadBound>;
+    std::vector<HeadBound> b;  // head j's bound to (n, N_KV)
+    [[nodiscard]] KeyRange range(Index r) const { return at(r).range(r / group()); }
+    [[nodiscard]] bool allowed(Index r, Index j) const requires kHasHoles {
+      return at(r).allowed(r / group(), j);
+    }
+    template <class T>
+    void add_bias(Index r, Index j0, T* scores, Index len) const requires kHasBias {
+      at(r).add_bias(r / group(), j0, scores, len);
+    }
+
+   private:
+    [[nodiscard]] Index group() const { return static_cast<Index>(b.size()); }
+    [[nodiscard]] const HeadBound& at(Index r) const {
+      return b[static_cast<std::size_t>(r % group())];
+    }
+  };
+  /// n_rows = n G stacked rows over n_kv keys: each head bound to (n, n_kv).
+  [[nodiscard]] Bound bind(Index n_rows, Index n_kv) const {
+    Bound out;
+    const auto g = static_cast<Index>(heads.size());
+    out.b.reserve(heads.size());
+    for (const Head& h : heads) out.b.push_back(h.bind(n_rows / g, n_kv));
+    return out;
+  }
+};
+
 /// [Y_1 ... Y_H] for the n queries q (n x H d_head) over everything `cache`
 /// stores, through the decode kernel, into y (n x H d_v): the G query heads
 /// of kv head g are stacked as the rows of one call (K_g and V_g are read
-/// once), except with a per-head mask (ALiBi, T5: one call per head). A
+/// once), with a per-head mask (ALiBi, T5) too, through StackedHeadMasks. A
 /// short cache (one chunk) spreads the kv heads over the threads instead of
 /// the chunks. `mask` is bound to (n, stored()).
 template <Scalar T, cache::RetentionPolicy R, cache::StorageFormat F, class K, class M>
@@ -239,13 +279,17 @@ void decode_cache_heads(ConstMatrixRef<T> q, const KVCache<T, R, F>& cache, Matr
   check_heads_mask(mask, n_heads, n, cache.stored());  // before threads
   const auto head = [&](Index g, DecodeWorkspace<T>& ws, RowMatrix<T>& qg, RowMatrix<T>& yg) {
     if constexpr (PerHeadMask<M>) {
-      // A bias per head (ALiBi, T5): each head of the group attends on its
-      // own, so the group's K and V are read once per head.
-      for (Index h = g * grp; h < (g + 1) * grp; ++h) {
-        decode_attention_into<T, F>(ConstMatrixRef<T>(q.middleCols(h * dh, dh)), cache.key_rows(g),
-                                    cache.value_rows(g), MatrixRef<T>(y.middleCols(h * dv, dv)), ws,
-                                    kernel, mask.head(h), 1);
-      }
+      // A bias per head (ALiBi, T5): the group's rows stacked all the same,
+      // each row with its own head's mask and bias, as when the head ran
+      // alone.
+      StackedHeadMasks<M> stacked;
+      stacked.heads.reserve(static_cast<std::size_t>(grp));
+      for (Index h = g * grp; h < (g + 1) * grp; ++h) stacked.heads.push_back(mask.head(h));
+      stacked_group<T>(q, y, g, grp, dh, dv, qg, yg,
+                       [&](const ConstMatrixRef<T>& qs, const MatrixRef<T>& ys) {
+                         decode_attention_into<T, F>(qs, cache.key_rows(g), cache.value_rows(g), ys,
+                                                     ws, kernel, stacked, 1);
+                       });
     } else {
       stacked_group<T>(q, y, g, grp, dh, dv, qg, yg,
                        [&](const ConstMatrixRef<T>& qs, const MatrixRef<T>& ys) {
