@@ -6,9 +6,7 @@
 
 #include <Eigen/Core>
 
-#if defined(__AVX512F__) || defined(__FMA__)
-#include <immintrin.h>
-#endif
+#include "kappa/core/simd.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -22,29 +20,18 @@ namespace kappa_bench {
 // current x86 core: 4 cycles x 2 ports = 8 in flight). 2 flops per lane per
 // FMA. Vector width: AVX-512, else AVX2 + FMA, else scalar std::fma.
 inline constexpr int kChains = 12;
-#if defined(__AVX512F__)
-using FmaVec = __m512;
-inline constexpr int kFmaLanes = 16;
+// kappa's own vector type and FMA (core/simd.hpp) where it has one.
+#if KAPPA_SIMD_LANES > 0
+using FmaVec = kappa::simd::Vec;
+inline constexpr int kFmaLanes = kappa::simd::kLanes;
 inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
-  return _mm512_fmadd_ps(a, b, c);
+  return kappa::simd::fma(a, b, c);
 }
 inline FmaVec fma_splat(float x) {
-  return _mm512_set1_ps(x);
+  return kappa::simd::broadcast(x);
 }
 inline float fma_first(FmaVec a) {
-  return _mm512_cvtss_f32(a);
-}
-#elif defined(__FMA__)
-using FmaVec = __m256;
-inline constexpr int kFmaLanes = 8;
-inline FmaVec fma_step(FmaVec a, FmaVec b, FmaVec c) {
-  return _mm256_fmadd_ps(a, b, c);
-}
-inline FmaVec fma_splat(float x) {
-  return _mm256_set1_ps(x);
-}
-inline float fma_first(FmaVec a) {
-  return _mm256_cvtss_f32(a);
+  return kappa::simd::hsum(a);
 }
 #else
 using FmaVec = float;

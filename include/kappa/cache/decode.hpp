@@ -27,10 +27,11 @@
 // with holes (kHasHoles: BooleanMask, or one combined with it), of those the
 // keys bound.allowed(i, j); such masks take the portable path below (rows
 // widened per tile, each hidden key skipped), not the register loops. A key
-// a row does not see never touches that row, not even through 0 * NaN. A bound with `static
-// constexpr bool kHasBias = true` and `void add_bias(Index i, Index j0, T* scores, Index len)
-// const` has its bias added to the scaled scores x_ij (keys j0 .. j0 + len - 1 of row i) before the
-// maximum and f. A row that sees no key gets a zero output.
+// a row does not see never touches that row, not even through 0 * NaN. A
+// bound with `static constexpr bool kHasBias = true` and `void
+// add_bias(Index i, Index j0, T* scores, Index len) const` has its bias
+// added to the scaled scores x_ij (keys j0 .. j0 + len - 1 of row i) before
+// the maximum and f. A row that sees no key gets a zero output.
 #pragma once
 
 #include <algorithm>

@@ -295,6 +295,28 @@ inline void load_rows(const StoredRows<float, F>& s, Index j0, Index j, Index e,
   }
 }
 
+/// fn(r0, std::integral_constant<int, R>{}) for the rows of m in blocks of
+/// four, R = min(4, m - r0): the register loops' row count at compile time.
+template <class Fn>
+inline void for_row_blocks(Index m, const Fn& fn) {
+  for (Index r0 = 0; r0 < m; r0 += 4) {
+    switch (std::min<Index>(4, m - r0)) {
+      case 1:
+        fn(r0, std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        fn(r0, std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        fn(r0, std::integral_constant<int, 3>{});
+        break;
+      default:
+        fn(r0, std::integral_constant<int, 4>{});
+        break;
+    }
+  }
+}
+
 /// The key-major score loops' last step: the sums acc[r][t] (row r0 + r,
 /// key j + t) reduced four rows at a time by hsum4, which reduces each input
 /// alike whatever its position (so a score has the same bits as in the
@@ -358,22 +380,9 @@ void scores_key_major(const float* q, Index m, const StoredRows<float, F>& k, In
   Index j = b;
   for (; j + KS <= e; j += KS) {
     load_rows<F, NQ, KS>(k, j0, j, e, kv, ks);
-    for (Index r0 = 0; r0 < m; r0 += 4) {
-      switch (std::min<Index>(4, m - r0)) {
-        case 1:
-          score_group<F, NQ, KS, 1>(q, d, kv, ks, j, r0, sc, ld);
-          break;
-        case 2:
-          score_group<F, NQ, KS, 2>(q, d, kv, ks, j, r0, sc, ld);
-          break;
-        case 3:
-          score_group<F, NQ, KS, 3>(q, d, kv, ks, j, r0, sc, ld);
-          break;
-        default:
-          score_group<F, NQ, KS, 4>(q, d, kv, ks, j, r0, sc, ld);
-          break;
-      }
-    }
+    for_row_blocks(m, [&](Index r0, auto rows) {
+      score_group<F, NQ, KS, decltype(rows)::value>(q, d, kv, ks, j, r0, sc, ld);
+    });
   }
   if constexpr (KS > 1) {
     if (j < e) scores_key_major<F, NQ, 1>(q, m, k, j0, j, e, sc, ld);
@@ -472,32 +481,15 @@ void scores_wide(const float* q, Index m, const StoredRows<float, F>& k, Index j
     const Index b1 = std::min(e, b0 + kBlockKeys);
     // The first row block asks for the keys ahead, as far as they exist.
     const Index pf_end = std::max(b0, std::min(b1, e - kWidePrefetchKeys));
-    for (Index r0 = 0; r0 < m; r0 += 4) {
-      const bool first = r0 == 0;
-      const auto run = [&](auto rows_c) {
-        constexpr int R = decltype(rows_c)::value;
-        if (first) {
-          score_wide_rows<F, kWideKeys<F>, R>(q, r0, k, j0, b0, pf_end, true, sc, ld);
-          score_wide_rows<F, kWideKeys<F>, R>(q, r0, k, j0, pf_end, b1, false, sc, ld);
-        } else {
-          score_wide_rows<F, kWideKeys<F>, R>(q, r0, k, j0, b0, b1, false, sc, ld);
-        }
-      };
-      switch (std::min<Index>(4, m - r0)) {
-        case 1:
-          run(std::integral_constant<int, 1>{});
-          break;
-        case 2:
-          run(std::integral_constant<int, 2>{});
-          break;
-        case 3:
-          run(std::integral_constant<int, 3>{});
-          break;
-        default:
-          run(std::integral_constant<int, 4>{});
-          break;
+    for_row_blocks(m, [&](Index r0, auto rows) {
+      constexpr int R = decltype(rows)::value;
+      if (r0 == 0) {
+        score_wide_rows<F, kWideKeys<F>, R>(q, r0, k, j0, b0, pf_end, true, sc, ld);
+        score_wide_rows<F, kWideKeys<F>, R>(q, r0, k, j0, pf_end, b1, false, sc, ld);
+      } else {
+        score_wide_rows<F, kWideKeys<F>, R>(q, r0, k, j0, b0, b1, false, sc, ld);
       }
-    }
+    });
   }
 }
 
@@ -674,29 +666,17 @@ inline void accumulate_wide_group(const float* w, Index ld, Index r0, Index a, I
 template <StorageFormat F, int NV>
 inline void accumulate_wide_cols(const float* w, Index ld, Index m, Index a, Index e,
                                  const StoredRows<float, F>& v, Index j0, Index col, float* y) {
-  for (Index r0 = 0; r0 < m; r0 += 4) {
-    switch (std::min<Index>(4, m - r0)) {
-      case 1:
-        accumulate_wide_group<F, NV, 1>(w, ld, r0, a, e, v, j0, col, y);
-        break;
-      case 2:
-        accumulate_wide_group<F, NV, 2>(w, ld, r0, a, e, v, j0, col, y);
-        break;
-      case 3:
-        accumulate_wide_group<F, NV, 3>(w, ld, r0, a, e, v, j0, col, y);
-        break;
-      default:
-        accumulate_wide_group<F, NV, 4>(w, ld, r0, a, e, v, j0, col, y);
-        break;
-    }
-  }
+  for_row_blocks(m, [&](Index r0, auto rows) {
+    accumulate_wide_group<F, NV, decltype(rows)::value>(w, ld, r0, a, e, v, j0, col, y);
+  });
 }
 
 /// y_r += sum_{j in [a, e)} w_rj v_{j0 + j} for rows r < m, d_v a multiple
 /// of kLanes other than 4 or 8 vectors (the latent rows: 512 = 32 x 16):
 /// over blocks of kBlockKeys keys, kWideVecs columns of y at a time for four
 /// rows at a time; a block's columns (64 keys x 256 bytes in float) stay in
-/// L1 while every row takes them, and the next block is asked for ahead.
+/// L1 while every row takes them. (Asking for the next block ahead, into L1
+/// or L2, measured no faster.)
 template <StorageFormat F>
 void accumulate_wide(const float* w, Index ld, Index m, Index a, Index e,
                      const StoredRows<float, F>& v, Index j0, float* y) {
@@ -704,10 +684,6 @@ void accumulate_wide(const float* w, Index ld, Index m, Index a, Index e,
   for (Index b0 = a; b0 < e; b0 += kBlockKeys) {
     const Index b1 = std::min(e, b0 + kBlockKeys);
     for (Index col = 0; col < dv;) {
-      // While the first columns run, ask for the rows of the next block.
-      if (col == 0) {
-        for (Index j = b1; j < std::min(e, b1 + kBlockKeys); ++j) prefetch_row(v, j0 + j);
-      }
       switch (std::min<Index>(kWideVecs, (dv - col) / kLanes)) {
         case 1:
           accumulate_wide_cols<F, 1>(w, ld, m, b0, b1, v, j0, col, y);
