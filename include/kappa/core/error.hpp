@@ -9,6 +9,7 @@
 
 #include <cassert>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -39,6 +40,94 @@ class RangeError : public std::out_of_range {
  public:
   using std::out_of_range::out_of_range;
 };
+
+/// Text from a file, shown in a message: in double quotes, with every byte
+/// that could disturb a terminal or a log escaped, so a hostile file cannot
+/// inject lines or terminal codes. C0 controls, DEL, '"' and '\\' become
+/// \xNN / \" / \\; C1 controls (U+0080..U+009F), line and paragraph
+/// separators and bidirectional overrides become \uNNNN; bytes that are not
+/// UTF-8 become \xNN. Cut after `max_bytes` bytes of input (at a character
+/// boundary) with "..." after the closing quote. The one quoting helper for
+/// every message that quotes file content.
+inline std::string quoted(std::string_view text, std::size_t max_bytes = 80);
+
+/// As quoted(), without the quotes and without escaping '"' and '\\': for
+/// a whole message from elsewhere (a parser's) that may echo file bytes.
+inline std::string printable(std::string_view text, std::size_t max_bytes = 400);
+
+namespace detail {
+inline std::string escape_for_message(std::string_view text, std::size_t max_bytes, bool quote) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  if (quote) out += '"';
+  const auto hex_byte = [&](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n && i < max_bytes) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F) {
+        hex_byte(c);
+      } else if (quote && (c == '"' || c == '\\')) {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length from the lead byte, then validated
+    // (no overlong forms, no surrogates, nothing above U+10FFFF).
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2, cp = c & 0x1Fu;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3, cp = c & 0x0Fu;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4, cp = c & 0x07u;
+    }
+    bool ok = len > 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      const auto b = static_cast<unsigned char>(text[i + k]);
+      ok = (b & 0xC0) == 0x80;
+      cp = (cp << 6) | (b & 0x3Fu);
+    }
+    ok = ok && !(len == 3 && cp < 0x800) && !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) &&
+         !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (!ok) {
+      hex_byte(c);
+      ++i;
+      continue;
+    }
+    if (i + len > max_bytes) break;  // cut before a character that does not fit whole
+    const bool control = (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 ||
+                         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+    if (control) {
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(cp >> shift) & 15];
+    } else {
+      out.append(text.substr(i, len));
+    }
+    i += len;
+  }
+  if (quote) out += '"';
+  if (i < n) out += "...";
+  return out;
+}
+}  // namespace detail
+
+inline std::string quoted(std::string_view text, std::size_t max_bytes) {
+  return detail::escape_for_message(text, max_bytes, true);
+}
+inline std::string printable(std::string_view text, std::size_t max_bytes) {
+  return detail::escape_for_message(text, max_bytes, false);
+}
 
 /// "(rows x cols)": how kappa prints a shape in messages.
 inline std::string shape_string(Index rows, Index cols) {
