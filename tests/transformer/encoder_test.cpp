@@ -3,16 +3,20 @@
 // directories (each names the file and the key or tensor).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "kappa/transformer/generate.hpp"
 #include "kappa/transformer/hf.hpp"
 #include "transformer/model_data.hpp"
 
@@ -149,6 +153,218 @@ TEST(HfLoaderErrors, MissingOrBrokenConfig) {
   std::ofstream(d / "config.json") << "{\"model_type\": \"gpt2\",";
   expect_error<FormatError>(d, {"config.json", "JSON"});
   fs::remove_all(d);
+}
+
+// ---- Hostile directories (issue 24) ----------------------------------------------
+
+/// No raw control byte (C0, DEL, C1 as UTF-8) in a message.
+void expect_printable(const std::string& msg) {
+  for (std::size_t i = 0; i < msg.size(); ++i) {
+    const auto c = static_cast<unsigned char>(msg[i]);
+    EXPECT_FALSE(c < 0x20 || c == 0x7F) << "raw byte " << int(c) << " at " << i << ": " << msg;
+    if (c == 0xC2 && i + 1 < msg.size()) {
+      const auto n = static_cast<unsigned char>(msg[i + 1]);
+      EXPECT_FALSE(n >= 0x80 && n <= 0x9F) << "raw C1 control at " << i << ": " << msg;
+    }
+  }
+}
+
+/// The message of the error E that loading `dir` throws ("" if none).
+template <class E>
+std::string error_of(const fs::path& dir) {
+  try {
+    (void)hf::load_causal_lm<float>(dir);
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error for " << dir;
+  return "";
+}
+
+// Item 1: 2 MB of brackets used to overflow the stack (dump, copy, recursion).
+TEST(HfHostileFiles, DeeplyNestedConfigIsAFormatError) {
+  const fs::path d = edited_copy("gpt2", "deep", [](nlohmann::json&) {});
+  std::ofstream(d / "config.json")
+      << "{\"model_type\": \"gpt2\", \"x\": " << std::string(2u << 20, '[');
+  expect_error<FormatError>(d, {"config.json", "byte 155", "nested deeper than 128"});
+  fs::remove_all(d);
+}
+
+// Item 2: sizes that disagree with the weights fail on the first tensor that
+// shows it, before anything of that size is allocated (these allocated
+// 25 GB of zeros, or looped over 2^40 layers, before).
+TEST(HfHostileFiles, ConfigSizesAreCheckedAgainstTheWeightsBeforeAllocating) {
+  const fs::path a =
+      edited_copy("llama", "ff", [](nlohmann::json& j) { j["intermediate_size"] = 100000000; });
+  expect_error<ShapeError>(a, {"mlp.gate_proj.weight", "100000000"});
+  const fs::path b =
+      edited_copy("llama", "wide", [](nlohmann::json& j) { j["hidden_size"] = 40000; });
+  expect_error<ShapeError>(b, {"embed_tokens.weight", "40000"});
+  const fs::path c = edited_copy("gpt2", "deep_layers",
+                                 [](nlohmann::json& j) { j["n_layer"] = std::int64_t{1} << 40; });
+  expect_error<FormatError>(c, {"h.2.", "model.safetensors"});
+  const fs::path e = edited_copy("deepseek_v2", "ffn",
+                                 [](nlohmann::json& j) { j["intermediate_size"] = 100000000; });
+  expect_error<ShapeError>(e, {"mlp.gate_proj.weight"});
+  const fs::path f =
+      edited_copy("gpt2", "inner", [](nlohmann::json& j) { j["n_inner"] = 100000000; });
+  expect_error<ShapeError>(f, {"mlp.c_fc.weight"});
+  for (const fs::path& p : {a, b, c, e, f}) fs::remove_all(p);
+}
+
+// Item 2, the encoder models: BERT and the paper's Transformer read before
+// they build too.
+TEST(HfHostileFiles, EncoderSizesAreCheckedBeforeAllocating) {
+  const fs::path a =
+      edited_copy("bert", "ff", [](nlohmann::json& j) { j["intermediate_size"] = 100000000; });
+  try {
+    (void)hf::load_bert<float>(a);
+    ADD_FAILURE() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("intermediate.dense.weight"), std::string::npos);
+  }
+  const fs::path b =
+      edited_copy("transformer", "ff", [](nlohmann::json& j) { j["dim_feedforward"] = 100000000; });
+  try {
+    (void)hf::load_paper_transformer<float>(b);
+    ADD_FAILURE() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("linear1.weight"), std::string::npos);
+  }
+  for (const fs::path& p : {a, b}) fs::remove_all(p);
+}
+
+// Item 5: a FIFO would block forever, /dev/zero never end.
+TEST(HfHostileFiles, ConfigMustBeARegularFile) {
+  const fs::path d = edited_copy("gpt2", "fifo", [](nlohmann::json&) {});
+  fs::remove(d / "config.json");
+  ASSERT_EQ(::mkfifo((d / "config.json").c_str(), 0600), 0);
+  expect_error<FormatError>(d, {"config.json", "not a regular file"});
+  fs::remove(d / "config.json");
+  fs::create_symlink("/dev/zero", d / "config.json");
+  expect_error<FormatError>(d, {"config.json", "not a regular file"});
+  // generation_config.json goes through the same reader.
+  fs::remove(d / "generation_config.json");
+  ASSERT_EQ(::mkfifo((d / "generation_config.json").c_str(), 0600), 0);
+  try {
+    (void)hf::GenerationConfig::read(d);
+    ADD_FAILURE() << "expected a FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("generation_config.json"), std::string::npos);
+  }
+  fs::remove_all(d);
+}
+
+// Item 7: products of config values are checked (signed overflow was UB).
+TEST(HfHostileFiles, ProductsOfConfigValuesAreChecked) {
+  const fs::path d = edited_copy("deepseek_v2", "overflow", [](nlohmann::json& j) {
+    j["num_attention_heads"] = std::int64_t{1} << 40;
+    j["hidden_size"] = std::int64_t{1} << 40;
+    j["qk_nope_head_dim"] = std::int64_t{1} << 40;
+  });
+  expect_error<FormatError>(d, {"config.json", "num_attention_heads x", "exceeds the limit"});
+  const fs::path l = edited_copy("llama", "overflow",
+                                 [](nlohmann::json& j) { j["head_dim"] = std::int64_t{1} << 40; });
+  expect_error<FormatError>(l, {"config.json", "num_attention_heads x head_dim"});
+  for (const fs::path& p : {d, l}) fs::remove_all(p);
+}
+
+// Item 9: control bytes of the file never reach a message raw.
+TEST(HfHostileFiles, MessagesEscapeTheFilesBytes) {
+  const std::string nasty = "x\x1b[31m\x7f\xc2\x85\xe2\x80\xaey";
+  const fs::path a =
+      edited_copy("llama", "ctl", [&](nlohmann::json& j) { j["model_type"] = nasty; });
+  const std::string m1 = error_of<FormatError>(a);
+  expect_printable(m1);
+  EXPECT_NE(m1.find("x\\x1b[31m\\x7f\\u0085\\u202ey"), std::string::npos) << m1;
+  const fs::path b =
+      edited_copy("llama", "act_ctl", [&](nlohmann::json& j) { j["hidden_act"] = nasty; });
+  expect_printable(error_of<FormatError>(b));
+  const fs::path c =
+      edited_copy("llama", "num_ctl", [&](nlohmann::json& j) { j["hidden_size"] = nasty; });
+  expect_printable(error_of<FormatError>(c));
+  // nlohmann's syntax error quotes the bytes it stopped at.
+  const fs::path e = edited_copy("gpt2", "json_ctl", [](nlohmann::json&) {});
+  std::ofstream(e / "config.json") << "{\"model_type\": \x7f\xc2\x85}";
+  const std::string m2 = error_of<FormatError>(e);
+  expect_printable(m2);
+  EXPECT_NE(m2.find("config.json"), std::string::npos);
+  for (const fs::path& p : {a, b, c, e}) fs::remove_all(p);
+}
+
+// Item 11: out-of-range values named as written, every float parameter
+// range-checked with the file and key, one "kappa:" prefix.
+TEST(HfHostileFiles, ConfigValuesAreRangeChecked) {
+  const fs::path a = edited_copy("llama", "huge", [](nlohmann::json& j) {
+    j["vocab_size"] = std::numeric_limits<std::uint64_t>::max();
+  });
+  const std::string m = error_of<FormatError>(a);
+  EXPECT_NE(m.find("18446744073709551615"), std::string::npos) << m;
+  EXPECT_EQ(m.find("is -1"), std::string::npos) << m;
+  const fs::path b = edited_copy("llama", "eps", [](nlohmann::json& j) { j["rms_norm_eps"] = -1; });
+  expect_error<FormatError>(b, {"config.json", "rms_norm_eps", "-1"});
+  const fs::path c = edited_copy("llama", "yarn", [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1e30}};
+  });
+  expect_error<FormatError>(c, {"config.json", "attention_factor", "1e+30"});
+  const fs::path e = edited_copy("llama", "llama3", [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 4.0},
+                         {"high_freq_factor", 1.0},
+                         {"original_max_position_embeddings", 64}};
+  });
+  const std::string m3 = error_of<FormatError>(e);
+  EXPECT_NE(m3.find("rope_scaling"), std::string::npos) << m3;
+  EXPECT_EQ(m3.find("kappa:", 1), std::string::npos) << "doubled prefix: " << m3;
+  const fs::path f = edited_copy("deepseek_v2", "mscale", [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"type", "yarn"},
+                         {"factor", 40.0},
+                         {"mscale", 1.0},
+                         {"mscale_all_dim", -1.0},
+                         {"original_max_position_embeddings", 64}};
+  });
+  expect_error<FormatError>(f, {"config.json", "mscale_all_dim"});
+  const fs::path g =
+      edited_copy("gpt2", "lneps", [](nlohmann::json& j) { j["layer_norm_epsilon"] = 0.0; });
+  expect_error<FormatError>(g, {"config.json", "layer_norm_epsilon"});
+  for (const fs::path& p : {a, b, c, e, f, g}) fs::remove_all(p);
+}
+
+// Item 8: an empty sequence is decided once, in the model: 0 rows out, no
+// layer run, the cache unchanged (the layers reached UB on it before).
+TEST(HfHostileFiles, EmptySequencesGiveEmptyResults) {
+  const auto lm = hf::load_causal_lm<float>(model_dir("gpt2"));
+  const std::vector<TokenId> none;
+  const RowMatrix<float> l0 = lm.forward(none);
+  EXPECT_EQ(l0.rows(), 0);
+  EXPECT_EQ(l0.cols(), lm.vocab_size());
+  auto cache = lm.make_cache();
+  const std::vector<TokenId> two = {1, 2};
+  (void)lm.forward_cached(two, cache);
+  EXPECT_EQ(lm.forward_cached(none, cache).rows(), 0);
+  EXPECT_EQ(lm.forward_cached(none, cache, LogitsFor::kLast).rows(), 0);
+  EXPECT_EQ(cache.length(), 2);
+  auto other = lm.make_cache();
+  const RowMatrix<float> last = lm.forward_cached({none, none}, {&cache, &other}, LogitsFor::kLast);
+  EXPECT_EQ(last.rows(), 2);
+  EXPECT_EQ(last.cwiseAbs().maxCoeff(), 0.0f);
+  EXPECT_EQ(cache.length(), 2);
+  EXPECT_EQ(other.length(), 0);
+  const RowMatrix<float> batch = std::get<Gpt2<float>>(lm.model()).forward({none, none});
+  EXPECT_EQ(batch.rows(), 0);
+
+  const Bert<float> bert = hf::load_bert<float>(model_dir("bert"));
+  EXPECT_EQ(bert.hidden(none).rows(), 0);
+  EXPECT_EQ(bert.mlm_logits(none).rows(), 0);
+  const PaperTransformer<float> tr = hf::load_paper_transformer<float>(model_dir("transformer"));
+  const RowMatrix<float> memory = tr.encode(none);
+  EXPECT_EQ(memory.rows(), 0);
+  EXPECT_EQ(tr.decode(memory, none).rows(), 0);
+  // Over an empty memory, cross-attention has no key: zero rows, finite logits.
+  const RowMatrix<float> y = tr.decode(memory, two);
+  EXPECT_EQ(y.rows(), 2);
+  EXPECT_TRUE(y.allFinite());
 }
 
 }  // namespace

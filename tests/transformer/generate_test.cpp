@@ -25,6 +25,7 @@ using testing::read_ids;
 using tokenize::HfTokenizer;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr float kInfF = std::numeric_limits<float>::infinity();
 
 std::vector<TokenId> reference_prompt(const std::string& name) {
   return read_ids(model_dir(name) / "reference" / "input_ids.npy");
@@ -87,6 +88,43 @@ TEST(LogitProcessors, RepetitionPenaltyPositiveAndNegative) {
   EXPECT_EQ(m, (std::vector<double>{4.0, -1.0}));
   expect_invalid([] { RepetitionPenalty{0.0}; }, "got 0");
   expect_invalid([] { RepetitionPenalty{-1.5}; }, "got -1.5");
+}
+
+// Issue 24 item 10: the parameters act in the type the logits have. A
+// temperature float cannot hold (1e-45 rounds to a denormal, 1e-50 to 0)
+// used to turn every positive logit into inf (then NaN in softmax: sampling
+// at random); it must act greedy. A penalty of 1e-300 (0 in float) used to
+// give inf and 0.
+TEST(LogitProcessors, ExtremeParametersStayFiniteInFloat) {
+  for (const double t : {1e-45, 1e-50, 1e-300}) {
+    std::vector<float> f = {1.0f, 3.0f, 2.0f, -kInfF, 2.5f};
+    Temperature{t}.apply(std::span<float>(f));
+    EXPECT_EQ(f[1], 0.0f) << t;  // the best logit, shifted to 0
+    EXPECT_EQ(f[3], -kInfF) << t;
+    for (const std::size_t i : {0u, 2u, 4u}) {
+      EXPECT_TRUE(std::isfinite(f[i])) << t;
+      EXPECT_LE(f[i], -1e30f) << t;  // exp(f - 0) is 0: greedy in the limit
+    }
+    Rng rng(5);
+    for (int k = 0; k < 100; ++k)
+      EXPECT_EQ(sample_categorical(std::span<const float>(f), rng), 1) << t;
+  }
+  // Where l / t fits, the plain quotient (as PyTorch computes it in float).
+  std::vector<float> g = {1.0f, -3.0f};
+  Temperature{0.7}.apply(std::span<float>(g));
+  EXPECT_EQ(g[0], 1.0f / 0.7f);
+  EXPECT_EQ(g[1], -3.0f / 0.7f);
+
+  std::vector<float> p = {2.0f, -2.0f, 1.0f};
+  const std::vector<TokenId> ctx = {0, 1};
+  RepetitionPenalty{1e-300}.apply(std::span<float>(p), std::span<const TokenId>(ctx));
+  EXPECT_EQ(p[0], std::numeric_limits<float>::max());  // 2 / 1e-300, saturated
+  EXPECT_EQ(p[1], -0.0f);                              // -2 * 1e-300
+  EXPECT_EQ(p[2], 1.0f);
+  std::vector<float> q = {2.0f, -2.0f};
+  RepetitionPenalty{1.3}.apply(std::span<float>(q), std::span<const TokenId>(ctx));
+  EXPECT_EQ(q[0], 2.0f / 1.3f);
+  EXPECT_EQ(q[1], -2.0f * 1.3f);
 }
 
 // Exactly k stay; ties at the k-th value go to the smaller ids.

@@ -107,6 +107,24 @@ inline double relative_weight(double l, double m) {
 template <Scalar T>
 constexpr T kRemoved = -std::numeric_limits<T>::infinity();
 
+/// x rounded to T, clamped to T's finite range (no overflow to inf, and no
+/// undefined double -> float conversion of an out-of-range value).
+template <Scalar T>
+T saturate(double x) {
+  const double hi = static_cast<double>(std::numeric_limits<T>::max());
+  return static_cast<T>(std::clamp(x, -hi, hi));
+}
+
+/// x as T stores it when that is a normal number (so float arithmetic
+/// matches PyTorch's float32), else x itself (T cannot hold it: 1e-45 in
+/// float), for double arithmetic.
+template <Scalar T>
+double as_stored(double x) {
+  if (!(std::abs(x) <= static_cast<double>(std::numeric_limits<T>::max()))) return x;
+  const T y = static_cast<T>(x);
+  return std::isnormal(y) ? static_cast<double>(y) : x;
+}
+
 [[noreturn]] inline void no_finite_logit() {
   throw std::domain_error(
       "kappa: generate: a logits row has no value to choose (every logit is NaN or -inf)");
@@ -132,16 +150,21 @@ class RepetitionPenalty {
   }
   [[nodiscard]] double penalty() const { return r_; }
 
+  /// Computed in double and rounded to T, saturating at T's largest
+  /// magnitude: a penalty that float cannot hold (1e-300 rounds to 0 in
+  /// float) or a quotient beyond its range never turns a logit into inf or
+  /// NaN.
   template <Scalar T>
   void apply(std::span<T> logits, std::span<const TokenId> context) const {
     std::vector<TokenId> seen(context.begin(), context.end());
     std::sort(seen.begin(), seen.end());
     seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    const T r = static_cast<T>(r_);
     for (const TokenId id : seen) {
       if (id < 0 || static_cast<std::size_t>(id) >= logits.size()) continue;
       T& l = logits[static_cast<std::size_t>(id)];
-      l = l > 0 ? l / r : l * r;
+      if (std::isnan(l) || std::isinf(l)) continue;  // -inf stays removed
+      const double x = static_cast<double>(l), r = detail::as_stored<T>(r_);
+      l = detail::saturate<T>(x > 0 ? x / r : x * r);
     }
   }
 
@@ -151,6 +174,12 @@ class RepetitionPenalty {
 
 /// Temperature scaling: l_i <- l_i / t. t < 1 sharpens softmax(l), t > 1
 /// flattens it (greedy decoding is the limit t -> 0, Decoding::kGreedy).
+/// The quotient is computed in double; where it would leave T's range (a t
+/// as small as 1e-45, which float cannot even hold) the row is scaled as
+/// (l_i - max_j l_j) / t instead, which gives the same softmax and cannot
+/// overflow: only the best token(s) keep a chance, as t -> 0 should, where
+/// a plain float division would turn several logits into inf and sample at
+/// random among them. -inf (a removed token) and NaN stay as they are.
 class Temperature {
  public:
   /// \throws std::invalid_argument unless t > 0 and finite.
@@ -163,8 +192,21 @@ class Temperature {
 
   template <Scalar T>
   void apply(std::span<T> logits, std::span<const TokenId> /*context*/ = {}) const {
-    const T t = static_cast<T>(t_);
-    for (T& l : logits) l = l / t;
+    // t as T holds it (a float division, as PyTorch's), where T can.
+    const double t = detail::as_stored<T>(t_);
+    const double hi = static_cast<double>(std::numeric_limits<T>::max());
+    double m = -std::numeric_limits<double>::infinity();
+    bool fits = true;
+    for (const T l : logits) {
+      if (!std::isfinite(l)) continue;
+      m = std::max(m, static_cast<double>(l));
+      fits = fits && std::abs(static_cast<double>(l) / t) <= hi;
+    }
+    const double shift = fits ? 0.0 : m;
+    for (T& l : logits) {
+      if (!std::isfinite(l)) continue;
+      l = detail::saturate<T>((static_cast<double>(l) - shift) / t);
+    }
   }
 
  private:

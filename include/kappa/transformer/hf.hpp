@@ -23,8 +23,10 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -37,6 +39,7 @@
 
 #include "kappa/core/checked.hpp"
 #include "kappa/core/error.hpp"
+#include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/embed/rope_scaling.hpp"
 #include "kappa/io/safetensors.hpp"
@@ -51,25 +54,16 @@ class Config {
   Config() = default;
   Config(nlohmann::json j, std::string file) : j_(std::move(j)), file_(std::move(file)) {}
 
-  /// Reads and parses `path`. \throws FormatError naming the file (and the
-  /// byte of a JSON syntax error), or when the top level is not an object.
+  /// The largest config.json (or generation_config.json) read: 16 MiB
+  /// (real ones are a few KB).
+  static constexpr std::size_t kMaxBytes = std::size_t{16} << 20;
+
+  /// Reads and parses `path`: a regular file (links followed) of at most
+  /// kMaxBytes, nested at most kMaxJsonDepth levels. \throws FormatError
+  /// naming the file (and the byte of a JSON syntax error), for a FIFO or
+  /// device, or when the top level is not an object.
   static Config read(const std::filesystem::path& path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-      throw FormatError("kappa: " + path.string() + ": is a directory, expected a JSON file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FormatError("kappa: " + path.string() + ": cannot open the file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::parse_error& e) {
-      throw FormatError("kappa: " + path.string() + ": byte " + std::to_string(e.byte) +
-                        ": not valid JSON (" + e.what() + ")");
-    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double: 1e400
-      throw FormatError("kappa: " + path.string() + ": not valid JSON (" + e.what() + ")");
-    }
+    nlohmann::json j = parse_json(read_regular_file(path.string(), kMaxBytes), path.string());
     if (!j.is_object())
       throw FormatError("kappa: " + path.string() + ": the top level is not an object");
     return Config(std::move(j), path.string());
@@ -82,7 +76,8 @@ class Config {
   }
 
   /// An integer key; `fallback` when absent or null, else a FormatError
-  /// naming the file and key. Values must lie in [lo, hi].
+  /// naming the file and key. Values must lie in [lo, hi] (a value beyond
+  /// int64 is reported as written, never wrapped).
   [[nodiscard]] Index integer(const char* key, std::optional<Index> fallback = std::nullopt,
                               Index lo = 0, Index hi = kMaxElements) const {
     if (!has(key)) {
@@ -90,31 +85,40 @@ class Config {
       fail(key, "is missing");
     }
     const nlohmann::json& v = j_.at(key);
-    if (!v.is_number_integer()) fail(key, "must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) fail(key, "must be an integer, got " + shown(v));
+    const auto range = [&] { return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"; };
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
+      fail(key, "is " + v.dump() + ", outside " + range());
     const auto x = v.get<std::int64_t>();
-    if (x < lo || x > hi)
-      fail(key, "is " + std::to_string(x) + ", outside [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "]");
+    if (x < lo || x > hi) fail(key, "is " + std::to_string(x) + ", outside " + range());
     return x;
   }
-  [[nodiscard]] double number(const char* key,
-                              std::optional<double> fallback = std::nullopt) const {
-    if (!has(key)) {
-      if (fallback) return *fallback;
-      fail(key, "is missing");
-    }
-    const nlohmann::json& v = j_.at(key);
-    if (!v.is_number()) fail(key, "must be a number, got " + v.dump());
-    const double x = v.get<double>();
-    if (!std::isfinite(x)) fail(key, "must be finite");
+  /// A number key in [lo, hi]; `fallback` when absent or null. \throws
+  /// FormatError naming the file and key for a non-number or a value outside.
+  [[nodiscard]] double number(const char* key, std::optional<double> fallback = std::nullopt,
+                              double lo = -std::numeric_limits<double>::max(),
+                              double hi = std::numeric_limits<double>::max()) const {
+    const double x = any_number(key, fallback);
+    if (!(x >= lo && x <= hi))
+      fail(key, "is " + number_string(x) + ", outside [" + number_string(lo) + ", " +
+                    number_string(hi) + "]");
+    return x;
+  }
+  /// A number key in (0, hi]: epsilons, bases, factors that divide or scale.
+  [[nodiscard]] double positive(const char* key, std::optional<double> fallback, double hi) const {
+    const double x = any_number(key, fallback);
+    if (!(x > 0 && x <= hi))
+      fail(key, "is " + number_string(x) + ", outside (0, " + number_string(hi) + "]");
     return x;
   }
   [[nodiscard]] bool boolean(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     const nlohmann::json& v = j_.at(key);
-    if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
+    if (!v.is_boolean()) fail(key, "must be true or false, got " + shown(v));
     return v.get<bool>();
   }
+  /// A string key. Shown in messages only through kappa::quoted.
   [[nodiscard]] std::string string(const char* key,
                                    std::optional<std::string> fallback = std::nullopt) const {
     if (!has(key)) {
@@ -122,8 +126,39 @@ class Config {
       fail(key, "is missing");
     }
     const nlohmann::json& v = j_.at(key);
-    if (!v.is_string()) fail(key, "must be a string, got " + v.dump());
+    if (!v.is_string()) fail(key, "must be a string, got " + shown(v));
     return v.get<std::string>();
+  }
+  /// a * b of two config values, checked: \throws FormatError naming the
+  /// file and `what` (the keys, e.g. "n_head x d_head") when the product
+  /// leaves [0, kMaxElements].
+  [[nodiscard]] Index product(const char* what, Index a, Index b) const {
+    try {
+      return checked_mul(what, a, b);
+    } catch (const RangeError& e) {
+      throw FormatError("kappa: " + file_ + ": " + without_prefix(e.what()));
+    }
+  }
+  /// a + b of two config values, checked as product().
+  [[nodiscard]] Index sum(const char* what, Index a, Index b) const {
+    try {
+      return checked_add(what, a, b);
+    } catch (const RangeError& e) {
+      throw FormatError("kappa: " + file_ + ": " + without_prefix(e.what()));
+    }
+  }
+  /// A JSON value as a message shows it: strings through kappa::quoted,
+  /// numbers and literals as written, containers by their type.
+  static std::string shown(const nlohmann::json& v) {
+    if (v.is_string()) return kappa::quoted(v.get_ref<const std::string&>());
+    if (v.is_primitive()) return printable(v.dump(), 64);
+    return std::string("a JSON ") + v.type_name();
+  }
+  /// `msg` without a leading "kappa: " (for a message wrapped in another).
+  static std::string without_prefix(std::string_view msg) {
+    constexpr std::string_view kPrefix = "kappa: ";
+    if (msg.substr(0, kPrefix.size()) == kPrefix) msg.remove_prefix(kPrefix.size());
+    return std::string(msg);
   }
   /// Throws FormatError "kappa: <file>: key '<key>' <what>".
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
@@ -131,9 +166,33 @@ class Config {
   }
 
  private:
+  double any_number(const char* key, std::optional<double> fallback) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      fail(key, "is missing");
+    }
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number()) fail(key, "must be a number, got " + shown(v));
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) fail(key, "must be finite");
+    return x;
+  }
+  static std::string number_string(double x) {
+    std::ostringstream os;
+    os << x;
+    return os.str();
+  }
+
   nlohmann::json j_ = nlohmann::json::object();
   std::string file_ = "config.json";
 };
+
+/// Bounds of the float parameters a config sets, so that none can make the
+/// logits non-finite: RoPE bases up to 1e12 (real ones: 1e4 .. 5e7),
+/// scaling factors and YaRN betas in (0, 1e6], YaRN's mscale and
+/// attention_factor up to 100 (real ones about 1), epsilons in (0, 1].
+inline constexpr double kMaxRopeBase = 1e12, kMaxRopeFactor = 1e6, kMaxMscale = 100.0,
+                        kMaxEpsilon = 1.0;
 
 /// config.json's rope_scaling (null or absent: none). `max_positions` is the
 /// config's max_position_embeddings, the original context where the rule
@@ -147,7 +206,7 @@ inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
   const std::string type =
       sc.has("rope_type") ? sc.string("rope_type") : sc.string("type", "default");
   if (type == "default") return r;
-  r.factor = sc.number("factor");
+  r.factor = sc.positive("factor", std::nullopt, kMaxRopeFactor);
   r.original_context = sc.integer("original_max_position_embeddings", max_positions, 1);
   if (type == "linear") {
     r.kind = RopeScaling::Kind::kLinear;
@@ -156,23 +215,24 @@ inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
     r.original_context = max_positions;  // HF: the config's max_position_embeddings
   } else if (type == "llama3") {
     r.kind = RopeScaling::Kind::kLlama3;
-    r.low_freq_factor = sc.number("low_freq_factor", 1.0);
-    r.high_freq_factor = sc.number("high_freq_factor", 4.0);
+    r.low_freq_factor = sc.positive("low_freq_factor", 1.0, kMaxRopeFactor);
+    r.high_freq_factor = sc.positive("high_freq_factor", 4.0, kMaxRopeFactor);
   } else if (type == "yarn") {
     r.kind = RopeScaling::Kind::kYarn;
-    r.beta_fast = sc.number("beta_fast", 32.0);
-    r.beta_slow = sc.number("beta_slow", 1.0);
-    r.mscale = sc.number("mscale", 0.0);
-    r.mscale_all_dim = sc.number("mscale_all_dim", 0.0);
-    if (sc.has("attention_factor")) r.attention_factor = sc.number("attention_factor");
+    r.beta_fast = sc.positive("beta_fast", 32.0, kMaxRopeFactor);
+    r.beta_slow = sc.positive("beta_slow", 1.0, kMaxRopeFactor);
+    r.mscale = sc.number("mscale", 0.0, 0.0, kMaxMscale);
+    r.mscale_all_dim = sc.number("mscale_all_dim", 0.0, 0.0, kMaxMscale);
+    if (sc.has("attention_factor"))
+      r.attention_factor = sc.positive("attention_factor", std::nullopt, kMaxMscale);
   } else {
-    c.fail("rope_scaling",
-           "has type '" + type + "', which kappa does not support (linear, dynamic, llama3, yarn)");
+    c.fail("rope_scaling", "has type " + kappa::quoted(type) +
+                               ", which kappa does not support (linear, dynamic, llama3, yarn)");
   }
   try {
     r.validate();
   } catch (const std::invalid_argument& e) {
-    c.fail("rope_scaling", e.what());
+    c.fail("rope_scaling", Config::without_prefix(e.what()));
   }
   return r;
 }
@@ -194,6 +254,13 @@ class Weights {
   }
   [[nodiscard]] bool has(const std::string& name) const { return ckpt_.has(prefix_ + name); }
   [[nodiscard]] const io::Checkpoint& checkpoint() const { return ckpt_; }
+  /// Checks a tensor's shape against the config without reading it (a
+  /// header lookup): loaders call it for the model-wide tensors first, so a
+  /// config that disagrees with the file fails before anything is allocated.
+  void check(const std::string& name, Index rows, Index cols) const {
+    ckpt_.require_shape(prefix_ + name, {rows, cols});
+  }
+  void check(const std::string& name, Index n) const { ckpt_.require_shape(prefix_ + name, {n}); }
 
  private:
   const io::Checkpoint& ckpt_;
@@ -207,7 +274,7 @@ inline void require_activation(const Config& c, const char* key, const std::stri
     if (act == a) return;
   std::string list;
   for (const char* a : accepted) list += (list.empty() ? "" : ", ") + std::string(a);
-  c.fail(key, "is '" + act + "'; kappa supports " + list + " for this model type");
+  c.fail(key, "is " + kappa::quoted(act) + "; kappa supports " + list + " for this model type");
 }
 
 inline void require_false(const Config& c, const char* key, const std::string& why) {
@@ -227,8 +294,9 @@ Gpt2<T, S> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
               n_head = c.integer("n_head", std::nullopt, 1),
               n_pos = c.integer("n_positions", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1);
-  const Index d_ff = c.integer("n_inner", checked_mul("GPT-2 n_inner", 4, d), 1);
-  const double eps = c.number("layer_norm_epsilon", 1e-5);
+  const Index d_ff = c.integer("n_inner", c.product("4 x n_embd", 4, d), 1);
+  const Index d3 = c.product("3 x n_embd", 3, d);
+  const double eps = c.positive("layer_norm_epsilon", 1e-5, kMaxEpsilon);
   if (d % n_head != 0) c.fail("n_head", "must divide n_embd = " + std::to_string(d));
   detail::require_activation(c, "activation_function", "gelu_new",
                              {"gelu_new", "gelu_pytorch_tanh"});
@@ -237,27 +305,32 @@ Gpt2<T, S> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
   detail::require_false(c, "scale_attn_by_inverse_layer_idx", "kappa does not support it");
   const std::string prefix = ckpt.has("transformer.wte.weight") ? "transformer." : "";
   const detail::Weights<T> w(ckpt, prefix);
+  // The config's sizes against the file before anything is allocated; each
+  // layer below reads (and so checks) its tensors before building on them.
+  const bool tied = c.boolean("tie_word_embeddings", true);
+  w.check("wte.weight", vocab, d);
+  w.check("wpe.weight", n_pos, d);
+  if (!tied) ckpt.require_shape("lm_head.weight", {vocab, d});
   std::vector<Gpt2Layer<T, S>> layers;
-  layers.reserve(static_cast<std::size_t>(n_layer));
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
+    const RowMatrix<T> c_attn = w.mat(p + "attn.c_attn.weight", d, d3);  // Conv1D: X W
+    const RowVector<T> c_attn_b = w.vec(p + "attn.c_attn.bias", d3);
+    const RowMatrix<T> w_fc = w.mat(p + "mlp.c_fc.weight", d, d_ff);
     MultiHeadAttention<T> attn({.d_in = d, .n_heads = n_head});
-    const RowMatrix<T> c_attn = w.mat(p + "attn.c_attn.weight", d, 3 * d);  // Conv1D: X W
-    const RowVector<T> c_attn_b = w.vec(p + "attn.c_attn.bias", 3 * d);
     attn.set_weights(c_attn.leftCols(d), c_attn.middleCols(d, d), c_attn.rightCols(d),
                      w.mat(p + "attn.c_proj.weight", d, d));
     attn.set_biases(c_attn_b.leftCols(d), c_attn_b.middleCols(d, d), c_attn_b.rightCols(d),
                     w.vec(p + "attn.c_proj.bias", d));
     Mlp<T, GeluTanh, S> mlp(d, d_ff);
-    mlp.set_weights(w.mat(p + "mlp.c_fc.weight", d, d_ff), w.vec(p + "mlp.c_fc.bias", d_ff),
-                    w.mat(p + "mlp.c_proj.weight", d_ff, d), w.vec(p + "mlp.c_proj.bias", d));
+    mlp.set_weights(w_fc, w.vec(p + "mlp.c_fc.bias", d_ff), w.mat(p + "mlp.c_proj.weight", d_ff, d),
+                    w.vec(p + "mlp.c_proj.bias", d));
     layers.emplace_back(
         std::move(attn), LayerNorm<T>(w.vec(p + "ln_1.weight", d), w.vec(p + "ln_1.bias", d), eps),
         LayerNorm<T>(w.vec(p + "ln_2.weight", d), w.vec(p + "ln_2.bias", d), eps), std::move(mlp));
   }
   std::optional<RowMatrix<T>> head;
-  if (!c.boolean("tie_word_embeddings", true))
-    head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
+  if (!tied) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
   return Gpt2<T, S>(Embedding<T>(w.mat("wte.weight", vocab, d)),
                     LearnedPositions<T>(w.mat("wpe.weight", n_pos, d)), std::move(layers),
                     LayerNorm<T>(w.vec("ln_f.weight", d), w.vec("ln_f.bias", d), eps),
@@ -272,7 +345,8 @@ struct LlamaSizes {
   double eps = 1e-6, theta = 10000.0;
   RopeScaling scaling{};
   bool qkv_bias = false, o_bias = false, tied = false;
-  Index sliding_window = 0;  ///< 0: none
+  Index sliding_window = 0;         ///< 0: none
+  Index q_width = 0, kv_width = 0;  ///< n_head d_head and n_kv d_head (checked products)
 };
 
 inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
@@ -290,15 +364,17 @@ inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
     c.fail("num_key_value_heads",
            "= " + std::to_string(s.n_kv) +
                " must divide num_attention_heads = " + std::to_string(s.n_head));
+  s.q_width = c.product("num_attention_heads x head_dim", s.n_head, s.d_head);
+  s.kv_width = c.product("num_key_value_heads x head_dim", s.n_kv, s.d_head);
   s.d_ff = c.integer("intermediate_size", std::nullopt, 1);
   s.vocab = c.integer("vocab_size", std::nullopt, 1);
   s.max_pos = c.integer("max_position_embeddings", 2048, 1);
-  s.eps = c.number("rms_norm_eps", 1e-6);
-  s.theta = c.number("rope_theta", 10000.0);
-  if (!(s.theta > 0)) c.fail("rope_theta", "must be > 0");
+  s.eps = c.positive("rms_norm_eps", 1e-6, kMaxEpsilon);
+  s.theta = c.positive("rope_theta", 10000.0, kMaxRopeBase);
   s.scaling = parse_rope_scaling(c, s.max_pos);
   detail::require_activation(c, "hidden_act", "silu", {"silu", "swish"});
-  if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0)
+  if (c.has("partial_rotary_factor") &&
+      c.positive("partial_rotary_factor", std::nullopt, 1.0) != 1.0)
     c.fail("partial_rotary_factor", "is not 1; kappa's LLaMA layout rotates whole heads");
   detail::require_false(c, "mlp_bias", "kappa's SwiGLU has no biases");
   s.tied = c.boolean("tie_word_embeddings", false);
@@ -319,19 +395,25 @@ template <Scalar T, WeightStoragePolicy S, class Layer, class Mask>
 DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
                                                         const io::Checkpoint& ckpt, Mask mask) {
   const detail::Weights<T> w(ckpt, "model.");
+  // The config's sizes against the file before anything is allocated; each
+  // layer below reads (and so checks) its tensors before building on them.
+  w.check("embed_tokens.weight", s.vocab, s.d);
+  if (!s.tied) ckpt.require_shape("lm_head.weight", {s.vocab, s.d});
   std::vector<Layer> layers;
-  layers.reserve(static_cast<std::size_t>(s.n_layer));
-  const Index dq = checked_mul("q_proj rows", s.n_head, s.d_head),
-              dkv = checked_mul("k_proj rows", s.n_kv, s.d_head);
+  const Index dq = s.q_width, dkv = s.kv_width;
   for (Index i = 0; i < s.n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
+    const RowMatrix<T> w_q = w.mat(p + "self_attn.q_proj.weight", dq, s.d),
+                       w_k = w.mat(p + "self_attn.k_proj.weight", dkv, s.d),
+                       w_v = w.mat(p + "self_attn.v_proj.weight", dkv, s.d),
+                       w_o = w.mat(p + "self_attn.o_proj.weight", s.d, dq);
+    const RowMatrix<T> w_gate = w.mat(p + "mlp.gate_proj.weight", s.d_ff, s.d),
+                       w_up = w.mat(p + "mlp.up_proj.weight", s.d_ff, s.d),
+                       w_down = w.mat(p + "mlp.down_proj.weight", s.d, s.d_ff);
     LlamaAttention<T> attn(
         {.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv}, {},
         Rope<T, RotateHalf>(s.d_head, s.theta, s.scaling));
-    attn.set_weights_from_hf(w.mat(p + "self_attn.q_proj.weight", dq, s.d),
-                             w.mat(p + "self_attn.k_proj.weight", dkv, s.d),
-                             w.mat(p + "self_attn.v_proj.weight", dkv, s.d),
-                             w.mat(p + "self_attn.o_proj.weight", s.d, dq));
+    attn.set_weights_from_hf(w_q, w_k, w_v, w_o);
     if (s.qkv_bias || s.o_bias) {
       attn.set_biases(s.qkv_bias ? w.vec(p + "self_attn.q_proj.bias", dq) : RowVector<T>(),
                       s.qkv_bias ? w.vec(p + "self_attn.k_proj.bias", dkv) : RowVector<T>(),
@@ -339,9 +421,7 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
                       s.o_bias ? w.vec(p + "self_attn.o_proj.bias", s.d) : RowVector<T>());
     }
     SwiGlu<T, S> mlp(s.d, s.d_ff);
-    mlp.set_weights(w.mat(p + "mlp.gate_proj.weight", s.d_ff, s.d).transpose(),
-                    w.mat(p + "mlp.up_proj.weight", s.d_ff, s.d).transpose(),
-                    w.mat(p + "mlp.down_proj.weight", s.d, s.d_ff).transpose());
+    mlp.set_weights(w_gate.transpose(), w_up.transpose(), w_down.transpose());
     layers.emplace_back(
         std::move(attn), RMSNorm<T>(w.vec(p + "input_layernorm.weight", s.d), s.eps),
         RMSNorm<T>(w.vec(p + "post_attention_layernorm.weight", s.d), s.eps), std::move(mlp), mask);
@@ -403,43 +483,53 @@ DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& c
   // DeepSeek's q_a_layernorm / kv_a_layernorm are built with the default
   // epsilon (1e-6), not rms_norm_eps.
   lc.norm_eps = 1e-6;
-  lc.rope_base = c.number("rope_theta", 10000.0);
+  lc.rope_base = c.positive("rope_theta", 10000.0, kMaxRopeBase);
   lc.rope_scaling = parse_rope_scaling(c, max_pos);
   lc.scale =
       yarn_softmax_factor(lc.rope_scaling) / std::sqrt(static_cast<double>(lc.d_head + lc.d_rope));
-  const double eps = c.number("rms_norm_eps", 1e-6);
+  const double eps = c.positive("rms_norm_eps", 1e-6, kMaxEpsilon);
   const Index dh = lc.d_head, dr = lc.d_rope, dv = lc.d_v, dc = lc.d_latent;
+  const Index q_rows = c.product("num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)",
+                                 n_head, c.sum("qk_nope_head_dim + qk_rope_head_dim", dh, dr)),
+              kv_a_rows = c.sum("kv_lora_rank + qk_rope_head_dim", dc, dr),
+              kv_b_rows = c.product("num_attention_heads x (qk_nope_head_dim + v_head_dim)", n_head,
+                                    c.sum("qk_nope_head_dim + v_head_dim", dh, dv)),
+              o_cols = c.product("num_attention_heads x v_head_dim", n_head, dv);
+  const bool tied = c.boolean("tie_word_embeddings", false);
   const detail::Weights<T> w(ckpt, "model.");
+  // The config's sizes against the file before anything is allocated; each
+  // layer below reads (and so checks) its tensors before building on them.
+  w.check("embed_tokens.weight", vocab, d);
+  if (!tied) ckpt.require_shape("lm_head.weight", {vocab, d});
   std::vector<DeepSeekV2Layer<T, S, Path>> layers;
-  layers.reserve(static_cast<std::size_t>(n_layer));
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".self_attn.";
     HfDeepSeekV2AttentionWeights<T> hw;
     if (lc.d_q_latent > 0) {
       hw.q_a_proj = w.mat(p + "q_a_proj.weight", lc.d_q_latent, d);
       hw.q_a_layernorm = w.vec(p + "q_a_layernorm.weight", lc.d_q_latent);
-      hw.q_b_proj = w.mat(p + "q_b_proj.weight", n_head * (dh + dr), lc.d_q_latent);
+      hw.q_b_proj = w.mat(p + "q_b_proj.weight", q_rows, lc.d_q_latent);
     } else {
-      hw.q_proj = w.mat(p + "q_proj.weight", n_head * (dh + dr), d);
+      hw.q_proj = w.mat(p + "q_proj.weight", q_rows, d);
     }
-    hw.kv_a_proj_with_mqa = w.mat(p + "kv_a_proj_with_mqa.weight", dc + dr, d);
+    hw.kv_a_proj_with_mqa = w.mat(p + "kv_a_proj_with_mqa.weight", kv_a_rows, d);
     hw.kv_a_layernorm = w.vec(p + "kv_a_layernorm.weight", dc);
-    hw.kv_b_proj = w.mat(p + "kv_b_proj.weight", n_head * (dh + dv), dc);
-    hw.o_proj = w.mat(p + "o_proj.weight", d, n_head * dv);
+    hw.kv_b_proj = w.mat(p + "kv_b_proj.weight", kv_b_rows, dc);
+    hw.o_proj = w.mat(p + "o_proj.weight", d, o_cols);
+    const std::string q = "layers." + std::to_string(i) + ".";
+    const RowMatrix<T> w_gate = w.mat(q + "mlp.gate_proj.weight", d_ff, d),
+                       w_up = w.mat(q + "mlp.up_proj.weight", d_ff, d),
+                       w_down = w.mat(q + "mlp.down_proj.weight", d, d_ff);
     LatentAttention<T, Path, Interleaved> attn(lc);
     attn.set_weights_from_hf(hw);
-    const std::string q = "layers." + std::to_string(i) + ".";
     SwiGlu<T, S> mlp(d, d_ff);
-    mlp.set_weights(w.mat(q + "mlp.gate_proj.weight", d_ff, d).transpose(),
-                    w.mat(q + "mlp.up_proj.weight", d_ff, d).transpose(),
-                    w.mat(q + "mlp.down_proj.weight", d, d_ff).transpose());
+    mlp.set_weights(w_gate.transpose(), w_up.transpose(), w_down.transpose());
     layers.emplace_back(std::move(attn), RMSNorm<T>(w.vec(q + "input_layernorm.weight", d), eps),
                         RMSNorm<T>(w.vec(q + "post_attention_layernorm.weight", d), eps),
                         std::move(mlp));
   }
   std::optional<RowMatrix<T>> head;
-  if (!c.boolean("tie_word_embeddings", false))
-    head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
+  if (!tied) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
   return DeepSeekV2<T, S, Path>(Embedding<T>(w.mat("embed_tokens.weight", vocab, d)), {},
                                 std::move(layers), RMSNorm<T>(w.vec("norm.weight", d), eps),
                                 std::move(head), max_pos);
@@ -458,7 +548,7 @@ Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
               vocab = c.integer("vocab_size", std::nullopt, 1),
               max_pos = c.integer("max_position_embeddings", 512, 1),
               n_types = c.integer("type_vocab_size", 2, 0);
-  const double eps = c.number("layer_norm_eps", 1e-12);
+  const double eps = c.positive("layer_norm_eps", 1e-12, kMaxEpsilon);
   if (d % n_head != 0)
     c.fail("num_attention_heads", "must divide hidden_size = " + std::to_string(d));
   detail::require_activation(c, "hidden_act", "gelu", {"gelu"});
@@ -471,21 +561,27 @@ Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
     return LayerNorm<T>(ws.vec(p + (legacy ? ".gamma" : ".weight"), d),
                         ws.vec(p + (legacy ? ".beta" : ".bias"), d), eps);
   };
+  // The config's sizes against the file before anything is allocated; each
+  // layer below reads (and so checks) its tensors before building on them.
+  w.check("embeddings.word_embeddings.weight", vocab, d);
+  w.check("embeddings.position_embeddings.weight", max_pos, d);
+  if (n_types > 0) w.check("embeddings.token_type_embeddings.weight", n_types, d);
   std::vector<BertLayer<T>> layers;
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    const RowMatrix<T> w_q = w.mat(p + "attention.self.query.weight", d, d),
+                       w_k = w.mat(p + "attention.self.key.weight", d, d),
+                       w_v = w.mat(p + "attention.self.value.weight", d, d),
+                       w_o = w.mat(p + "attention.output.dense.weight", d, d),
+                       w_in = w.mat(p + "intermediate.dense.weight", d_ff, d),
+                       w_out = w.mat(p + "output.dense.weight", d, d_ff);
     MultiHeadAttention<T> attn({.d_in = d, .n_heads = n_head});
-    attn.set_weights_from_hf(w.mat(p + "attention.self.query.weight", d, d),
-                             w.mat(p + "attention.self.key.weight", d, d),
-                             w.mat(p + "attention.self.value.weight", d, d),
-                             w.mat(p + "attention.output.dense.weight", d, d));
+    attn.set_weights_from_hf(w_q, w_k, w_v, w_o);
     attn.set_biases(
         w.vec(p + "attention.self.query.bias", d), w.vec(p + "attention.self.key.bias", d),
         w.vec(p + "attention.self.value.bias", d), w.vec(p + "attention.output.dense.bias", d));
     Mlp<T, Gelu> mlp(d, d_ff);
-    mlp.set_weights(w.mat(p + "intermediate.dense.weight", d_ff, d).transpose(),
-                    w.vec(p + "intermediate.dense.bias", d_ff),
-                    w.mat(p + "output.dense.weight", d, d_ff).transpose(),
+    mlp.set_weights(w_in.transpose(), w.vec(p + "intermediate.dense.bias", d_ff), w_out.transpose(),
                     w.vec(p + "output.dense.bias", d));
     layers.emplace_back(std::move(attn), norm(w, p + "attention.output.LayerNorm"),
                         norm(w, p + "output.LayerNorm"), std::move(mlp));
@@ -520,25 +616,31 @@ PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint
               d_ff = c.integer("dim_feedforward", std::nullopt, 1),
               v_src = c.integer("src_vocab_size", std::nullopt, 1),
               v_tgt = c.integer("tgt_vocab_size", std::nullopt, 1);
-  const double eps = c.number("layer_norm_eps", 1e-5);
+  const double eps = c.positive("layer_norm_eps", 1e-5, kMaxEpsilon);
   if (d % n_head != 0) c.fail("nhead", "must divide d_model = " + std::to_string(d));
   const detail::Weights<T> w(ckpt, "transformer.");
   const auto ln = [&](const std::string& p) {
     return LayerNorm<T>(w.vec(p + ".weight", d), w.vec(p + ".bias", d), eps);
   };
+  const Index d3 = c.product("3 x d_model", 3, d);
+  // Read (and so check) each tensor before building on the config's sizes.
   const auto mha = [&](const std::string& p) {
+    const RowMatrix<T> in_proj = w.mat(p + ".in_proj_weight", d3, d);
     MultiHeadAttention<T> a({.d_in = d, .n_heads = n_head});
-    a.set_weights_from_torch_mha(w.mat(p + ".in_proj_weight", 3 * d, d),
-                                 w.mat(p + ".out_proj.weight", d, d));
-    a.set_biases_from_torch_mha(w.vec(p + ".in_proj_bias", 3 * d), w.vec(p + ".out_proj.bias", d));
+    a.set_weights_from_torch_mha(in_proj, w.mat(p + ".out_proj.weight", d, d));
+    a.set_biases_from_torch_mha(w.vec(p + ".in_proj_bias", d3), w.vec(p + ".out_proj.bias", d));
     return a;
   };
   const auto mlp = [&](const std::string& p) {
+    const RowMatrix<T> w1 = w.mat(p + "linear1.weight", d_ff, d);
     Mlp<T, Relu> m(d, d_ff);
-    m.set_weights(w.mat(p + "linear1.weight", d_ff, d).transpose(), w.vec(p + "linear1.bias", d_ff),
+    m.set_weights(w1.transpose(), w.vec(p + "linear1.bias", d_ff),
                   w.mat(p + "linear2.weight", d, d_ff).transpose(), w.vec(p + "linear2.bias", d));
     return m;
   };
+  ckpt.require_shape("src_embed.weight", {v_src, d});
+  ckpt.require_shape("tgt_embed.weight", {v_tgt, d});
+  ckpt.require_shape("generator.weight", {v_tgt, d});
   typename PaperTransformer<T>::Parts parts{
       .src_embed = Embedding<T>(ckpt.template matrix<T>("src_embed.weight", {v_src, d})),
       .tgt_embed = Embedding<T>(ckpt.template matrix<T>("tgt_embed.weight", {v_tgt, d})),
@@ -695,8 +797,8 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
   if (type != "gpt2" && type != "llama" && type != "mistral" && type != "qwen2" &&
       type != "deepseek_v2") {
     if (type == "bert") c.fail("model_type", "is 'bert', an encoder-only model: use load_bert");
-    c.fail("model_type", "is '" + type +
-                             "', which kappa does not load as a causal LM (gpt2, llama, mistral, "
+    c.fail("model_type", "is " + kappa::quoted(type) +
+                             ", which kappa does not load as a causal LM (gpt2, llama, mistral, "
                              "qwen2, deepseek_v2)");
   }
   const io::Checkpoint ckpt(dir);
@@ -732,7 +834,7 @@ template <Scalar T>
 Bert<T> load_bert(const std::filesystem::path& dir) {
   const Config c = Config::read(dir / "config.json");
   const std::string type = c.string("model_type");
-  if (type != "bert") c.fail("model_type", "is '" + type + "', expected 'bert'");
+  if (type != "bert") c.fail("model_type", "is " + kappa::quoted(type) + ", expected 'bert'");
   return load_bert<T>(c, io::Checkpoint(dir));
 }
 
@@ -742,7 +844,7 @@ PaperTransformer<T> load_paper_transformer(const std::filesystem::path& dir) {
   const Config c = Config::read(dir / "config.json");
   const std::string type = c.string("model_type");
   if (type != "kappa_transformer")
-    c.fail("model_type", "is '" + type + "', expected 'kappa_transformer'");
+    c.fail("model_type", "is " + kappa::quoted(type) + ", expected 'kappa_transformer'");
   return load_paper_transformer<T>(c, io::Checkpoint(dir));
 }
 

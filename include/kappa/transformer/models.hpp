@@ -15,6 +15,12 @@
 //
 // The output projection E_out is stored (N_T x d) as the embedding is, so
 // tied and separate heads are one code path: logits = H E_out^T.
+//
+// An empty sequence (N = 0) is valid input everywhere, decided once here:
+// its result has 0 rows ((0, d) hidden states, (0, N_T) logits), no layer
+// runs, and a cache it continues is left unchanged. An encoder-decoder over
+// an empty source has an empty memory M: cross-attention then has no key to
+// attend to and gives zero rows (the fully masked row's documented result).
 #pragma once
 
 #include <concepts>
@@ -207,6 +213,7 @@ class DecoderLM {
   /// The final hidden states N_f(X_L) of one sequence (N, d).
   [[nodiscard]] RowMatrix<T> hidden(std::span<const TokenId> ids) const {
     RowMatrix<T> x = embed(ids, 0);
+    if (ids.empty()) return x;  // (0, d): see the file comment
     for (const Layer& l : layers_) x = l.forward(x);
     final_norm_.apply(x);
     return x;
@@ -233,6 +240,7 @@ class DecoderLM {
       x.middleRows(row, static_cast<Index>(s.size())) = embed(s, 0);
       row += static_cast<Index>(s.size());
     }
+    if (all.empty()) return RowMatrix<T>(0, vocab_size());  // see the file comment
     for (const Layer& l : layers_) x = l.forward(SequenceBatch<T>{x, lengths});
     final_norm_.apply(x);
     return project(x);
@@ -255,7 +263,8 @@ class DecoderLM {
   [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, Cache& cache,
                                             LogitsFor which = LogitsFor::kAll) const {
     check_cache(cache);
-    RowMatrix<T> x = embed(ids, cache.length());  // validates before any cache changes
+    RowMatrix<T> x = embed(ids, cache.length());            // validates before any cache changes
+    if (ids.empty()) return RowMatrix<T>(0, vocab_size());  // see the file comment
     for (std::size_t l = 0; l < layers_.size(); ++l)
       x = layers_[l].forward_cached(x, cache.layers[l]);
     cache.length_ += static_cast<Index>(ids.size());
@@ -299,6 +308,10 @@ class DecoderLM {
     for (std::size_t b = 0; b < batch.size(); ++b) {
       x.middleRows(row, lengths[b]) = embed(batch[b], caches[b]->length());
       row += lengths[b];
+    }
+    if (total == 0) {  // no new token in any sequence: see the file comment
+      return RowMatrix<T>::Zero(which == LogitsFor::kLast ? static_cast<Index>(batch.size()) : 0,
+                                vocab_size());
     }
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       std::vector<LayerCache*> lc;
@@ -423,6 +436,7 @@ class EncoderOnlyModel {
   [[nodiscard]] RowMatrix<T> hidden(std::span<const TokenId> ids,
                                     std::span<const TokenId> token_types = {}) const {
     RowMatrix<T> x = embed(ids, token_types);
+    if (ids.empty()) return x;  // (0, d): see the file comment
     for (const Layer& l : layers_) x = l.forward(x);
     return x;
   }
@@ -510,6 +524,7 @@ class EncoderDecoderModel {
   /// The encoder output M (N_src, d).
   [[nodiscard]] RowMatrix<T> encode(std::span<const TokenId> src) const {
     RowMatrix<T> x = input(p_.src_embed, src, 0);
+    if (src.empty()) return x;  // (0, d): see the file comment
     for (const EncLayer& l : p_.encoder) x = l.forward(x);
     if (p_.encoder_norm) p_.encoder_norm->apply(x);
     return x;
@@ -517,6 +532,7 @@ class EncoderDecoderModel {
   /// Logits (N_tgt, N_T_tgt) of the target tokens over the memory M.
   [[nodiscard]] RowMatrix<T> decode(ConstMatrixRef<T> memory, std::span<const TokenId> tgt) const {
     RowMatrix<T> x = input(p_.tgt_embed, tgt, 0);
+    if (tgt.empty()) return RowMatrix<T>(0, tgt_vocab_size());  // see the file comment
     for (const DecLayer& l : p_.decoder) x = l.forward(x, memory);
     return finish(x);
   }
@@ -540,6 +556,7 @@ class EncoderDecoderModel {
                        " layers but the decoder has " + std::to_string(p_.decoder.size()));
     const Index first = cache.empty() ? 0 : cache[0].length();
     RowMatrix<T> x = input(p_.tgt_embed, tgt, first);
+    if (tgt.empty()) return RowMatrix<T>(0, tgt_vocab_size());  // see the file comment
     for (std::size_t l = 0; l < p_.decoder.size(); ++l)
       x = p_.decoder[l].forward_cached(x, memory, cache[l]);
     return finish(x);
