@@ -210,6 +210,47 @@ def main():
     for d in ["llama", "mistral", "qwen2", "llama3-scaled", "llama-dynamic", "deepseek_v2", "gpt2"]:
         with open(os.path.join(models, d, "config.json"), "rb") as f:
             write("hf_json", "config_" + d, b"\x01" + f.read())
+    # Nesting: kappa::parse_json rejects JSON deeper than 128 levels before
+    # parsing (nothing may recurse through a million brackets). Deeper than
+    # the limit in several places, exactly at it (parses, then rejected by
+    # the loader), unclosed, and brackets inside strings (which do not count).
+    with open(os.path.join(models, "gpt2", "tokenizer.json"), encoding="utf-8") as f:
+        gpt2 = json.load(f)
+    with open(os.path.join(models, "llama", "config.json"), encoding="utf-8") as f:
+        llama_config = json.load(f)
+
+    def nested(depth, leaf="1"):
+        """depth levels of alternating arrays and objects around leaf."""
+        opened = "".join("[" if k % 2 == 0 else '{"k":' for k in range(depth))
+        closed = "".join("]" if k % 2 == 0 else "}" for k in reversed(range(depth)))
+        return opened + leaf + closed
+
+    def with_placeholder(obj, edit, text):
+        o = json.loads(json.dumps(obj))
+        edit(o)
+        return json.dumps(o).replace('"@DEEP@"', text)
+
+    def put(path):
+        def edit(o):
+            for k in path[:-1]:
+                o = o[k]
+            o[path[-1]] = "@DEEP@"
+        return edit
+
+    write("hf_json", "deep_normalizer",
+          b"\x00" + with_placeholder(gpt2, put(["normalizer"]), nested(200)).encode())
+    write("hf_json", "deep_at_limit",  # 127 + the root object = 128: parses
+          b"\x00" + with_placeholder(gpt2, put(["normalizer"]), nested(127)).encode())
+    write("hf_json", "deep_pre_tokenizer_pattern",
+          b"\x00" + with_placeholder(gpt2, put(["pre_tokenizer", "pattern"]), nested(300)).encode())
+    write("hf_json", "deep_vocab_value",
+          b"\x00" + with_placeholder(gpt2, put(["model", "vocab", "ab"]), nested(129)).encode())
+    write("hf_json", "deep_unclosed", b"\x00" + b"[" * 16000)
+    write("hf_json", "deep_brackets_in_string",
+          b"\x00" + with_placeholder(gpt2, put(["added_tokens", 0, "content"]),
+                                      '"' + "[{" * 1000 + '\\"]"').encode())
+    write("hf_json", "deep_config_rope_scaling",
+          b"\x01" + with_placeholder(llama_config, put(["rope_scaling"]), nested(200)).encode())
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@
 // Files are written under the build tree (beside this executable), never
 // into the source tree.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -675,6 +676,268 @@ TEST(HfTokenizerBad, MissingDirectoryAndFiles) {
   EXPECT_THROW((void)HfTokenizer::from_tokenizer_json((dir / "tokenizer.json").string(),
                                                       (dir / "nope.json").string()),
                kappa::FormatError);
+}
+
+// ---- hostile files (issue 24) -----------------------------------------------------
+
+/// The message of the FormatError that f throws ("" and a test failure if
+/// it throws nothing or something else).
+template <class F>
+std::string format_error_of(F&& f) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const kappa::FormatError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a FormatError: " << e.what();
+  }
+  return {};
+}
+
+/// True if s holds a byte that a terminal or log would act on: C0 controls,
+/// DEL, or a C1 control in UTF-8 (C2 80..C2 9F).
+bool has_raw_control(std::string_view s) {
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    const auto c = static_cast<unsigned char>(s[k]);
+    if (c < 0x20 || c == 0x7F) return true;
+    if (c == 0xC2 && k + 1 < s.size() && static_cast<unsigned char>(s[k + 1]) >= 0x80 &&
+        static_cast<unsigned char>(s[k + 1]) <= 0x9F)
+      return true;
+  }
+  return false;
+}
+
+// A million brackets anywhere in any JSON file the loaders read is a
+// FormatError naming the file, found before parsing: nothing dumps, copies or
+// destroys the nested value recursively (that overflowed the stack).
+TEST(HfTokenizerHostile, DeepNestingIsAFormatErrorNamingTheFile) {
+  const std::string deep = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  const std::string good = small_tokenizer({}, {}, byte_level()).dump();
+  const auto with = [&](const char* key) {
+    json t = json::parse(good);
+    t[key] = "@DEEP@";
+    std::string text = t.dump();
+    text.replace(text.find("\"@DEEP@\""), 8, deep);
+    return text;
+  };
+  struct Case {
+    const char* name;
+    std::string tokenizer, config, special_map;
+  };
+  const std::vector<Case> cases = {
+      {"normalizer", with("normalizer"), "", ""},
+      {"model", with("model"), "", ""},
+      {"pre_tokenizer", with("pre_tokenizer"), "", ""},
+      {"post_processor", with("post_processor"), "", ""},
+      {"unclosed", "{\"model\": " + std::string(1 << 20, '['), "", ""},
+      {"config", good, "{\"bos_token\": " + deep + "}", ""},
+      {"special_map", good, "", "{\"eos_token\": " + deep + "}"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path dir = scratch(std::string("deep_") + c.name);
+    write(dir / "tokenizer.json", c.tokenizer);
+    fs::remove(dir / "tokenizer_config.json");
+    fs::remove(dir / "special_tokens_map.json");
+    if (!c.config.empty()) write(dir / "tokenizer_config.json", c.config);
+    if (!c.special_map.empty()) write(dir / "special_tokens_map.json", c.special_map);
+    const std::string file = !c.config.empty()        ? "tokenizer_config.json"
+                             : !c.special_map.empty() ? "special_tokens_map.json"
+                                                      : "tokenizer.json";
+    const std::string what =
+        format_error_of([&] { (void)HfTokenizer::from_directory(dir.string()); });
+    EXPECT_NE(what.find((dir / file).string() + ": byte "), std::string::npos) << what;
+    EXPECT_NE(what.find("nested deeper than 128 levels"), std::string::npos) << what;
+  }
+  // GPT-2's layout: vocab.json.
+  const fs::path dir = scratch("deep_vocab_json");
+  write(dir / "vocab.json", "{\"a\": " + deep + "}");
+  write(dir / "merges.txt", "#version: 0.2\n");
+  const std::string what =
+      format_error_of([&] { (void)HfTokenizer::from_directory(dir.string()); });
+  EXPECT_NE(what.find((dir / "vocab.json").string()), std::string::npos) << what;
+  EXPECT_NE(what.find("nested deeper than"), std::string::npos) << what;
+}
+
+// A FIFO (or a device) where a file is expected is a FormatError at once,
+// never a read that waits for a writer (or never ends: /dev/zero).
+TEST(HfTokenizerHostile, FifoAndDevicesAreFormatErrorsNotBlockingReads) {
+  const std::string good = small_tokenizer({}, {}, byte_level()).dump();
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = scratch(std::string("fifo_") + name);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    if (std::string(name) != "tokenizer.json") write(dir / "tokenizer.json", good);
+    ASSERT_EQ(::mkfifo((dir / name).c_str(), 0600), 0);
+    const std::string what =
+        format_error_of([&] { (void)HfTokenizer::from_directory(dir.string()); });
+    EXPECT_NE(what.find((dir / name).string() + ": not a regular file"), std::string::npos) << what;
+  }
+  const fs::path dir = scratch("fifo_direct");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "tokenizer.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(format_error_of([&] {
+              (void)HfTokenizer::from_tokenizer_json(fifo.string());
+            }).find("not a regular file"),
+            std::string::npos);
+  // GPT-2's layout: vocab.json present, merges.txt a FIFO; and the
+  // vocabulary-file reader of bpe.hpp (vocab.bpe, rank files).
+  write(dir / "vocab.json", "{}");
+  ASSERT_EQ(::mkfifo((dir / "merges.txt").c_str(), 0600), 0);
+  EXPECT_NE(format_error_of([&] {
+              (void)HfTokenizer::from_gpt2_files((dir / "vocab.json").string(),
+                                                 (dir / "merges.txt").string());
+            }).find("not a regular file"),
+            std::string::npos);
+  ASSERT_EQ(::mkfifo((dir / "vocab.bpe").c_str(), 0600), 0);
+  EXPECT_NE(format_error_of([&] {
+              (void)tk::read_file((dir / "vocab.bpe").string());
+            }).find((dir / "vocab.bpe").string() + ": not a regular file"),
+            std::string::npos);
+  EXPECT_NE(format_error_of([&] { (void)tk::read_file("/dev/zero"); }).find("/dev/zero"),
+            std::string::npos);
+  EXPECT_NE(format_error_of([&] {
+              (void)HfTokenizer::from_tokenizer_json("/dev/zero");
+            }).find("not a regular file"),
+            std::string::npos);
+  // read_file's bound.
+  write(dir / "big.txt", std::string(100, 'x'));
+  EXPECT_NE(format_error_of([&] {
+              (void)tk::read_file((dir / "big.txt").string(), 99);
+            }).find("larger than the limit of 99 bytes"),
+            std::string::npos);
+  EXPECT_EQ(tk::read_file((dir / "big.txt").string(), 100), std::string(100, 'x'));
+}
+
+// Text from the file in a message is escaped by kappa::quoted: no C0
+// control, DEL or C1 control (U+0085 is C2 85 in UTF-8) reaches what(), in
+// any message that quotes a type, a key, a token or a line, nor in the JSON
+// parser's own message.
+TEST(HfTokenizerHostile, MessagesCarryNoRawControlBytes) {
+  const std::string evil = "\x1b[31mX\x7f\xc2\x85\xe2\x80\xae";  // ESC, DEL, NEL, RLO
+  std::vector<std::pair<std::string, json>> cases;
+  const auto edit = [&](const std::string& name, const auto& f) {
+    json t = small_tokenizer({"ab"}, {"a b"}, byte_level());
+    f(t);
+    cases.emplace_back(name, std::move(t));
+  };
+  edit("pre_tokenizer.type", [&](json& t) { t["pre_tokenizer"]["type"] = evil; });
+  edit("sequence types", [&](json& t) {
+    t["pre_tokenizer"] = split_then_byte_level("x");
+    t["pre_tokenizer"]["pretokenizers"][0]["type"] = evil;
+  });
+  edit("three types", [&](json& t) {
+    t["pre_tokenizer"] = split_then_byte_level("x");
+    t["pre_tokenizer"]["pretokenizers"].push_back({{"type", evil}});
+  });
+  edit("behavior", [&](json& t) {
+    t["pre_tokenizer"] = split_then_byte_level("x");
+    t["pre_tokenizer"]["pretokenizers"][0]["behavior"] = evil;
+  });
+  edit("regex", [&](json& t) { t["pre_tokenizer"] = split_then_byte_level(evil); });
+  edit("pattern", [&](json& t) {
+    t["pre_tokenizer"] = split_then_byte_level("x");
+    t["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", evil}};
+  });
+  edit("normalizer", [&](json& t) { t["normalizer"] = {{"type", evil}}; });
+  edit("normalizer dump", [&](json& t) { t["normalizer"] = json::array({evil}); });
+  edit("decoder", [&](json& t) { t["decoder"] = {{"type", evil}}; });
+  edit("model.type", [&](json& t) { t["model"]["type"] = evil; });
+  edit("post_processor", [&](json& t) { t["post_processor"] = {{"type", evil}}; });
+  edit("template", [&](json& t) {
+    t["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", evil}}}}, {{"Sequence", {}}}}},
+                           {"special_tokens", json::object()}};
+  });
+  edit("vocab key", [&](json& t) { t["model"]["vocab"][evil] = -1; });
+  edit("vocab duplicate", [&](json& t) { t["model"]["vocab"][gpt2_string(evil)] = 256; });
+  edit("merge line", [&](json& t) { t["model"]["merges"].push_back(evil); });
+  edit("merge token", [&](json& t) { t["model"]["merges"].push_back(evil + " a"); });
+  edit("added duplicate", [&](json& t) {
+    t["added_tokens"] = {{{"id", 300}, {"content", evil}}, {{"id", 301}, {"content", evil}}};
+  });
+  for (const auto& [name, t] : cases) {
+    SCOPED_TRACE(name);
+    const fs::path dir = scratch("control_bytes");
+    write(dir / "tokenizer.json", t.dump());
+    fs::remove(dir / "tokenizer_config.json");
+    const std::string what =
+        format_error_of([&] { (void)HfTokenizer::from_directory(dir.string()); });
+    EXPECT_FALSE(what.empty());
+    EXPECT_FALSE(has_raw_control(what)) << what;
+    EXPECT_EQ(what.find("\xe2\x80\xae"), std::string::npos) << what;
+  }
+  // The JSON parser's message quotes the bytes it read: DEL, C1, not UTF-8.
+  const fs::path dir = scratch("control_bytes");
+  for (const std::string& bad : {std::string("{\"model\": \x7f}"), std::string("{\xc2\x85: 1}"),
+                                 std::string("{\"a\": \x1b[31m}"), std::string("[\xff\xfe]")}) {
+    write(dir / "tokenizer.json", bad);
+    const std::string what =
+        format_error_of([&] { (void)HfTokenizer::from_directory(dir.string()); });
+    EXPECT_NE(what.find("not valid JSON"), std::string::npos) << what;
+    EXPECT_FALSE(has_raw_control(what)) << what;
+  }
+  // tokenizer_config.json: a bos_token that is no token.
+  write(dir / "tokenizer.json", small_tokenizer({}, {}, byte_level()).dump());
+  write(dir / "tokenizer_config.json", json{{"bos_token", evil}}.dump());
+  const std::string what =
+      format_error_of([&] { (void)HfTokenizer::from_directory(dir.string()); });
+  EXPECT_NE(what.find("is not a token"), std::string::npos) << what;
+  EXPECT_FALSE(has_raw_control(what)) << what;
+  fs::remove(dir / "tokenizer_config.json");
+  // GPT-2's layout: merges.txt lines and vocab.json keys.
+  const fs::path g = scratch("control_bytes_gpt2");
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[gpt2_string(std::string(1, static_cast<char>(b)))] = b;
+  write(g / "vocab.json", vocab.dump());
+  write(g / "merges.txt", "#version: 0.2\n" + evil + "\n");
+  std::string m = format_error_of([&] { (void)HfTokenizer::from_directory(g.string()); });
+  EXPECT_NE(m.find("line 2"), std::string::npos) << m;
+  EXPECT_FALSE(has_raw_control(m)) << m;
+  vocab[evil] = -1;
+  write(g / "vocab.json", vocab.dump());
+  m = format_error_of([&] { (void)HfTokenizer::from_directory(g.string()); });
+  EXPECT_NE(m.find("negative id"), std::string::npos) << m;
+  EXPECT_FALSE(has_raw_control(m)) << m;
+}
+
+// A token of a megabyte loads (the check that the merges make each token
+// from its bytes is n log n in the token's length, and skipped for a token
+// longer than every merge's result) and encodes its own text to its id:
+// reachable through a chain of merges (a a, aa aa, ...), or whole with
+// ignore_merges. Fast by construction; not timed here.
+TEST(HfTokenizerHostile, MegabyteTokenLoadsAndEncodesToItsId) {
+  const std::size_t n = std::size_t{1} << 20;
+  const std::string text(n, 'a');
+  {  // reachable: 20 merges double the run of a's
+    std::vector<std::string> extra, merges;
+    for (std::size_t len = 2; len <= n; len *= 2) {
+      extra.push_back(std::string(len, 'a'));
+      merges.push_back(std::string(len / 2, 'a') + " " + std::string(len / 2, 'a'));
+    }
+    const HfTokenizer tok = load(small_tokenizer(extra, merges, byte_level()), "mega_chain");
+    const TokenId id = 256 + static_cast<TokenId>(extra.size()) - 1;
+    EXPECT_EQ(tok.unreachable_token_count(), 0u);
+    EXPECT_EQ(tok.encode(text), ids_of({id}));
+    EXPECT_EQ(tok.encode(text + "a"), ids_of({id, 97}));
+    EXPECT_EQ(tok.decode(ids_of({id})), text);
+  }
+  {  // unreachable: only "a a" merges; with ignore_merges the piece is emitted whole
+    json t = small_tokenizer({"aa", text}, {"a a"}, byte_level());
+    t["model"]["ignore_merges"] = true;
+    const HfTokenizer tok = load(t, "mega_whole");
+    EXPECT_EQ(tok.unreachable_token_count(), 1u);
+    EXPECT_EQ(tok.encode(text), ids_of({257}));
+    // Without ignore_merges the merges decide: n / 2 tokens "aa".
+    t["model"]["ignore_merges"] = false;
+    const HfTokenizer merged = load(t, "mega_merged");
+    EXPECT_EQ(merged.unreachable_token_count(), 1u);
+    EXPECT_EQ(merged.encode(text), std::vector<TokenId>(n / 2, 256));
+  }
 }
 
 }  // namespace

@@ -381,6 +381,17 @@ class BpeModel {
       merge_heap(piece, out);
   }
 
+  /// Appends bpe(piece) by the merges alone, also when piece is itself a
+  /// token (encode_piece() emits such a piece whole): repeatedly the adjacent
+  /// pair of lowest priority, leftmost on ties. O(n log n) in the length of
+  /// piece (a heap beyond 64 bytes). piece is non-empty.
+  void merge_bytes(std::string_view piece, std::vector<TokenId>& out) const {
+    if (piece.size() <= kSmallPiece)
+      merge_small(piece, out, kNoMerge);
+    else
+      merge_heap(piece, out);
+  }
+
   /// The merges "a b" in priority order (as GPT-2's vocab.bpe lists them).
   /// For a model read from ranks they are derived: token c of rank r splits
   /// into the two parts that bpe(c) gives with merges of priority < r only.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -20,32 +21,36 @@
 #include <vector>
 
 #include "kappa/core/error.hpp"
+#include "kappa/core/json.hpp"
 #include "kappa/tokenize/utf8.hpp"
 
 namespace kappa::tokenize {
 
-/// Reads a whole file as bytes; throws FormatError naming the file if it
-/// cannot be opened or read: a missing file ("cannot open"), a directory
-/// ("it is a directory"; the stream would read it as empty), a read error,
-/// or a file too large to hold in memory (never std::bad_alloc).
-inline std::string read_file(const std::string& path) {
+/// The largest file read_file() reads: 512 MiB (the largest vocabulary
+/// files, o200k_base's ranks or a tokenizer.json, are tens of MB).
+inline constexpr std::size_t kMaxFileBytes = kappa::kMaxJsonFileBytes;
+
+/// Reads a whole regular file (symbolic links followed) as bytes, at most
+/// `max_bytes`. \throws FormatError naming the file: a missing or unreadable
+/// file ("kappa: cannot open '<path>'"), a directory ("kappa: cannot read
+/// '<path>': it is a directory"), anything that is not a regular file (a
+/// FIFO would block, /dev/zero never end: "kappa: <path>: not a regular
+/// file ..."), a file larger than `max_bytes` or than memory can hold, or a
+/// read error. Never blocks on a FIFO; never throws std::bad_alloc.
+inline std::string read_file(const std::string& path, std::size_t max_bytes = kMaxFileBytes) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw FormatError("kappa: cannot open '" + path + "'");
+  if (std::filesystem::is_directory(status))
     throw FormatError("kappa: cannot read '" + path + "': it is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError("kappa: cannot open '" + path + "'");
-  std::string out;
+  // Opened non-blocking and checked again on the open descriptor (the file
+  // may change after the status above).
   try {
-    char buf[1 << 16];
-    while (in.read(buf, sizeof buf) || in.gcount() > 0)
-      out.append(buf, static_cast<std::size_t>(in.gcount()));
+    return kappa::read_regular_file(path, max_bytes);
   } catch (const std::bad_alloc&) {
     throw FormatError("kappa: cannot read '" + path + "': too large to hold in memory");
-  } catch (const std::length_error&) {
-    throw FormatError("kappa: cannot read '" + path + "': too large to hold in memory");
   }
-  if (in.bad()) throw FormatError("kappa: cannot read '" + path + "'");
-  return out;
 }
 
 /// Writes bytes to a file; throws FormatError naming the file on failure.

@@ -94,6 +94,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kappa/core/error.hpp"
+#include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/concepts.hpp"
@@ -162,43 +163,18 @@ namespace detail {
   throw FormatError(msg);
 }
 
-/// A string value shown in a message: quoted, control bytes as \xNN (so the
-/// message stays on one line), cut after 80 bytes at a character boundary.
-inline std::string hf_quote(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::size_t n = std::min<std::size_t>(s.size(), 80);
-  while (n < s.size() && n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  std::string out = "\"";
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (n < s.size()) out += "...";
-  out += '"';
-  return out;
+/// Parses JSON text read from `file` (kappa::parse_json: nesting deeper than
+/// kappa::kMaxJsonDepth is rejected before parsing). \throws FormatError
+/// "kappa: <file>: byte <n>: ..." naming the file and the byte offset.
+inline nlohmann::json parse_hf_json(std::string_view text, std::string_view file) {
+  return kappa::parse_json(text, file);
 }
 
-/// Parses JSON text; FormatError naming the file and byte offset.
-inline nlohmann::json parse_hf_json(const std::string& text, std::string_view file) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    if (const std::size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw FormatError("kappa: " + std::string(file) + " (byte " + std::to_string(e.byte) +
-                      "): invalid JSON: " + what);
-  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range for 1e400
-    std::string what = e.what();
-    if (const std::size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw FormatError("kappa: " + std::string(file) + ": invalid JSON: " + what);
-  }
+/// Reads and parses the JSON file `path`: a regular file only (a FIFO does
+/// not block, a device is rejected), bounded in size and nesting.
+/// \throws FormatError naming the file.
+inline nlohmann::json read_hf_json(const std::string& path) {
+  return parse_hf_json(kappa::read_regular_file(path), path);
 }
 
 /// The JSON type of v as a word for messages.
@@ -311,10 +287,12 @@ class HfTokenizer {
                                     Normalization normalization = Normalization::kReject) {
     namespace fs = std::filesystem;
     const fs::path d(dir);
+    // Present is enough: a FIFO or a directory of a file's name is then a
+    // FormatError naming it (kappa::read_regular_file), not silently skipped.
     const auto file = [&](const char* name) -> std::optional<std::string> {
       const fs::path p = d / name;
       std::error_code ec;
-      if (fs::is_regular_file(p, ec)) return p.string();
+      if (fs::exists(p, ec)) return p.string();
       return std::nullopt;
     };
     const std::optional<std::string> config = file("tokenizer_config.json");
@@ -451,7 +429,7 @@ class HfTokenizer {
                                          const std::optional<std::string>& config_path,
                                          const std::optional<std::string>& special_map_path,
                                          Normalization normalization) {
-    const nlohmann::json root = detail::parse_hf_json(read_file(path), path);
+    const nlohmann::json root = detail::read_hf_json(path);
     HfTokenizer t;
     std::vector<TokenId> prefix, suffix;
     try {
@@ -466,7 +444,8 @@ class HfTokenizer {
       t.build(spec);
       read_post_processor(t, root, path, prefix, suffix);
     } catch (const nlohmann::json::exception& e) {  // a type the checks above missed
-      detail::hf_error(path, "", std::string("unexpected JSON structure: ") + e.what());
+      detail::hf_error(path, "",
+                       std::string("unexpected JSON structure: ") + kappa::printable(e.what()));
     }
     t.prefix_ = std::move(prefix);
     t.suffix_ = std::move(suffix);
@@ -498,7 +477,7 @@ class HfTokenizer {
     if (nfc && normalization == Normalization::kAssumeNormalized) return "NFC";
     detail::hf_error(
         path, "normalizer",
-        "type " + detail::hf_quote(type) + " is not supported (kappa does not " +
+        "type " + kappa::quoted(type) + " is not supported (kappa does not " +
             "normalize; null only" +
             (nfc ? ", or NFC with Normalization::kAssumeNormalized for NFC text)" : ")"));
   }
@@ -510,7 +489,7 @@ class HfTokenizer {
     const std::string type = detail::json_string(*it, "type", path, "decoder");
     if (type != "ByteLevel")
       detail::hf_error(path, "decoder.type",
-                       detail::hf_quote(type) + " is not supported (ByteLevel only)");
+                       kappa::quoted(type) + " is not supported (ByteLevel only)");
   }
 
   void read_pre_tokenizer(const nlohmann::json& root, const std::string& path) {
@@ -532,7 +511,7 @@ class HfTokenizer {
     if (type != "Sequence")
       detail::hf_error(
           path, "pre_tokenizer.type",
-          detail::hf_quote(type) + " is not supported (ByteLevel, or Sequence [Split, ByteLevel])");
+          kappa::quoted(type) + " is not supported (ByteLevel, or Sequence [Split, ByteLevel])");
     const auto list = it->find("pretokenizers");
     if (list == it->end() || !list->is_array())
       detail::hf_error(path, "pre_tokenizer.pretokenizers", "expected an array");
@@ -547,9 +526,9 @@ class HfTokenizer {
     const std::string t0 = detail::json_string(s, "type", path, k0);
     const std::string t1 = detail::json_string(b, "type", path, k1);
     if (t0 != "Split" || t1 != "ByteLevel")
-      detail::hf_error(
-          path, "pre_tokenizer.pretokenizers",
-          "only Sequence [Split, ByteLevel] is supported, got [" + t0 + ", " + t1 + "]");
+      detail::hf_error(path, "pre_tokenizer.pretokenizers",
+                       "only Sequence [Split, ByteLevel] is supported, got [" + kappa::quoted(t0) +
+                           ", " + kappa::quoted(t1) + "]");
     if (detail::json_bool(b, "use_regex", true, path, k1))
       detail::hf_error(path, k1 + ".use_regex",
                        "true after a Split is not supported (two split patterns)");
@@ -557,7 +536,7 @@ class HfTokenizer {
     const std::string behavior = detail::json_string(s, "behavior", path, k0);
     if (behavior != "Isolated")
       detail::hf_error(path, k0 + ".behavior",
-                       detail::hf_quote(behavior) + " is not supported (Isolated only)");
+                       kappa::quoted(behavior) + " is not supported (Isolated only)");
     if (detail::json_bool(s, "invert", false, path, k0))
       detail::hf_error(path, k0 + ".invert", "true is not supported");
     const auto pattern = s.find("pattern");
@@ -565,7 +544,7 @@ class HfTokenizer {
       detail::hf_error(path, k0 + ".pattern", "expected an object {\"Regex\": ...}");
     if (!pattern->contains("Regex"))
       detail::hf_error(path, k0 + ".pattern",
-                       "only a Regex pattern is supported, got " + pattern->dump().substr(0, 80));
+                       "only a Regex pattern is supported, got " + kappa::quoted(pattern->dump()));
     const std::string regex = detail::json_string(*pattern, "Regex", path, k0 + ".pattern");
     for (const auto& [known, splitter] : known_patterns()) {
       if (regex == known) {
@@ -574,20 +553,25 @@ class HfTokenizer {
       }
     }
     detail::hf_error(path, k0 + ".pattern.Regex",
-                     "unknown split pattern " + detail::hf_quote(regex) +
+                     "unknown split pattern " + kappa::quoted(regex) +
                          " (supported: the patterns of GPT-2, cl100k_base / Llama-3, o200k_base, "
                          "Qwen2)");
   }
 
+  // " (<type>, <type>, ...)": each entry's type quoted (or its JSON kind),
+  // the first 8 only.
   static std::string describe_types(const nlohmann::json& list) {
     std::string out = " (";
-    bool first = true;
+    std::size_t k = 0;
     for (const auto& e : list) {
-      out += first ? "" : ", ";
-      first = false;
+      if (k == 8) {
+        out += ", ...";
+        break;
+      }
+      out += k++ == 0 ? "" : ", ";
       out += e.is_object() && e.contains("type") && e["type"].is_string()
-                 ? e["type"].get<std::string>()
-                 : e.type_name();
+                 ? kappa::quoted(e["type"].get_ref<const std::string&>())
+                 : std::string(e.type_name());
     }
     return out + ")";
   }
@@ -623,9 +607,9 @@ class HfTokenizer {
     if (m.contains("type")) {
       const std::string type = detail::json_string(m, "type", path, "model");
       if (type != "BPE")
-        detail::hf_error(path, "model.type",
-                         detail::hf_quote(type) +
-                             " is not supported (kappa loads byte-level BPE tokenizers only)");
+        detail::hf_error(
+            path, "model.type",
+            kappa::quoted(type) + " is not supported (kappa loads byte-level BPE tokenizers only)");
     } else if (!m.contains("vocab") || !m.contains("merges")) {
       detail::hf_error(path, "model", "missing key \"type\"");
     }
@@ -654,8 +638,7 @@ class HfTokenizer {
       const std::string& key = item.key();
       const nlohmann::json& value = item.value();
       std::optional<TokenId> id = detail::plain_id(value, bound);
-      if (!id)
-        id = detail::json_id(value, bound, path, "model.vocab[" + detail::hf_quote(key) + "]");
+      if (!id) id = detail::json_id(value, bound, path, "model.vocab[" + kappa::quoted(key) + "]");
       spec.vocab.emplace_back(key, *id);
     }
 
@@ -672,7 +655,7 @@ class HfTokenizer {
         if (sp == 0 || sp == std::string::npos || sp + 1 == line.size() ||
             line.find(' ', sp + 1) != std::string::npos)
           detail::hf_error(path, spec.merge_where(k),
-                           "expected \"<token> <token>\", got " + detail::hf_quote(line));
+                           "expected \"<token> <token>\", got " + kappa::quoted(line));
         spec.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
       } else if (e.is_array()) {
         if (e.size() != 2 || !e[0].is_string() || !e[1].is_string())
@@ -721,7 +704,7 @@ class HfTokenizer {
     }
     if (type != "TemplateProcessing")
       detail::hf_error(path, key + ".type",
-                       detail::hf_quote(type) +
+                       kappa::quoted(type) +
                            " is not supported (TemplateProcessing, ByteLevel, RobertaProcessing, "
                            "BertProcessing, Sequence)");
     const auto single = p.find("single");
@@ -744,10 +727,9 @@ class HfTokenizer {
         detail::hf_error(path, where, "expected {\"SpecialToken\": ...} or {\"Sequence\": ...}");
       const std::string name = detail::json_string(*st, "id", path, where + ".SpecialToken");
       if (specials == p.end() || !specials->is_object() || !specials->contains(name))
-        detail::hf_error(path, key + ".special_tokens",
-                         "missing the entry " + detail::hf_quote(name));
+        detail::hf_error(path, key + ".special_tokens", "missing the entry " + kappa::quoted(name));
       const nlohmann::json& entry = (*specials)[name];
-      const std::string ek = key + ".special_tokens[" + detail::hf_quote(name) + "].ids";
+      const std::string ek = key + ".special_tokens[" + kappa::quoted(name) + "].ids";
       if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array())
         detail::hf_error(path, ek, "expected an array of ids");
       std::vector<TokenId>& dst = seen_sequence ? after : before;
@@ -787,14 +769,15 @@ class HfTokenizer {
     try {
       return load_gpt2_files(vocab_path, merges_path, config_path, special_map_path);
     } catch (const nlohmann::json::exception& e) {  // a type the checks missed
-      detail::hf_error(vocab_path, "", std::string("unexpected JSON structure: ") + e.what());
+      detail::hf_error(vocab_path, "",
+                       std::string("unexpected JSON structure: ") + kappa::printable(e.what()));
     }
   }
 
   static HfTokenizer load_gpt2_files(const std::string& vocab_path, const std::string& merges_path,
                                      const std::optional<std::string>& config_path,
                                      const std::optional<std::string>& special_map_path) {
-    const nlohmann::json vocab = detail::parse_hf_json(read_file(vocab_path), vocab_path);
+    const nlohmann::json vocab = detail::read_hf_json(vocab_path);
     const std::string merges = read_file(merges_path);
     HfTokenizer t;
     t.split_ = Gpt2Split{};
@@ -808,8 +791,7 @@ class HfTokenizer {
     spec.vocab_where = vocab_path;
     const long long bound = 2 * static_cast<long long>(vocab.size()) + 1024;
     for (const auto& [key, value] : vocab.items())
-      spec.vocab.emplace_back(key,
-                              detail::json_id(value, bound, vocab_path, detail::hf_quote(key)));
+      spec.vocab.emplace_back(key, detail::json_id(value, bound, vocab_path, kappa::quoted(key)));
     std::unordered_map<std::string, TokenId> id_of;
     for (const auto& [key, id] : spec.vocab) id_of.emplace(key, id);
     const auto add = [&](const std::string& content, TokenId id, bool special) {
@@ -828,7 +810,7 @@ class HfTokenizer {
         if (!d->is_object())
           detail::hf_error(*config_path, "added_tokens_decoder", "expected an object");
         for (const auto& [key, value] : d->items()) {
-          const std::string where = "added_tokens_decoder[" + detail::hf_quote(key) + "]";
+          const std::string where = "added_tokens_decoder[" + kappa::quoted(key) + "]";
           long long id = -1;
           if (key.empty() || key.size() > 9 ||
               !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -851,7 +833,7 @@ class HfTokenizer {
         if (!s || s->empty()) continue;
         const auto found = id_of.find(*s);
         if (found == id_of.end())
-          detail::hf_error(file, key, detail::hf_quote(*s) + " is not a token of " + vocab_path);
+          detail::hf_error(file, key, kappa::quoted(*s) + " is not a token of " + vocab_path);
         add(*s, found->second, true);
       }
     }
@@ -871,7 +853,7 @@ class HfTokenizer {
       if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() ||
           line.find(' ', sp + 1) != std::string_view::npos)
         detail::hf_error(merges_path, "line " + std::to_string(line_no),
-                         "expected \"<token> <token>\", got " + detail::hf_quote(line));
+                         "expected \"<token> <token>\", got " + kappa::quoted(line));
       spec.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
       spec.merge_lines.push_back(line_no);
     }
@@ -881,7 +863,7 @@ class HfTokenizer {
   }
 
   static nlohmann::json read_object(const std::string& path) {
-    nlohmann::json j = detail::parse_hf_json(read_file(path), path);
+    nlohmann::json j = detail::read_hf_json(path);
     if (!j.is_object()) detail::hf_error(path, "", "expected a JSON object");
     return j;
   }
@@ -909,7 +891,7 @@ class HfTokenizer {
         detail::hf_error(spec.added_file, key + ".id", "duplicate id " + std::to_string(a.id));
       if (!added_by_text.emplace(a.content, a.id).second)
         detail::hf_error(spec.added_file, key + ".content",
-                         "duplicate token " + detail::hf_quote(a.content));
+                         "duplicate token " + kappa::quoted(a.content));
     }
     // Model tokens: id -> bytes. Ids are below bound (checked when read).
     std::unordered_map<std::string_view, TokenId> id_of;  // alphabet string -> id
@@ -922,14 +904,14 @@ class HfTokenizer {
       const auto where = [&, key = key] {
         std::string w = spec.vocab_where;  // piecewise: GCC 12 warns (-Wrestrict) on + chains
         w.push_back('[');
-        w.append(detail::hf_quote(key)).push_back(']');
+        w.append(kappa::quoted(key)).push_back(']');
         return w;
       };
       std::uint32_t& first = owner[static_cast<std::size_t>(id)];
       if (first != 0xFFFFFFFFu)
         detail::hf_error(where(), "",
                          "duplicate id " + std::to_string(id) + " (also token " +
-                             detail::hf_quote(spec.vocab[first].first) + ")");
+                             kappa::quoted(spec.vocab[first].first) + ")");
       first = static_cast<std::uint32_t>(entry);
       id_of.emplace(key, id);
       std::optional<std::string> bytes = alphabet.decode(key);
@@ -938,13 +920,13 @@ class HfTokenizer {
         if (content != key && (!bytes || *bytes != content))
           detail::hf_error(
               where(), "",
-              "id " + std::to_string(id) + " is also added token " + detail::hf_quote(content));
+              "id " + std::to_string(id) + " is also added token " + kappa::quoted(content));
         continue;  // an added token: not a model token
       }
       if (const auto a = added_by_text.find(key); a != added_by_text.end())
         detail::hf_error(where(), "",
-                         "has id " + std::to_string(id) + " but added token " +
-                             detail::hf_quote(key) + " has id " + std::to_string(a->second));
+                         "has id " + std::to_string(id) + " but added token " + kappa::quoted(key) +
+                             " has id " + std::to_string(a->second));
       if (!bytes || bytes->empty())
         detail::hf_error(where(), "", "token string has a character outside GPT-2's byte alphabet");
       m.add_token(*bytes, id, spec.vocab_where, 0);
@@ -967,15 +949,19 @@ class HfTokenizer {
         both.push_back(' ');
         both.append(spec.merges[k].second);
         detail::hf_error(spec.merges_file, spec.merge_where(k),
-                         "merge " + detail::hf_quote(both) + ": token " + detail::hf_quote(s) +
+                         "merge " + kappa::quoted(both) + ": token " + kappa::quoted(s) +
                              " is not in the vocabulary");
       }
       return f->second;
     };
     std::string joined;
+    // At least the byte length of the longest token a merge makes (its GPT-2
+    // alphabet string has 1 or 2 bytes per byte of the token).
+    std::size_t longest_merge = 1;
     for (std::size_t k = 0; k < spec.merges.size(); ++k) {
       const auto& [a, b] = spec.merges[k];
       joined.assign(a).append(b);
+      longest_merge = std::max(longest_merge, joined.size());
       merges.push_back({model_id(a, k), model_id(b, k), model_id(joined, k)});
     }
     std::unordered_map<std::uint64_t, std::uint32_t> last;
@@ -998,7 +984,10 @@ class HfTokenizer {
     for (const AddedToken& a : added_)
       if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
     // Tokens whose own bytes the merges do not turn into them: only for these
-    // does ignore_merges change ids.
+    // does ignore_merges change ids. A token longer than every merge's
+    // result is one without merging; the others take O(n log n) each, so
+    // loading is n log n in the length of a token (a hostile file's 1 MB
+    // token included), not quadratic.
     unreachable_.assign(model_.vocab_size(), false);
     unreachable_count_ = 0;
     std::vector<TokenId> parts;
@@ -1008,7 +997,7 @@ class HfTokenizer {
       bytes = model_.token(static_cast<TokenId>(id));
       if (bytes.size() < 2) continue;
       parts.clear();
-      merge_whole_token(bytes, parts);
+      if (bytes.size() <= longest_merge) merge_whole_token(bytes, parts);
       if (parts.size() != 1 || parts[0] != static_cast<TokenId>(id)) {
         unreachable_[id] = true;
         ++unreachable_count_;
@@ -1030,7 +1019,7 @@ class HfTokenizer {
       apply_config_files(config_path, special_map_path);
     } catch (const nlohmann::json::exception& e) {  // a type the checks missed
       detail::hf_error(config_path ? *config_path : special_map_path.value_or("tokenizer config"),
-                       "", std::string("unexpected JSON structure: ") + e.what());
+                       "", std::string("unexpected JSON structure: ") + kappa::printable(e.what()));
     }
   }
 
@@ -1067,7 +1056,7 @@ class HfTokenizer {
                              const char* key) -> std::optional<TokenId> {
       if (!text || text->empty()) return std::nullopt;
       if (const auto id = find_text(*text)) return id;
-      detail::hf_error(file, key, detail::hf_quote(*text) + " is not a token of the tokenizer");
+      detail::hf_error(file, key, kappa::quoted(*text) + " is not a token of the tokenizer");
     };
     bos_ = resolve(bos, bos_file, "bos_token");
     eos_ = resolve(eos, eos_file, "eos_token");
@@ -1170,27 +1159,9 @@ class HfTokenizer {
   }
 
   // bpe(piece) by the merges alone: repeatedly the adjacent pair of lowest
-  // priority, leftmost on ties. piece is a token, so it is short.
+  // priority, leftmost on ties. O(n log n) in the length of piece.
   void merge_whole_token(std::string_view piece, std::vector<TokenId>& out) const {
-    thread_local std::vector<std::uint32_t> ids;
-    ids.resize(piece.size());
-    for (std::size_t k = 0; k < piece.size(); ++k)
-      ids[k] = model_.byte_id(static_cast<unsigned char>(piece[k]));
-    while (ids.size() > 1) {
-      std::size_t best = 0;
-      tokenize::detail::Merge best_merge;
-      for (std::size_t k = 0; k + 1 < ids.size(); ++k) {
-        const tokenize::detail::Merge mm = model_.merge_of(ids[k], ids[k + 1]);
-        if (mm.priority < best_merge.priority) {
-          best_merge = mm;
-          best = k;
-        }
-      }
-      if (best_merge.priority == BpeModel::kNoMerge) break;
-      ids[best] = best_merge.result;
-      ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-    }
-    for (std::uint32_t id : ids) out.push_back(static_cast<TokenId>(id));
+    model_.merge_bytes(piece, out);
   }
 
   BpeModel model_;
