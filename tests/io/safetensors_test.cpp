@@ -4,14 +4,20 @@
 // writer, and the corpus of malformed files in tests/data/io/safetensors_bad/
 // (tests/reference/make_safetensors_bad.py), each of which must throw
 // FormatError naming its file.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <map>
 #include <random>
@@ -21,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kappa/core/error.hpp"
 #include "kappa/io/npy.hpp"
 #include "kappa/io/safetensors.hpp"
 #include "support/reference.hpp"
@@ -503,6 +510,248 @@ TEST(SafetensorsCorpus, TruncationsAndByteFlipsOfAGoodFileOpenOrThrowFormatError
     try_open(bytes);
   }
   std::remove(p.c_str());
+}
+
+// ---- Hostile files (issue 24) ---------------------------------------------------------
+
+/// A fresh empty directory under the temporary directory.
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("kappa_safetensors_test_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+/// A safetensors file of `n` one-byte U8 tensors "t0".."t<n-1>", header
+/// text built directly (`extra` is spliced in before the closing brace).
+std::string tiny_tensors_file(std::size_t n, const std::string& extra = "") {
+  std::string header = "{";
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) header += ',';
+    header += "\"t" + std::to_string(i) + R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" +
+              std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  }
+  header += extra + "}";
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xffu);
+  out += header;
+  out.append(n, '\x01');
+  return out;
+}
+
+/// The message is printable as it stands: kappa::printable changes nothing
+/// (no control byte, DEL, C1 control, bidi override or invalid UTF-8).
+void expect_printable(const std::string& msg) {
+  EXPECT_EQ(kappa::printable(msg, msg.size() + 1), msg);
+}
+
+TEST(SafetensorsHostile, DeeplyNestedIndexIsAFormatErrorNamingTheFile) {
+  // 1 MB of '[' in "metadata": copying or destroying it recursively would
+  // overflow the stack.
+  const fs::path d = fresh_dir("deep_index");
+  write_file(d / "model.safetensors.index.json", R"({"metadata": )" + std::string(1 << 20, '[') +
+                                                     std::string(1 << 20, ']') +
+                                                     R"(, "weight_map": {}})");
+  const std::string msg = format_error_of([&] { const Checkpoint c(d); });
+  EXPECT_EQ(msg.rfind("kappa: safetensors: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("model.safetensors.index.json: byte 140:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("deeper than 128 levels"), std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+TEST(SafetensorsHostile, DeeplyNestedHeaderIsAFormatErrorAtItsByte) {
+  const std::string p = temp_path("deep_header.safetensors");
+  const std::string header = R"({"w": )" + std::string(1 << 20, '{');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    bytes[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xffu);
+  write_file(p, bytes + header);
+  const std::string msg = format_error_of([&] { const SafetensorsFile f(p); });
+  EXPECT_NE(msg.find("deep_header.safetensors: byte " + std::to_string(8 + 6 + 127)),
+            std::string::npos)
+      << msg;  // the 129th opening bracket
+  EXPECT_NE(msg.find("deeper than 128 levels"), std::string::npos) << msg;
+  std::remove(p.c_str());
+}
+
+TEST(SafetensorsHostile, HundredThousandTensorsOpenAndDuplicatesAreStillFound) {
+  // Opening is linear in the header (timed in benchmarks/bench_io.cpp); before,
+  // 80k tensors took minutes. Here: every tensor is there.
+  constexpr std::size_t kN = 100'000;
+  const std::string p = temp_path("many.safetensors");
+  write_file(p, tiny_tensors_file(kN));
+  {
+    const SafetensorsFile f(p);
+    ASSERT_EQ(f.size(), kN);
+    EXPECT_EQ(f.info("t99999").begin, 99999);
+    EXPECT_EQ(f.matrix<int>("t12345")(0, 0), 1);
+  }
+  // A repeated top-level key after 100k entries, named with the byte of its
+  // second appearance.
+  const std::string twice =
+      tiny_tensors_file(3, R"(,"t1":{"dtype":"U8","shape":[1],"data_offsets":[1,2]})");
+  write_file(p, twice);
+  std::string msg = format_error_of([&] { const SafetensorsFile f(p); });
+  EXPECT_NE(msg.find("byte " + std::to_string(8 + twice.substr(8).rfind("\"t1\""))),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("tensor \"t1\": the header lists this key twice"), std::string::npos) << msg;
+  // Repeated keys inside an entry, in "__metadata__", and deeper (an object
+  // in a shape) are found as well, before any other check.
+  for (const auto& [extra, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"(,"u":{"dtype":"U8","dtype":"U8","shape":[0],"data_offsets":[3,3]})",
+            "tensor \"u\": duplicate key \"dtype\""},
+           {R"(,"__metadata__":{"a":"x","b":"y","a":"z"})", ": duplicate key \"a\" in the header"},
+           {R"(,"v":{"dtype":"U8","shape":[{"k":1,"k":2}],"data_offsets":[3,3]})",
+            "tensor \"v\": duplicate key \"k\""}}) {
+    write_file(p, tiny_tensors_file(kN / 10, extra));
+    msg = format_error_of([&] { const SafetensorsFile f(p); });
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  }
+  std::remove(p.c_str());
+}
+
+TEST(SafetensorsHostile, EverySpellingOfOneShardOpensItOnce) {
+  // 2000 index entries naming one shard 2000 ways ("./m", ".//./m", a link
+  // to it): one file opened and validated, not 2000.
+  constexpr std::size_t kN = 2000;
+  const fs::path d = fresh_dir("spellings");
+  write_file(d / "m.safetensors", tiny_tensors_file(kN));
+  fs::create_symlink("m.safetensors", d / "link.safetensors");
+  fs::create_directories(d / "sub");
+  fs::create_symlink("../m.safetensors", d / "sub" / "up.safetensors");
+  fs::copy_file(d / "m.safetensors", d / "copy.safetensors");  // a different file
+  nlohmann::json map = nlohmann::json::object();
+  for (std::size_t i = 0; i + 1 < kN; ++i) {
+    std::string spelling = "." + std::string(1 + i / 40, '/');
+    for (std::size_t k = 0; k < i % 40; ++k) spelling += "./";
+    spelling += i % 3 == 0   ? "m.safetensors"
+                : i % 3 == 1 ? "link.safetensors"
+                             : "sub/up.safetensors";
+    map["t" + std::to_string(i)] = spelling;
+  }
+  map["t" + std::to_string(kN - 1)] = "copy.safetensors";
+  write_file(d / "model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
+  const Checkpoint c(d);
+  ASSERT_EQ(c.files().size(), 2u);
+  EXPECT_EQ(c.files()[0].path(), (d / "m.safetensors").string());  // "./m", normalized
+  EXPECT_EQ(c.names().size(), kN);
+  EXPECT_EQ(&c.file_of("t1"), &c.file_of("t2"));
+  EXPECT_EQ(c.file_of("t1999").path(), (d / "copy.safetensors").string());
+  EXPECT_EQ(c.matrix<int>("t1998")(0, 0), 1);
+  fs::remove_all(d);
+}
+
+/// format_error_of(f) on another thread. If f has not returned after 10 s it
+/// is blocked opening the FIFO `fifo`: the test fails, and a writer opened
+/// and closed on the FIFO releases it.
+template <class F>
+std::string format_error_without_blocking(const fs::path& fifo, F f) {
+  auto result = std::async(std::launch::async, [&] { return format_error_of(f); });
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "blocked on the FIFO " << fifo;
+    const int w = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  }
+  return result.get();
+}
+
+TEST(SafetensorsHostile, FifosAreRefusedWithoutBlocking) {
+  const fs::path d = fresh_dir("fifo");
+  // The index as a FIFO.
+  fs::create_directories(d / "index");
+  const fs::path index = d / "index" / "model.safetensors.index.json";
+  ASSERT_EQ(::mkfifo(index.c_str(), 0600), 0);
+  std::string msg = format_error_without_blocking(index, [&] { const Checkpoint c(d / "index"); });
+  EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+  // model.safetensors as a FIFO, through the directory and by its path.
+  fs::create_directories(d / "single");
+  const fs::path single = d / "single" / "model.safetensors";
+  ASSERT_EQ(::mkfifo(single.c_str(), 0600), 0);
+  msg = format_error_without_blocking(single, [&] { const Checkpoint c(d / "single"); });
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+  msg = format_error_without_blocking(single, [&] { const SafetensorsFile f(single.string()); });
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+  // A link to a FIFO (links are followed, then the target must be a file).
+  fs::create_symlink(single, d / "link.safetensors");
+  msg = format_error_without_blocking(
+      single, [&] { const SafetensorsFile f((d / "link.safetensors").string()); });
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+  // A shard named by the index that is a FIFO.
+  fs::create_directories(d / "shard");
+  const fs::path shard = d / "shard" / "s.safetensors";
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+  write_file(d / "shard" / "model.safetensors.index.json",
+             R"({"weight_map": {"t0": "s.safetensors"}})");
+  msg = format_error_without_blocking(shard, [&] { const Checkpoint c(d / "shard"); });
+  EXPECT_NE(msg.find("tensor \"t0\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+TEST(SafetensorsHostile, MessagesEscapeWhatTheFileHolds) {
+  const std::string p = temp_path("escapes.safetensors");
+  // nlohmann's own message echoes the bytes it stopped at: DEL, a C1 control
+  // (U+0085, NEXT LINE) and a byte that is not UTF-8.
+  for (const std::string& header :
+       {std::string("{\"a\": \x7f}"), std::string("{\"a\": \xc2\x85}"),
+        std::string("{\"a\": \xff}"), std::string("{\"a\": 1, \"b\": \"\xe2\x80\xae\x7f\"")}) {
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(header.size());
+    write_file(p, bytes + header);
+    const std::string msg = format_error_of([&] { const SafetensorsFile f(p); });
+    EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+    expect_printable(msg);
+  }
+  // Names and values from the file, quoted: a dtype "\x7f\xc2\x85" and a
+  // tensor name with a right-to-left override.
+  const std::string header =
+      "{\"w\xe2\x80\xae\": {\"dtype\": \"\x7f\xc2\x85\", \"shape\": [], \"data_offsets\": [0, 0]}}";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  write_file(p, bytes + header);
+  std::string msg = format_error_of([&] { const SafetensorsFile f(p); });
+  EXPECT_NE(msg.find(R"(tensor "w\u202e": unknown dtype "\x7f\u0085")"), std::string::npos) << msg;
+  expect_printable(msg);
+  // A string where a number belongs is shown quoted and escaped.
+  const std::string shape_header =
+      "{\"w\": {\"dtype\": \"U8\", \"shape\": [\"\\u001b[31m\"], \"data_offsets\": [0, 0]}}";
+  bytes.assign(8, '\0');
+  bytes[0] = static_cast<char>(shape_header.size());
+  write_file(p, bytes + shape_header);
+  msg = format_error_of([&] { const SafetensorsFile f(p); });
+  EXPECT_NE(msg.find(R"(got "\x1b[31m")"), std::string::npos) << msg;
+  expect_printable(msg);
+  std::remove(p.c_str());
+}
+
+TEST(SafetensorsHostile, AnImplausibleHeaderLengthIsNotEchoed) {
+  // A link named model.safetensors to some other file: its first 8 bytes
+  // read as a header length are noise, not worth printing.
+  const fs::path d = fresh_dir("not_safetensors");
+  write_file(d / "notes.txt", "#!/bin/sh\necho hello\n");
+  fs::create_symlink("notes.txt", d / "model.safetensors");
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= std::uint64_t{static_cast<unsigned char>("#!/bin/s"[i])} << (8 * i);
+  std::string msg = format_error_of([&] { const Checkpoint c(d); });
+  EXPECT_EQ(msg.find(std::to_string(n)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("header length (bytes 0-7, little-endian) exceeds the limit"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("implausible"), std::string::npos) << msg;
+  // Below the limit but past the end of the file.
+  write_file(d / "notes.txt", std::string("\x87\xd6\x12\x00\x00\x00\x00\x00{}", 10));  // 1234567
+  msg = format_error_of([&] { const Checkpoint c(d); });
+  EXPECT_EQ(msg.find("1234567"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("runs past the end of the file (10 bytes)"), std::string::npos) << msg;
+  fs::remove_all(d);
 }
 
 }  // namespace

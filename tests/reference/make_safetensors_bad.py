@@ -87,7 +87,7 @@ def main():
     case("nul_hides_text", header_file(b'{}\x00{"w": ' + json.dumps(entry()).encode() + b"}", bytes(8)),
          "NUL byte")
     case("deep_nesting", header_file('{"w": ' + "[" * 100000 + "]" * 100000 + "}"),
-         "entry must be an object", "w")
+         "deeper than 128 levels")
     case("duplicate_tensor",
          header_file('{"w": ' + json.dumps(entry()) + ', "w": ' + json.dumps(entry()) + "}", bytes(8)),
          "twice", "w")
@@ -151,7 +151,10 @@ def main():
     dir_case("index_not_object", {"model.safetensors.index.json": "[]"}, "not an object")
     dir_case("index_number_beyond_double", {"model.safetensors.index.json":
                                             '{"metadata": {"total_size": 1e999}, "weight_map": {}}'},
-             "cannot be parsed")
+             "number overflow")
+    dir_case("index_deep_nesting", {"model.safetensors.index.json":
+                                    '{"metadata": ' + "[" * 10000 + "]" * 10000 + ', "weight_map": {}}'},
+             "deeper than 128 levels")
     dir_case("index_no_weight_map", {"model.safetensors.index.json": '{"metadata": {}}'},
              'missing "weight_map"')
     dir_case("index_weight_map_not_object",
@@ -176,7 +179,7 @@ def main():
     dir_case("index_empty_shard_name", {"model.safetensors.index.json": index({"a": ""})},
              "not a relative path inside", "a")
     dir_case("index_shard_is_directory", {"model.safetensors.index.json": index({"a": "."})},
-             "does not exist", "a")
+             "not a regular file", "a")
     dir_case("index_bad_shard", {"model.safetensors.index.json": index({"w": "model-1.safetensors"}),
                                  "model-1.safetensors": st({"w": entry(dtype="X")}, 8)},
              "unknown dtype", "w")

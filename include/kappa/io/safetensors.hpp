@@ -70,6 +70,7 @@
 
 #include "kappa/core/checked.hpp"
 #include "kappa/core/error.hpp"
+#include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
 
 namespace kappa::io {
@@ -290,14 +291,13 @@ inline std::string tensor_shape_string(const std::vector<std::int64_t>& shape) {
 
 namespace detail {
 
-/// A name quoted as JSON (control characters and invalid UTF-8 escaped), so
-/// messages stay printable whatever the file holds.
-inline std::string quoted(std::string_view name) {
-  std::string shown(name.substr(0, 256));
-  std::string q =
-      nlohmann::json(shown).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (name.size() > 256) q += "...";
-  return q;
+/// How many bytes of a tensor or shard name a message shows (kappa::quoted
+/// escapes them and cuts longer names with "...").
+inline constexpr std::size_t kShownNameBytes = 256;
+
+/// A tensor, key or shard name from a file, quoted for a message.
+inline std::string shown_name(std::string_view name) {
+  return kappa::quoted(name, kShownNameBytes);
 }
 
 [[noreturn]] inline void st_fail(std::string_view file, std::int64_t byte, std::string_view tensor,
@@ -311,7 +311,7 @@ inline std::string quoted(std::string_view name) {
   msg += ": ";
   if (!tensor.empty()) {
     msg += "tensor ";
-    msg += quoted(tensor);
+    msg += shown_name(tensor);
     msg += ": ";
   }
   msg += what;
@@ -319,17 +319,21 @@ inline std::string quoted(std::string_view name) {
 }
 
 /// A read-only private mapping of a whole file; unmapped on destruction.
+/// Regular files only, after following symbolic links: a directory, FIFO,
+/// socket or device is a FormatError, and opening never blocks (O_NONBLOCK:
+/// a FIFO without a writer would otherwise wait forever in open()).
 class MappedFile {
  public:
   MappedFile() = default;
   explicit MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) st_fail(path, 0, "", std::string("cannot open the file: ") + std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      st_fail(path, 0, "", "not a regular file");
+      st_fail(path, 0, "", "not a regular file (a directory, FIFO, socket or device)");
     }
+
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -399,16 +403,115 @@ inline bool is_json_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/// A nlohmann::json::sax_parse handler that builds the document in one
+/// linear pass (no parser callback: nlohmann's callback parser rescans the
+/// parent object after every entry, quadratic in the number of tensors) and
+/// notes what the DOM parser silently accepts or throws:
+///  - the first key repeated within one object, at any depth (nlohmann keeps
+///    the last), found by the object's own lookup as the key is inserted;
+///  - the keys of the top-level object in document order;
+///  - the first syntax error, with its byte and nlohmann's message.
+/// Nesting is not limited here: callers bound it first (kappa::json_too_deep).
+class UniqueKeyJsonBuilder {
+ public:
+  using json = nlohmann::json;
+
+  json root;                          ///< the document (valid when ok())
+  std::vector<std::string> top_keys;  ///< keys of the top-level object, in order
+  // The first duplicate key: the key, whether it is a top-level key, and the
+  // index in top_keys of the top-level entry it belongs to (or is).
+  std::optional<std::string> duplicate;
+  bool duplicate_at_top = false;
+  std::size_t duplicate_entry = 0;
+  // The first syntax error: byte (0-based, in the text), message, and whether
+  // it is a number beyond double (nlohmann's out_of_range 406).
+  std::optional<std::string> error;
+  std::size_t error_byte = 0;
+  bool error_is_number = false;
+
+  bool null() { return put(json(nullptr)); }
+  bool boolean(bool v) { return put(json(v)); }
+  bool number_integer(json::number_integer_t v) { return put(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t& /*text*/) { return put(json(v)); }
+  bool string(json::string_t& v) { return put(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return put(json::binary(std::move(v))); }
+  bool start_object(std::size_t /*elements*/) { return open(json::value_t::object); }
+  bool start_array(std::size_t /*elements*/) { return open(json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    auto& object = stack_.back()->get_ref<json::object_t&>();
+    const bool top = stack_.size() == 1;
+    if (top) top_keys.push_back(k);
+    const auto [it, inserted] = object.try_emplace(std::move(k));
+    if (!inserted && !duplicate) {
+      duplicate = it->first;
+      duplicate_at_top = top;
+      duplicate_entry = top_keys.empty() ? 0 : top_keys.size() - 1;
+    }
+    slot_ = &it->second;  // a repeated key's later value replaces the earlier one
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const json::exception& e) {
+    error_byte = position > 0 ? position - 1 : 0;
+    error_is_number = e.id == 406;
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    if (const std::size_t p = what.find("] "); p != std::string::npos) what.erase(0, p + 2);
+    error = kappa::printable(what);
+    return false;
+  }
+
+ private:
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      auto& array = parent.get_ref<json::array_t&>();
+      array.push_back(std::move(v));
+      return &array.back();
+    }
+    *slot_ = std::move(v);
+    return slot_;
+  }
+  bool put(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(json::value_t type) {
+    // An open container's address is stable: only its own children are added
+    // until it closes.
+    stack_.push_back(place(json(type)));
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  std::vector<json*> stack_;  // the open containers, outermost first
+  json* slot_ = nullptr;      // the value slot of the last key read
+};
+
 }  // namespace detail
 
 /// A safetensors file, memory-mapped read-only and validated on opening.
 ///
 /// Validation (all before any tensor is read; each failure is a FormatError
 /// naming the file, the tensor where one applies, and a byte offset):
+///  - the path is a regular file after following symbolic links (a
+///    directory, FIFO, socket or device is refused without blocking);
 ///  - the file holds at least the 8-byte header length N, and
 ///    N <= kMaxHeaderBytes (100 MB, the reference implementation's limit) and
-///    8 + N <= file size;
-///  - the header starts with '{', is valid UTF-8 JSON (trailing whitespace
+///    8 + N <= file size (the message does not echo N: in a file that is not
+///    safetensors it is arbitrary bytes);
+///  - the header starts with '{', nests arrays/objects at most kMaxJsonDepth
+///    (128) deep, is valid UTF-8 JSON without NUL bytes (trailing whitespace
 ///    allowed), is an object, and has no duplicate keys at any depth;
 ///  - "__metadata__", if present, is an object of string values;
 ///  - every other entry is an object with exactly "dtype" (a name the format
@@ -422,6 +525,11 @@ inline bool is_json_space(char c) {
 ///    the last one ends at the end of the file: the format requires the data
 ///    section to be fully covered, and kappa enforces it (as the reference
 ///    implementation does), so no bytes are hidden in a file.
+///
+/// Opening takes time linear in the header's size (one pass of the JSON
+/// parser, duplicate keys found by the lookup that inserts them; then
+/// O(n log n) in the number of tensors n for the sorted table and the
+/// coverage check).
 ///
 /// Movable, not copyable; views returned by view() point into the mapping and
 /// live as long as this object (moving it keeps them valid).
@@ -572,7 +680,7 @@ class SafetensorsFile {
   void matrix_into(std::string_view name, MatrixRef<T> out) const {
     const TensorInfo& t = info(name);
     if (out.rows() != t.rows() || out.cols() != t.cols()) {
-      throw ShapeError("kappa: safetensors: " + path_ + ": tensor " + detail::quoted(name) +
+      throw ShapeError("kappa: safetensors: " + path_ + ": tensor " + detail::shown_name(name) +
                        " reads as " + shape_string(t.rows(), t.cols()) + " but the output is " +
                        shape_of(out));
     }
@@ -589,7 +697,7 @@ class SafetensorsFile {
   void require_shape(std::string_view name, const std::vector<std::int64_t>& expected) const {
     const TensorInfo& t = info(name);
     if (t.shape == expected) return;
-    throw ShapeError("kappa: safetensors: " + path_ + ": tensor " + detail::quoted(name) +
+    throw ShapeError("kappa: safetensors: " + path_ + ": tensor " + detail::shown_name(name) +
                      " has shape " + tensor_shape_string(t.shape) + ", expected " +
                      tensor_shape_string(expected));
   }
@@ -727,8 +835,8 @@ class SafetensorsFile {
 
   static std::string describe(const nlohmann::json& v) {
     if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
-    if (v.is_primitive())
-      return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 64);
+    if (v.is_string()) return kappa::quoted(v.get_ref<const std::string&>(), 64);
+    if (v.is_primitive()) return v.dump().substr(0, 64);  // a number, true, false or null
     return std::string("a JSON ") + v.type_name();
   }
 
@@ -739,81 +847,63 @@ class SafetensorsFile {
            "file too short (" + std::to_string(file_size) + " bytes) for the 8-byte header length");
     std::uint64_t n = 0;
     for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(map_.data()[i]) << (8 * i);
+    // The number itself is not shown: in a file that is not safetensors at
+    // all (a link to some other file) it is 8 arbitrary bytes.
     if (n > kMaxHeaderBytes) {
       fail(0, "",
-           "header length " + std::to_string(n) + " exceeds the limit of " +
-               std::to_string(kMaxHeaderBytes) + " bytes");
+           "the header length (bytes 0-7, little-endian) exceeds the limit of " +
+               std::to_string(kMaxHeaderBytes) +
+               " bytes: implausible, is this a safetensors file?");
     }
     if (n > file_size - 8) {
       fail(0, "",
-           "header length " + std::to_string(n) + " runs past the end of the file (" +
-               std::to_string(file_size) + " bytes)");
+           "the header length (bytes 0-7, little-endian) runs past the end of the file (" +
+               std::to_string(file_size) + " bytes): implausible, is this a safetensors file?");
     }
     data_offset_ = static_cast<std::int64_t>(8 + n);
     const std::int64_t data_size = static_cast<std::int64_t>(file_size) - data_offset_;
     const std::string_view text(reinterpret_cast<const char*>(map_.data() + 8), n);
     if (text.empty() || text[0] != '{') fail(8, "", "the header does not start with '{'");
+    // Nesting is bounded before anything recurses into it (copies, dumps).
+    if (const auto deep = json_too_deep(text))
+      fail(8 + static_cast<std::int64_t>(*deep), "",
+           "the header nests arrays/objects deeper than " + std::to_string(kMaxJsonDepth) +
+               " levels");
     // nlohmann's parser stops at a NUL byte as at the end of input, which
     // would let bytes after it hide in the header; JSON text has none.
     if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
       fail(8 + static_cast<std::int64_t>(nul), "",
            "the header contains a NUL byte (JSON has none)");
 
-    // Parse, rejecting duplicate keys at any depth (nlohmann keeps the last).
-    std::vector<std::vector<std::string>> open_keys;
-    std::string duplicate, duplicate_in;
-    std::vector<std::string> top_keys;
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(
-          text.begin(), text.end(),
-          [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-            using E = nlohmann::json::parse_event_t;
-            if (event == E::object_start) {
-              open_keys.emplace_back();
-            } else if (event == E::object_end) {
-              if (!open_keys.empty()) open_keys.pop_back();
-            } else if (event == E::key && !open_keys.empty()) {
-              const auto& key = parsed.get_ref<const std::string&>();
-              auto& seen = open_keys.back();
-              if (duplicate.empty() && std::find(seen.begin(), seen.end(), key) != seen.end()) {
-                duplicate = key;
-                duplicate_in = top_keys.empty() ? std::string() : top_keys.back();
-              }
-              if (depth == 1) top_keys.push_back(key);
-              // Entries have three keys and metadata is small; a linear scan
-              // only matters at the top level.
-              if (depth != 1) seen.push_back(key);
-            }
-            return true;
-          });
-    } catch (const nlohmann::json::parse_error& e) {
-      fail(8 + static_cast<std::int64_t>(e.byte > 0 ? e.byte - 1 : 0), "",
-           std::string("the header is not valid JSON: ") + e.what());
-    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double: 1e400
-      fail(8, "", std::string("the header cannot be parsed: ") + e.what());
+    // Parse in one linear pass, rejecting duplicate keys at any depth
+    // (nlohmann's DOM keeps the last).
+    detail::UniqueKeyJsonBuilder sax;
+    if (!nlohmann::json::sax_parse(text.begin(), text.end(), &sax) || sax.error) {
+      const std::int64_t at = 8 + static_cast<std::int64_t>(sax.error_byte);
+      if (sax.error_is_number)
+        fail(at, "", "the header cannot be parsed: " + sax.error.value_or(""));
+      fail(at, "", "the header is not valid JSON: " + sax.error.value_or(""));
     }
+    const nlohmann::json& header = sax.root;
     if (!header.is_object())
       fail(8, "", std::string("the header is a JSON ") + header.type_name() + ", not an object");
-    // Top-level duplicates: sort a copy of the keys.
-    {
-      std::vector<std::string> sorted = top_keys;
-      std::sort(sorted.begin(), sorted.end());
-      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-      if (dup != sorted.end()) fail(8, *dup, "the header lists this key twice");
-    }
-    if (!duplicate.empty()) {
-      fail(8, duplicate_in == "__metadata__" ? std::string() : duplicate_in,
-           "duplicate key " + detail::quoted(duplicate) + " in the header");
-    }
-
+    const std::vector<std::string>& top_keys = sax.top_keys;
     // Byte offset of each top-level key, for messages.
-    std::unordered_map<std::string, std::int64_t> key_at;
     const std::vector<std::size_t> offsets = detail::top_level_key_offsets(text);
-    for (std::size_t i = 0; i < top_keys.size(); ++i)
-      key_at[top_keys[i]] =
-          8 + static_cast<std::int64_t>(
-                  i < offsets.size() && offsets.size() == top_keys.size() ? offsets[i] : 0);
+    const auto key_byte = [&](std::size_t i) -> std::int64_t {
+      return 8 + static_cast<std::int64_t>(
+                     i < offsets.size() && offsets.size() == top_keys.size() ? offsets[i] : 0);
+    };
+    if (sax.duplicate) {
+      const std::string& entry_name = top_keys[sax.duplicate_entry];
+      if (sax.duplicate_at_top)
+        fail(key_byte(sax.duplicate_entry), *sax.duplicate, "the header lists this key twice");
+      fail(key_byte(sax.duplicate_entry), entry_name == "__metadata__" ? std::string() : entry_name,
+           "duplicate key " + detail::shown_name(*sax.duplicate) + " in the header");
+    }
+    std::unordered_map<std::string_view, std::int64_t> key_at;
+    key_at.reserve(top_keys.size());
+    for (std::size_t i = 0; i < top_keys.size(); ++i) key_at.emplace(top_keys[i], key_byte(i));
 
     struct Span {
       std::int64_t begin, end;
@@ -821,14 +911,15 @@ class SafetensorsFile {
     };
     std::vector<Span> spans;
     for (const auto& [name, entry] : header.items()) {
-      const std::int64_t at = key_at.contains(name) ? key_at[name] : 8;
+      const auto found_at = key_at.find(name);
+      const std::int64_t at = found_at != key_at.end() ? found_at->second : 8;
       if (name == "__metadata__") {
         if (!entry.is_object())
           fail(at, "", "\"__metadata__\" must be an object of strings, got " + describe(entry));
         for (const auto& [k, v] : entry.items()) {
           if (!v.is_string()) {
             fail(at, "",
-                 "\"__metadata__\" value of " + detail::quoted(k) + " must be a string, got " +
+                 "\"__metadata__\" value of " + detail::shown_name(k) + " must be a string, got " +
                      describe(v));
           }
           metadata_[k] = v.get<std::string>();
@@ -840,7 +931,8 @@ class SafetensorsFile {
         (void)v;
         if (k != "dtype" && k != "shape" && k != "data_offsets")
           fail(at, name,
-               "unexpected field " + detail::quoted(k) + " (expected dtype, shape, data_offsets)");
+               "unexpected field " + detail::shown_name(k) +
+                   " (expected dtype, shape, data_offsets)");
       }
       TensorInfo t;
       // dtype
@@ -848,7 +940,8 @@ class SafetensorsFile {
       if (d == entry.end()) fail(at, name, "missing \"dtype\"");
       if (!d->is_string()) fail(at, name, "\"dtype\" must be a string, got " + describe(*d));
       const auto dt = parse_dtype(d->get_ref<const std::string&>());
-      if (!dt) fail(at, name, "unknown dtype " + detail::quoted(d->get_ref<const std::string&>()));
+      if (!dt)
+        fail(at, name, "unknown dtype " + detail::shown_name(d->get_ref<const std::string&>()));
       t.dtype = *dt;
       // shape
       const auto s = entry.find("shape");
@@ -914,7 +1007,7 @@ class SafetensorsFile {
       if (sp.begin < covered) {
         fail(data_offset_ + sp.begin, *sp.name,
              "data_offsets [" + std::to_string(sp.begin) + ", " + std::to_string(sp.end) +
-                 "] overlap tensor " + detail::quoted(previous ? *previous : std::string()) +
+                 "] overlap tensor " + detail::shown_name(previous ? *previous : std::string()) +
                  ", which ends at " + std::to_string(covered));
       }
       if (sp.begin > covered) {
@@ -948,14 +1041,21 @@ class SafetensorsFile {
 ///
 /// Validation on opening, each failure a FormatError naming the file, the
 /// tensor where one applies and a byte offset (of the name in the index):
-///  - the index is at most 100 MB of valid JSON, an object whose
-///    "weight_map" is an object of strings ("metadata", if present, is kept
-///    as is and exposed by index_metadata());
+///  - the index and every shard are regular files after following symbolic
+///    links (a FIFO, socket, device or directory is refused without
+///    blocking);
+///  - the index is at most 100 MB (kMaxHeaderBytes) of valid JSON nested at
+///    most kMaxJsonDepth (128) deep, an object whose "weight_map" is an
+///    object of strings ("metadata", if present, is kept as is and exposed
+///    by index_metadata());
 ///  - every shard name is a relative path inside the directory: not empty,
 ///    not absolute, no ".." component (symbolic links are followed as the
 ///    file system resolves them: the Hugging Face cache links snapshots to
 ///    blobs elsewhere);
-///  - every shard exists and passes SafetensorsFile's validation;
+///  - every shard exists and passes SafetensorsFile's validation. Each
+///    distinct file is opened and validated once, however many spellings of
+///    its name the index uses ("a", "./a", "x//../a" is refused, a link to
+///    it): names are resolved to the file (st_dev, st_ino) first;
 ///  - every tensor the index lists is present in its shard.
 /// Tensors a shard holds but the index does not list are not reachable;
 /// tensors the model does not ask for are simply never read.
@@ -993,7 +1093,9 @@ class Checkpoint {
 
   /// The model directory.
   [[nodiscard]] const std::filesystem::path& directory() const { return dir_; }
-  /// The opened files (one, or the shards in the index's order of first use).
+  /// The opened files (one, or the distinct shard files in the index's order
+  /// of first use; a file named several ways is opened once, under the first
+  /// spelling, lexically normalized: "./a" opens as <dir>/a).
   [[nodiscard]] const std::vector<SafetensorsFile>& files() const { return files_; }
   /// The index's "metadata" (null without an index).
   [[nodiscard]] const nlohmann::json& index_metadata() const { return index_metadata_; }
@@ -1065,37 +1167,22 @@ class Checkpoint {
     namespace fs = std::filesystem;
     const std::string index_name = index_path.string();
     std::string text;
-    {
-      std::ifstream in(index_path, std::ios::binary);
-      if (!in) detail::st_fail(index_name, 0, "", "cannot open the file");
-      in.seekg(0, std::ios::end);
-      const std::streamoff len = in.tellg();
-      if (len < 0 || static_cast<std::uint64_t>(len) > SafetensorsFile::kMaxHeaderBytes) {
-        detail::st_fail(index_name, 0, "",
-                        "the index is larger than " +
-                            std::to_string(SafetensorsFile::kMaxHeaderBytes) + " bytes");
-      }
-      text.resize(static_cast<std::size_t>(len));
-      in.seekg(0);
-      in.read(text.data(), len);
-      if (!in) detail::st_fail(index_name, 0, "", "cannot read the file");
-    }
-    if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
-      detail::st_fail(index_name, static_cast<std::int64_t>(nul), "", "not valid JSON: a NUL byte");
     nlohmann::json index;
     try {
-      index = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      detail::st_fail(index_name, static_cast<std::int64_t>(e.byte > 0 ? e.byte - 1 : 0), "",
-                      std::string("not valid JSON: ") + e.what());
-    } catch (const nlohmann::json::exception& e) {
-      detail::st_fail(index_name, 0, "", std::string("cannot be parsed: ") + e.what());
+      // Regular files only (a FIFO would block), bounded in size, nesting
+      // bounded before parsing.
+      text = read_regular_file(index_name, SafetensorsFile::kMaxHeaderBytes);
+      index = parse_json(text, index_name);
+    } catch (const FormatError& e) {
+      std::string_view what = e.what();  // "kappa: <file>: ..."
+      if (what.starts_with("kappa: ")) what.remove_prefix(7);
+      throw FormatError("kappa: safetensors: " + std::string(what));
     }
     if (!index.is_object()) {
       detail::st_fail(index_name, 0, "",
                       std::string("the index is a JSON ") + index.type_name() + ", not an object");
     }
-    if (const auto m = index.find("metadata"); m != index.end()) index_metadata_ = *m;
+    if (const auto m = index.find("metadata"); m != index.end()) index_metadata_ = std::move(*m);
     const auto map = index.find("weight_map");
     if (map == index.end()) detail::st_fail(index_name, 0, "", "missing \"weight_map\"");
     if (!map->is_object()) {
@@ -1109,7 +1196,12 @@ class Checkpoint {
       const std::size_t at = text.find(quoted);
       return at == std::string::npos ? 0 : static_cast<std::int64_t>(at);
     };
-    std::map<std::string, std::size_t> shard_index;
+    // Each shard name as written -> its file, and each file (st_dev, st_ino)
+    // -> its index in files_: every spelling of one file ("a", "./a", ".//a",
+    // "sub/../a" is refused below, a link to it) maps to one SafetensorsFile,
+    // opened and validated once.
+    std::unordered_map<std::string, std::size_t> by_spelling;
+    std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t> by_identity;
     for (const auto& [name, shard] : map->items()) {
       if (!shard.is_string()) {
         detail::st_fail(
@@ -1117,31 +1209,42 @@ class Checkpoint {
             std::string("shard must be a file name (string), got a JSON ") + shard.type_name());
       }
       const std::string& shard_name = shard.get_ref<const std::string&>();
-      auto found = shard_index.find(shard_name);
-      if (found == shard_index.end()) {
+      auto found = by_spelling.find(shard_name);
+      if (found == by_spelling.end()) {
         const fs::path rel(shard_name);
         bool escapes = shard_name.empty() || rel.is_absolute() || rel.has_root_name() ||
                        rel.has_root_directory() || shard_name.find('\0') != std::string::npos;
         for (const fs::path& part : rel) escapes = escapes || part == "..";
         if (escapes) {
           detail::st_fail(index_name, byte_of(name), name,
-                          "shard " + detail::quoted(shard_name) +
+                          "shard " + detail::shown_name(shard_name) +
                               " is not a relative path inside the directory");
         }
-        const fs::path shard_path = dir_ / rel;
-        std::error_code ec;
-        if (!fs::is_regular_file(shard_path, ec)) {
+        const fs::path shard_path = dir_ / rel.lexically_normal();
+        struct stat st {};
+        if (::stat(shard_path.c_str(), &st) != 0) {
           detail::st_fail(
               index_name, byte_of(name), name,
-              "shard " + detail::quoted(shard_name) + " does not exist in " + dir_.string());
+              "shard " + detail::shown_name(shard_name) + " does not exist in " + dir_.string());
         }
-        files_.emplace_back(shard_path.string());
-        found = shard_index.emplace(shard_name, files_.size() - 1).first;
+        if (!S_ISREG(st.st_mode)) {
+          detail::st_fail(index_name, byte_of(name), name,
+                          "shard " + detail::shown_name(shard_name) + " in " + dir_.string() +
+                              " is not a regular file (a directory, FIFO, socket or device)");
+        }
+        const std::pair<std::uint64_t, std::uint64_t> identity{
+            static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+        auto file = by_identity.find(identity);
+        if (file == by_identity.end()) {
+          files_.emplace_back(shard_path.string());
+          file = by_identity.emplace(identity, files_.size() - 1).first;
+        }
+        found = by_spelling.emplace(shard_name, file->second).first;
       }
       const SafetensorsFile& file = files_[found->second];
       if (!file.has(name)) {
         detail::st_fail(index_name, byte_of(name), name,
-                        "listed in shard " + detail::quoted(shard_name) +
+                        "listed in shard " + detail::shown_name(shard_name) +
                             ", which does not hold it (" + file.path() + " has " +
                             std::to_string(file.size()) + " tensors)");
       }
@@ -1187,14 +1290,14 @@ class SafetensorsWriter {
     static_assert(std::endian::native == std::endian::little,
                   "kappa: the safetensors writer assumes a little-endian host");
     if (name == "__metadata__" || entries_.contains(name)) {
-      throw FormatError("kappa: safetensors: writer: tensor " + detail::quoted(name) +
+      throw FormatError("kappa: safetensors: writer: tensor " + detail::shown_name(name) +
                         " is added twice or uses a reserved name");
     }
     std::vector<std::int64_t> dims = shape ? *shape : std::vector<std::int64_t>{m.rows(), m.cols()};
     std::int64_t count = 1;
     for (std::int64_t d : dims) count = checked_mul("safetensors writer shape", count, d);
     if (count != m.size()) {
-      throw ShapeError("kappa: safetensors: writer: tensor " + detail::quoted(name) +
+      throw ShapeError("kappa: safetensors: writer: tensor " + detail::shown_name(name) +
                        " has shape " + tensor_shape_string(dims) + " but the matrix is " +
                        shape_of(m));
     }
@@ -1238,18 +1341,23 @@ class SafetensorsWriter {
     std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
       return dtype_bits(a->second.dtype) > dtype_bits(b->second.dtype);
     });
-    nlohmann::ordered_json header = nlohmann::ordered_json::object();
-    if (!metadata_.empty()) header["__metadata__"] = metadata_;
+    // The header text is built entry by entry (an ordered_json object would
+    // search its keys linearly on every insertion: quadratic in tensors).
+    std::string text = "{";
+    if (!metadata_.empty())
+      text.append("\"__metadata__\":").append(nlohmann::json(metadata_).dump());
     std::int64_t offset = 0;
     for (const auto* kv : order) {
       const Entry& e = kv->second;
       const auto size = static_cast<std::int64_t>(e.bytes.size());
-      header[kv->first] = {{"dtype", std::string(dtype_name(e.dtype))},
-                           {"shape", e.shape},
-                           {"data_offsets", {offset, offset + size}}};
+      const nlohmann::ordered_json entry = {{"dtype", std::string(dtype_name(e.dtype))},
+                                            {"shape", e.shape},
+                                            {"data_offsets", {offset, offset + size}}};
+      if (text.size() > 1) text += ',';
+      text.append(nlohmann::json(kv->first).dump()).append(1, ':').append(entry.dump());
       offset += size;
     }
-    std::string text = header.dump();
+    text += '}';
     text.append((8 - text.size() % 8) % 8, ' ');
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out)
