@@ -16,13 +16,30 @@
 //   BM_ReadBF16Into            the same conversion into a preallocated matrix
 //   BM_MemoryCopy              memcpy of 100 MB between preallocated buffers:
 //                              the ceiling
+//
+// Opening is linear in the header (issue 24: it was quadratic in the number
+// of tensors through nlohmann's callback parser and a duplicate-key scan).
+// Files of n = 1k, 10k, 100k one-byte U8 tensors (header written once per n
+// to the temporary directory; about 60 bytes of header per tensor), rates
+// per second of tensors and of header MB:
+//   BM_SafetensorsOpenHeader/n map and validate the file (SafetensorsFile)
+//   BM_JsonParseHeader/n       nlohmann::json::parse of the same header bytes
+//                              (in memory, no callback): the peer; kappa's
+//                              open does this parse's work plus validation
+// A flat tensors/s from 1k to 100k is linear time; the ratio of the two rows
+// at one n is the cost of validation over a bare parse.
 #include <benchmark/benchmark.h>
 
 #include "bench_common.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <stdexcept>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "kappa/io/safetensors.hpp"
 
@@ -125,6 +142,69 @@ void BM_ReadBF16Into(benchmark::State& st) {
   set_rate(st, double(kBytes));
 }
 
+/// A file of `n` one-byte U8 tensors "model.layers.<i>.w" (names shaped like
+/// a checkpoint's), written once per n and removed at exit.
+struct TinyTensorsFile {
+  std::string path, header;
+  explicit TinyTensorsFile(std::int64_t n) {
+    header = "{";
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (i) header += ',';
+      header += "\"model.layers." + std::to_string(i) +
+                ".w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" + std::to_string(i) +
+                "," + std::to_string(i + 1) + "]}";
+    }
+    header += '}';
+    path = (std::filesystem::temp_directory_path() /
+            ("kappa_bench_io_tiny_" + std::to_string(n) + ".safetensors"))
+               .string();
+    std::string bytes(8, '\0');
+    for (int k = 0; k < 8; ++k)
+      bytes[static_cast<std::size_t>(k)] = static_cast<char>((header.size() >> (8 * k)) & 0xffu);
+    bytes += header;
+    bytes.append(static_cast<std::size_t>(n), '\x01');
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size())
+      throw std::runtime_error("bench_io: cannot write " + path);
+    std::fclose(f);
+  }
+  ~TinyTensorsFile() { std::remove(path.c_str()); }
+};
+
+const TinyTensorsFile& tiny_file(std::int64_t n) {
+  static std::map<std::int64_t, TinyTensorsFile> files;
+  auto it = files.find(n);
+  if (it == files.end()) it = files.try_emplace(n, n).first;
+  return it->second;
+}
+
+void set_header_rates(benchmark::State& st, std::int64_t n, std::size_t header_bytes) {
+  st.counters["tensors/s"] =
+      benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["header MB/s"] = benchmark::Counter(double(header_bytes) * 1e-6,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_SafetensorsOpenHeader(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  const TinyTensorsFile& f = tiny_file(n);
+  for (auto _ : st) {
+    const SafetensorsFile file(f.path);
+    benchmark::DoNotOptimize(file.size());
+  }
+  set_header_rates(st, n, f.header.size());
+}
+
+void BM_JsonParseHeader(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  const TinyTensorsFile& f = tiny_file(n);
+  for (auto _ : st) {
+    const nlohmann::json j = nlohmann::json::parse(f.header);
+    benchmark::DoNotOptimize(j.size());
+  }
+  set_header_rates(st, n, f.header.size());
+}
+
 void BM_MemoryCopy(benchmark::State& st) {
   kappa_bench::memory_copy(st, kBytes, 1);
 }
@@ -138,5 +218,13 @@ BENCHMARK(BM_ViewF32Sum)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReadBF16)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReadBF16Into)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MemoryCopy)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SafetensorsOpenHeader)
+    ->RangeMultiplier(10)
+    ->Range(1000, 100000)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_JsonParseHeader)
+    ->RangeMultiplier(10)
+    ->Range(1000, 100000)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
