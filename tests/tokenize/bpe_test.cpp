@@ -146,8 +146,8 @@ TEST(BpeFormats, TiktokenFileErrorsNameFileAndLine) {
   EXPECT_EQ(error_of(load(good + "eHk= 256\n")), "kappa: r.tiktoken:258: duplicate rank 256");
   EXPECT_EQ(error_of(load(good + "eHk=257\n")),
             "kappa: r.tiktoken:258: expected '<base64 token> <rank>'");
-  EXPECT_EQ(error_of(load(good + "e@k= 257\n")), "kappa: r.tiktoken:258: invalid base64 'e@k='");
-  EXPECT_EQ(error_of(load(good + "eHk= -3\n")), "kappa: r.tiktoken:258: invalid rank '-3'");
+  EXPECT_EQ(error_of(load(good + "e@k= 257\n")), "kappa: r.tiktoken:258: invalid base64 \"e@k=\"");
+  EXPECT_EQ(error_of(load(good + "eHk= -3\n")), "kappa: r.tiktoken:258: invalid rank \"-3\"");
   EXPECT_EQ(error_of(load(good + "eHk= 2147483647\n")),
             "kappa: r.tiktoken:258: id 2147483647 is far beyond the 258 tokens (ids must be dense: "
             "below 2 N + 1024)");
@@ -185,17 +185,17 @@ TEST(BpeFormats, Gpt2FilesErrorsNameFileAndLine) {
             (Ids{256, 256, ' ', 257}));
   EXPECT_TRUE(ok.model().is_special(257));
   EXPECT_EQ(error_of(load(json, merges + "a\n")),
-            "kappa: vocab.bpe:3: expected a merge '<token> <token>', got 'a'");
+            "kappa: vocab.bpe:3: expected a merge '<token> <token>', got \"a\"");
   EXPECT_EQ(error_of(load(json, merges + "a  b\n")),
-            "kappa: vocab.bpe:3: expected a merge '<token> <token>', got 'a  b'");
+            "kappa: vocab.bpe:3: expected a merge '<token> <token>', got \"a  b\"");
   EXPECT_EQ(error_of(load(json, merges + "b c\n")),
-            "kappa: vocab.bpe:3: merge 'b c': token \"bc\" is not in encoder.json");
+            "kappa: vocab.bpe:3: merge \"b c\": token \"bc\" is not in encoder.json");
   EXPECT_EQ(error_of(load(json, merges + "a b\n")), "kappa: vocab.bpe:3: duplicate merge");
   EXPECT_EQ(error_of(load(base + "\"a b\": 256}", "")),
             "kappa: encoder.json: unknown token string \"a b\" (id 256) has a character outside "
             "GPT-2's byte alphabet");
   EXPECT_EQ(error_of(load(base + "\"ab\": 255}", "")),
-            "kappa: encoder.json: duplicate id 255 (tokens \"\\xc3\\xbf\" and \"ab\")");
+            "kappa: encoder.json: duplicate id 255 (tokens \"\xc3\xbf\" and \"ab\")");
   EXPECT_EQ(error_of(load(base + "\"ab\": 256, \"ab\": 257}", "")),
             "kappa: encoder.json: duplicate token \"ab\"");
   EXPECT_NE(error_of(load(base + "\"ab\" 256}", "")).find("kappa: encoder.json:1 (byte "),
@@ -357,10 +357,10 @@ Ids naive_recognize(const tk::Gpt2Tokenizer& t, std::string_view text) {
 TEST(BpeFormats, Gpt2MergeOperandThatNoMergeMakesIsAFormatError) {
   const std::string merges = "#version: 0.2\na b\nxy ab\n";
   EXPECT_EQ(error_of(gpt2_loader(encoder_json({{"ab", 256}, {"xyab", 257}, {"xy", 258}}), merges)),
-            "kappa: vocab.bpe:3: merge 'xy ab': token \"xy\" is neither a single byte nor made "
+            "kappa: vocab.bpe:3: merge \"xy ab\": token \"xy\" is neither a single byte nor made "
             "by a merge in vocab.bpe");
   EXPECT_EQ(error_of(gpt2_loader(encoder_json({{"xy", 256}, {"ab", 257}, {"xyab", 258}}), merges)),
-            "kappa: vocab.bpe:3: merge 'xy ab': token \"xy\" is neither a single byte nor made "
+            "kappa: vocab.bpe:3: merge \"xy ab\": token \"xy\" is neither a single byte nor made "
             "by a merge in vocab.bpe");
   // With the merge that makes "xy" (on any line) the file is consistent and
   // the round trip through to_gpt2() gives the same tokenizer.
@@ -411,7 +411,7 @@ TEST(BpeFormats, RankGapsTruncationAndIncompleteMergesAreFormatErrors) {
             "encoder.json), which is \"a\" + \"bc\": is vocab.bpe truncated?");
   // A token made by two merges.
   EXPECT_EQ(error_of(gpt2_loader(json, "#version: 0.2\na b\nb c\nab c\na bc\n")),
-            "kappa: vocab.bpe:5: merge 'a bc' makes \"abc\", which line 4 already makes");
+            "kappa: vocab.bpe:5: merge \"a bc\" makes \"abc\", which line 4 already makes");
   // GPT-2's own layout still loads: <|endoftext|> is made by no merge and
   // splits into no two tokens, so it is a special token.
   const std::string with_special =
@@ -429,12 +429,13 @@ TEST(BpeFormats, ErrorMessagesEscapeControlBytes) {
     return error_of([text] { (void)tk::BpeModel::from_tiktoken(text, "r.tiktoken", {}); });
   };
   const std::string base64 = msg(good + "\x1b[2J= 257\n");
-  EXPECT_EQ(base64, "kappa: r.tiktoken:258: invalid base64 '\\x1b[2J='");
+  EXPECT_EQ(base64, "kappa: r.tiktoken:258: invalid base64 \"\\x1b[2J=\"");
   const std::string rank = msg(good + "eHk= 2\x1b]0;pwned\x07\n");
-  EXPECT_EQ(rank, "kappa: r.tiktoken:258: invalid rank '2\\x1b]0;pwned\\x07'");
+  EXPECT_EQ(rank, "kappa: r.tiktoken:258: invalid rank \"2\\x1b]0;pwned\\x07\"");
   for (const std::string& m : {base64, rank})
     for (char c : m) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << m;
-  EXPECT_EQ(tk::detail::printable("a\x1b\n\\\x7f\xc3\xa9"), "a\\x1b\\x0a\\x5c\\x7f\\xc3\\xa9");
+  EXPECT_EQ(kappa::quoted("a\x1b\n\\\x7f\xc3\xa9\xc2\x85"),
+            "\"a\\x1b\\x0a\\\\\\x7f\xc3\xa9\\u0085\"");
 }
 
 // Defect 4: a directory or an unreadable path is a FormatError naming it,

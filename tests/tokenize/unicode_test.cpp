@@ -30,7 +30,7 @@ TEST(Utf8, IllFormedBytesAreSingleInvalidCharacters) {
        {"\x80", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
         "\xF5\x80\x80\x80", "\xFF", "\xE6\x97", "\xF0\x9F\x98", "\xC3"}) {
     const auto c = tk::decode_utf8(bad, 0);
-    EXPECT_FALSE(c.valid) << tk::detail::printable(bad);
+    EXPECT_FALSE(c.valid) << kappa::quoted(bad);
     EXPECT_EQ(c.length, 1);
     EXPECT_EQ(c.code_point, static_cast<unsigned char>(bad[0]));
   }

@@ -132,15 +132,14 @@ class BpeModel {
         detail::format_error(name, line_no, "expected '<base64 token> <rank>'");
       const std::optional<std::string> bytes = base64_decode(line.substr(0, sp));
       if (!bytes)
-        detail::format_error(name, line_no,
-                             "invalid base64 '" + detail::printable(line.substr(0, sp)) + "'");
+        detail::format_error(name, line_no, "invalid base64 " + kappa::quoted(line.substr(0, sp)));
       const std::string_view r = line.substr(sp + 1);
       long long rank = 0;
       if (r.empty() || r.size() > 10)
-        detail::format_error(name, line_no, "invalid rank '" + detail::printable(r) + "'");
+        detail::format_error(name, line_no, "invalid rank " + kappa::quoted(r));
       for (char c : r) {
         if (c < '0' || c > '9')
-          detail::format_error(name, line_no, "invalid rank '" + detail::printable(r) + "'");
+          detail::format_error(name, line_no, "invalid rank " + kappa::quoted(r));
         rank = rank * 10 + (c - '0');
       }
       if (rank > std::numeric_limits<TokenId>::max())
@@ -217,19 +216,19 @@ class BpeModel {
     for (const auto& [key, id] : entries) {
       if (id < 0 || id > std::numeric_limits<TokenId>::max())
         throw FormatError("kappa: " + std::string(encoder_name) + ": id " + std::to_string(id) +
-                          " of token \"" + detail::printable(key) + "\" is out of range");
+                          " of token " + kappa::quoted(key) + " is out of range");
       if (!seen_ids.emplace(id, key).second)
         throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate id " +
-                          std::to_string(id) + " (tokens \"" + detail::printable(seen_ids[id]) +
-                          "\" and \"" + detail::printable(key) + "\")");
+                          std::to_string(id) + " (tokens " + kappa::quoted(seen_ids[id]) + " and " +
+                          kappa::quoted(key) + ")");
       std::optional<std::string> bytes = alphabet.decode(key);
       if (!bytes)
-        throw FormatError("kappa: " + std::string(encoder_name) + ": unknown token string \"" +
-                          detail::printable(key) + "\" (id " + std::to_string(id) +
+        throw FormatError("kappa: " + std::string(encoder_name) + ": unknown token string " +
+                          kappa::quoted(key) + " (id " + std::to_string(id) +
                           ") has a character outside GPT-2's byte alphabet");
       if (!by_text.emplace(key, std::pair{static_cast<TokenId>(id), std::move(*bytes)}).second)
-        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate token \"" +
-                          detail::printable(key) + "\"");
+        throw FormatError("kappa: " + std::string(encoder_name) + ": duplicate token " +
+                          kappa::quoted(key));
       keys.emplace_back(key, static_cast<TokenId>(id));
     }
     for (const auto& [key, id] : keys) check_dense(id, keys.size(), encoder_name, 1);
@@ -257,16 +256,14 @@ class BpeModel {
       const std::size_t sp = line.find(' ');
       if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() ||
           line.find(' ', sp + 1) != std::string_view::npos)
-        detail::format_error(
-            vocab_name, line_no,
-            "expected a merge '<token> <token>', got '" + detail::printable(line) + "'");
+        detail::format_error(vocab_name, line_no,
+                             "expected a merge '<token> <token>', got " + kappa::quoted(line));
       const std::string a(line.substr(0, sp)), b(line.substr(sp + 1)), c = a + b;
       for (const std::string* t : {&a, &b, &c}) {
         if (!index_of.contains(*t))
           detail::format_error(vocab_name, line_no,
-                               "merge '" + detail::printable(line) + "': token \"" +
-                                   detail::printable(*t) + "\" is not in " +
-                                   std::string(encoder_name));
+                               "merge " + kappa::quoted(line) + ": token " + kappa::quoted(*t) +
+                                   " is not in " + std::string(encoder_name));
       }
       merges.push_back({index_of[a], index_of[b], index_of[c], line_no});
     }
@@ -278,9 +275,8 @@ class BpeModel {
         detail::format_error(vocab_name, l.line_no, "duplicate merge");
       if (made_by[l.c] != 0)
         detail::format_error(vocab_name, l.line_no,
-                             "merge '" + detail::printable(keys[l.a].first) + " " +
-                                 detail::printable(keys[l.b].first) + "' makes \"" +
-                                 detail::printable(keys[l.c].first) + "\", which line " +
+                             "merge " + kappa::quoted(keys[l.a].first + " " + keys[l.b].first) +
+                                 " makes " + kappa::quoted(keys[l.c].first) + ", which line " +
                                  std::to_string(made_by[l.c]) + " already makes");
       made_by[l.c] = l.line_no;
       operands[l.c] = {l.a, l.b};
@@ -290,10 +286,9 @@ class BpeModel {
       for (std::size_t k : {l.a, l.b}) {
         if (mergeable[k]) continue;
         detail::format_error(vocab_name, l.line_no,
-                             "merge '" + detail::printable(keys[l.a].first) + " " +
-                                 detail::printable(keys[l.b].first) + "': token \"" +
-                                 detail::printable(keys[k].first) +
-                                 "\" is neither a single byte nor made by a merge in " +
+                             "merge " + kappa::quoted(keys[l.a].first + " " + keys[l.b].first) +
+                                 ": token " + kappa::quoted(keys[k].first) +
+                                 " is neither a single byte nor made by a merge in " +
                                  std::string(vocab_name));
       }
     }
@@ -306,12 +301,12 @@ class BpeModel {
         if (x == index_of.end() || y == index_of.end() || !mergeable[x->second] ||
             !mergeable[y->second])
           continue;
-        detail::format_error(
-            vocab_name, line_no,
-            "the file ends, but no merge makes token \"" + detail::printable(t) + "\" (id " +
-                std::to_string(keys[k].second) + " of " + std::string(encoder_name) +
-                "), which is \"" + detail::printable(x->first) + "\" + \"" +
-                detail::printable(y->first) + "\": is " + std::string(vocab_name) + " truncated?");
+        detail::format_error(vocab_name, line_no,
+                             "the file ends, but no merge makes token " + kappa::quoted(t) +
+                                 " (id " + std::to_string(keys[k].second) + " of " +
+                                 std::string(encoder_name) + "), which is " +
+                                 kappa::quoted(x->first) + " + " + kappa::quoted(y->first) +
+                                 ": is " + std::string(vocab_name) + " truncated?");
       }
     }
     std::vector<SpecialToken> specials;
@@ -406,8 +401,8 @@ class BpeModel {
       parts.clear();
       merge_small(t, parts, static_cast<std::uint32_t>(id));
       if (parts.size() != 2)
-        throw FormatError("kappa: token " + std::to_string(id) + " (\"" + detail::printable(t) +
-                          "\") is not the merge of two lower-ranked tokens; it has no GPT-2 merge");
+        throw FormatError("kappa: token " + std::to_string(id) + " (" + kappa::quoted(t) +
+                          ") is not the merge of two lower-ranked tokens; it has no GPT-2 merge");
       out.emplace_back(parts[0], parts[1]);
     }
     return out;
@@ -438,8 +433,8 @@ class BpeModel {
     const Gpt2ByteAlphabet& alphabet = gpt2_alphabet();
     for (const SpecialToken& sp : specials_) {
       const auto fail = [&](const std::string& why) {
-        throw FormatError("kappa: to_gpt2: special token \"" + detail::printable(sp.text) + "\" " +
-                          why + "; GPT-2's encoder.json cannot hold it (save as tiktoken)");
+        throw FormatError("kappa: to_gpt2: special token " + kappa::quoted(sp.text) + " " + why +
+                          "; GPT-2's encoder.json cannot hold it (save as tiktoken)");
       };
       const auto mergeable = [&](std::string_view text) {
         const std::optional<std::string> b = alphabet.decode(text);
@@ -451,8 +446,8 @@ class BpeModel {
            i += decode_utf8(sp.text, i).length) {
         const std::string_view t = sp.text;
         if (mergeable(t.substr(0, i)) && mergeable(t.substr(i)))
-          fail("is the mergeable tokens \"" + detail::printable(t.substr(0, i)) + "\" + \"" +
-               detail::printable(t.substr(i)) + "\"");
+          fail("is the mergeable tokens " + kappa::quoted(t.substr(0, i)) + " + " +
+               kappa::quoted(t.substr(i)));
       }
     }
     std::string json = "{";
@@ -490,7 +485,7 @@ class BpeModel {
     if (assigned_[u]) detail::format_error(file, line, "duplicate rank " + std::to_string(id));
     if (!ids_.insert(bytes, static_cast<std::uint32_t>(id)))
       detail::format_error(file, line,
-                           "duplicate token \"" + detail::printable(bytes) + "\" (rank " +
+                           "duplicate token " + kappa::quoted(bytes) + " (rank " +
                                std::to_string(id) + " and rank " +
                                std::to_string(ids_.find(bytes)) + ")");
     tokens_[u] = std::string(bytes);
@@ -521,13 +516,13 @@ class BpeModel {
   void set_specials(std::vector<SpecialToken> specials, std::string_view file) {
     for (const SpecialToken& s : specials) {
       if (s.text.empty() || s.id < 0)
-        throw FormatError("kappa: " + std::string(file) + ": invalid special token \"" +
-                          detail::printable(s.text) + "\"");
+        throw FormatError("kappa: " + std::string(file) + ": invalid special token " +
+                          kappa::quoted(s.text));
       check_dense(s.id, tokens_.size() + specials.size(), file, 0);
       const auto u = static_cast<std::size_t>(s.id);
       if (u < assigned_.size() && assigned_[u])
-        throw FormatError("kappa: " + std::string(file) + ": special token \"" +
-                          detail::printable(s.text) + "\" reuses id " + std::to_string(s.id));
+        throw FormatError("kappa: " + std::string(file) + ": special token " +
+                          kappa::quoted(s.text) + " reuses id " + std::to_string(s.id));
       if (u >= tokens_.size()) {
         tokens_.resize(u + 1);
         assigned_.resize(u + 1, false);

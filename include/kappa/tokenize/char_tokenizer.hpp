@@ -53,12 +53,11 @@ class CharTokenizer {
     for (const std::string& t : tokens) {
       const std::size_t n = count_chars(t);
       if (n == 0 || n > max_chars)
-        throw std::invalid_argument("kappa: CharTokenizer: token \"" + detail::printable(t) +
-                                    "\" has " + std::to_string(n) + " characters, not 1.." +
+        throw std::invalid_argument("kappa: CharTokenizer: token " + kappa::quoted(t) + " has " +
+                                    std::to_string(n) + " characters, not 1.." +
                                     std::to_string(max_chars));
       if (!add(t))
-        throw std::invalid_argument("kappa: CharTokenizer: duplicate token \"" +
-                                    detail::printable(t) + "\"");
+        throw std::invalid_argument("kappa: CharTokenizer: duplicate token " + kappa::quoted(t));
       longest_ = std::max(longest_, n);
     }
   }

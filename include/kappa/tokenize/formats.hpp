@@ -69,27 +69,6 @@ namespace detail {
                     std::string(what));
 }
 
-/// A byte string shown in a message: printable ASCII as is, other bytes \xNN,
-/// truncated to 40 bytes. Every text from a file or from the user that goes
-/// into an error message passes through here, so that control bytes (an
-/// escape sequence in a rank file) never reach a terminal.
-inline std::string printable(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7F && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (s.size() > 40) out += "...";
-  return out;
-}
-
 }  // namespace detail
 
 // ---- base64 (RFC 4648, with padding) ----------------------------------------
@@ -316,7 +295,7 @@ inline std::vector<std::pair<std::string, long long>> parse_json_int_object(std:
       if (pos < text.size() && text[pos] == '-') ++pos;
       while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
       if (pos == start || (pos == start + 1 && text[start] == '-') || pos - start > 12)
-        fail("expected an integer id after key \"" + detail::printable(key) + "\"");
+        fail("expected an integer id after key " + kappa::quoted(key));
       out.emplace_back(std::move(key), std::stoll(std::string(text.substr(start, pos - start))));
       skip_ws();
       if (pos < text.size() && text[pos] == ',') {

@@ -48,8 +48,8 @@ class WordTokenizer {
     add(options_.unknown);
     for (const std::string& s : options_.specials) {
       if (s.empty() || !add(s))
-        throw std::invalid_argument("kappa: WordTokenizer: bad or duplicate special token \"" +
-                                    detail::printable(s) + "\"");
+        throw std::invalid_argument("kappa: WordTokenizer: bad or duplicate special token " +
+                                    kappa::quoted(s));
     }
     if (options_.max_size != 0 && options_.max_size < tokens_.size())
       throw std::invalid_argument("kappa: WordTokenizer: max_size " +
