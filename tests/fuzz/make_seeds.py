@@ -201,6 +201,40 @@ def main():
     write("safetensors", "empty", safetensors({}))
     write("safetensors", "f8", safetensors({"q": ("F8_E4M3", (4,), b"\x00\x38\x7f\xff")}))
 
+    # safetensors_index: a model.safetensors.index.json for the directory
+    # safetensors_index_fuzz.cpp makes (shard 1 holds t0..t63, shard 2
+    # u0..u3; link.safetensors and sub/up.safetensors link to shard 1;
+    # fifo.safetensors is a FIFO, dir.safetensors a directory).
+    s1, s2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+
+    def index(weight_map, metadata=None, **kw):
+        doc = {"metadata": metadata if metadata is not None else {"total_size": 272}}
+        doc["weight_map"] = weight_map
+        return json.dumps(doc, **kw)
+
+    write("safetensors_index", "valid", index(
+        {**{f"t{i}": s1 for i in range(8)}, **{f"u{i}": s2 for i in range(4)}}, indent=2))
+    # One shard spelled 64 ways (and through both links): opened once.
+    spellings = {}
+    for i in range(64):
+        name = [s1, "link.safetensors", "sub/up.safetensors", "sub/./up.safetensors"][i % 4]
+        spellings[f"t{i}"] = "." + "/" * (1 + i // 16) + "./" * (i % 16 // 4) + name
+    write("safetensors_index", "spellings", index(spellings, separators=(",", ":")))
+    write("safetensors_index", "escaped_spellings",
+          '{"weight_map": {"t0": "\\u002e/' + s1 + '", "t1": "./\\u006cink.safetensors", '
+          '"t2": "sub\\/up.safetensors", "u0": "' + s2 + '"}}')
+    write("safetensors_index", "deep_metadata",
+          '{"metadata": ' + "[" * 200 + "]" * 200 + ', "weight_map": {"t0": "' + s1 + '"}}')
+    write("safetensors_index", "deep_weight_map",
+          '{"weight_map": {"t0": ' + '{"a":' * 130 + "1" + "}" * 130 + "}}")
+    write("safetensors_index", "fifo_shard", index({"t0": "fifo.safetensors"}))
+    write("safetensors_index", "dir_shard", index({"t0": "dir.safetensors", "t1": s1}))
+    write("safetensors_index", "escapes", index({"t0": "../" + s1, "t1": "/etc/hostname",
+                                                 "t2": "", "t3": "sub/../../" + s1}))
+    write("safetensors_index", "missing", index({"t0": s1, "t9": s2, "x": "nope.safetensors"}))
+    write("safetensors_index", "duplicate_keys", '{"weight_map": {"t0": "' + s1 + '", "t0": "' + s2 + '"}}')
+    write("safetensors_index", "not_object", '[{"weight_map": {}}]')
+
     # ---- hf_json: the first byte picks the reader (even: tokenizer.json,
     # odd: config.json); the tiny reference models' files.
     models = os.path.join(ROOT, "tests", "data", "models")
