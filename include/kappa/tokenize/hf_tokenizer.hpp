@@ -54,6 +54,13 @@
 // tokenizer_config.json's added_tokens_decoder is read only for GPT-2's
 // layout; with tokenizer.json, its added_tokens are the list.
 //
+// Files are untrusted input: each is read only if it is a regular file (a
+// FIFO or a device of a file's name is a FormatError, never a blocking or
+// endless read), up to 512 MiB, and JSON nested deeper than 128 levels is a
+// FormatError before it is parsed (kappa/core/json.hpp). Loading is
+// O(n log n) in the length of the longest token. File text in a message is
+// escaped by kappa::quoted.
+//
 // BOS and EOS: the post_processor's template gives the ids put before and
 // after the text. tokenizer_config.json's add_bos_token / add_eos_token, when
 // present (true or false), take precedence and set the prefix to [bos] or []
@@ -282,7 +289,8 @@ class HfTokenizer {
   /// Loads a model directory: tokenizer.json if present, else vocab.json +
   /// merges.txt (GPT-2's layout); plus tokenizer_config.json and
   /// special_tokens_map.json when present. FormatError naming the file if
-  /// none of the layouts is there or a file is malformed or unsupported.
+  /// none of the layouts is there or a file is malformed, unsupported, or
+  /// present but not a regular file.
   static HfTokenizer from_directory(const std::string& dir,
                                     Normalization normalization = Normalization::kReject) {
     namespace fs = std::filesystem;
