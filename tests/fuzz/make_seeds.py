@@ -286,6 +286,36 @@ def main():
     write("hf_json", "deep_config_rope_scaling",
           b"\x01" + with_placeholder(llama_config, put(["rope_scaling"]), nested(200)).encode())
 
+    # ---- hf_load: the first byte picks the checkpoint (hf_load_fuzz.cpp's
+    # kModels order), the rest is config.json: each model's own config, and
+    # configs whose sizes or parameters disagree with the weights.
+    models = ["gpt2", "llama", "mistral", "qwen2", "deepseek_v2", "bert", "transformer"]
+    configs = {}
+    for i, m in enumerate(models):
+        with open(os.path.join(ROOT, "tests", "data", "models", m, "config.json"), "rb") as f:
+            configs[m] = json.loads(f.read())
+        write("hf_load", "config_" + m, bytes([i]) + json.dumps(configs[m]).encode())
+
+    def edited(m, **changes):
+        c = dict(configs[m])
+        c.update(changes)
+        return bytes([models.index(m)]) + json.dumps(c).encode()
+    write("hf_load", "gpt2_many_layers", edited("gpt2", n_layer=2 ** 40))
+    write("hf_load", "gpt2_wide", edited("gpt2", n_embd=40000, n_head=8))
+    write("hf_load", "llama_ffn", edited("llama", intermediate_size=10 ** 8))
+    write("hf_load", "llama_heads", edited("llama", head_dim=2 ** 40))
+    write("hf_load", "llama_eps", edited("llama", rms_norm_eps=-1))
+    write("hf_load", "llama_yarn", edited("llama", rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "attention_factor": 1e30}))
+    write("hf_load", "deepseek_overflow", edited(
+        "deepseek_v2", num_attention_heads=2 ** 40, qk_nope_head_dim=2 ** 40))
+    write("hf_load", "deepseek_mscale", edited("deepseek_v2", rope_scaling={
+        "type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": -1.0,
+        "original_max_position_embeddings": 64}))
+    write("hf_load", "bert_ffn", edited("bert", intermediate_size=10 ** 8))
+    write("hf_load", "transformer_ffn", edited("transformer", dim_feedforward=10 ** 8))
+    write("hf_load", "vocab_above_int64", edited("qwen2", vocab_size=2 ** 64 - 1))
+
 
 if __name__ == "__main__":
     main()
