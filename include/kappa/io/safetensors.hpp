@@ -399,10 +399,6 @@ inline std::vector<std::size_t> top_level_key_offsets(std::string_view text) {
   return offsets;
 }
 
-inline bool is_json_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
 /// A nlohmann::json::sax_parse handler that builds the document in one
 /// linear pass (no parser callback: nlohmann's callback parser rescans the
 /// parent object after every entry, quadratic in the number of tensors) and
