@@ -246,9 +246,19 @@ class DecoderOnlyLayer {
   [[nodiscard]] const Norm& norm_feed_forward() const { return norm_2_; }
   [[nodiscard]] const FFN& feed_forward() const { return ffn_; }
   [[nodiscard]] const Mask& mask() const { return mask_; }
-  /// Bytes of every weight of the layer (what one decode step reads).
+  /// Bytes of every weight of the layer.
   [[nodiscard]] std::size_t weight_bytes() const {
     return Ops::weight_bytes(attn_) + ffn_.weight_bytes();
+  }
+  /// Bytes of weights one decode step reads: all of them, but for a
+  /// feed-forward that reads part of its own (a mixture of experts reads
+  /// the router and its k chosen experts: its decode_bytes()).
+  [[nodiscard]] std::size_t decode_bytes() const {
+    if constexpr (requires { ffn_.decode_bytes(); }) {
+      return Ops::weight_bytes(attn_) + ffn_.decode_bytes();
+    } else {
+      return weight_bytes();
+    }
   }
 
  private:

@@ -187,7 +187,7 @@ class DecoderLM {
     }
     if constexpr (std::same_as<Positions, LearnedPositions<T>>)
       b += sizeof(T) * static_cast<std::size_t>(embed_.dim());
-    for (const Layer& l : layers_) b += l.weight_bytes();
+    for (const Layer& l : layers_) b += l.decode_bytes();
     return b;
   }
 
