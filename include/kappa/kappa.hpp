@@ -52,8 +52,8 @@
 #include "kappa/io/safetensors.hpp"
 #include "kappa/nn/activations.hpp"
 #include "kappa/nn/feed_forward.hpp"
-#include "kappa/nn/moe.hpp"
 #include "kappa/nn/layer_norm.hpp"
+#include "kappa/nn/moe.hpp"
 #include "kappa/nn/norms.hpp"
 
 #include "kappa/transformer/architectures.hpp"
