@@ -6,9 +6,10 @@ safetensors or regex package is needed or used.
 
 This module is the *reference*: it was written from the upstream model code's
 semantics (Hugging Face transformers modeling_gpt2.py, modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_bert.py, modeling_rope_utils.py
-and masking_utils.py; DeepSeek's modeling_deepseek.py of the hub repository
-deepseek-ai/DeepSeek-V2-Lite; torch.nn.Transformer), never from kappa's C++.
+modeling_mistral.py, modeling_qwen2.py, modeling_bert.py, modeling_rope_utils.py,
+masking_utils.py, modeling_mixtral.py, modeling_qwen2_moe.py; DeepSeek's
+modeling_deepseek.py of the hub repositories deepseek-ai/DeepSeek-V2-Lite,
+DeepSeek-V2 and DeepSeek-V3; torch.nn.Transformer), never from kappa's C++.
 Every forward here computes in float64 from the weights exactly as they are
 stored (so F16/BF16 files are referenced through their rounded values).
 
@@ -21,6 +22,9 @@ Contents
     rank-based encoding with added-token splitting
   * forwards: gpt2, llama-family (llama / mistral / qwen2, rope scaling),
     deepseek_v2 (MLA), bert (BertForMaskedLM), the original encoder-decoder
+  * mixture of experts (issue 26): Mixtral and Qwen2-MoE (inside the llama-family
+    forward), DeepSeek-V2 / V2-Lite / V3 (inside the DeepSeek forward); routing
+    in route(), the block in moe_block(), which layers are sparse in moe_layer_ids()
   * greedy decoding (uncached) and cached decoding for validation
 """
 import json
@@ -581,19 +585,22 @@ def apply_rope(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
-def llama_forward(W, cfg, ids, cache=None):
-    """LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM.
+def llama_forward(W, cfg, ids, cache=None, trace=None):
+    """LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM, and the MoE
+    MixtralForCausalLM / Qwen2MoeForCausalLM (same attention; the feed-forward of
+    the layers in moe_layer_ids(cfg) is moe_block()).
     nn.Linear weights are (out, in): y = x @ W.T (+ b). Biases on q/k/v when
-    attention_bias (llama) or always (qwen2); o_proj never biased for qwen2.
-    Mistral: sliding window; Qwen2: window only if use_sliding_window."""
+    attention_bias (llama) or always (qwen2, qwen2_moe); o_proj never biased for qwen2.
+    Mistral / Mixtral: sliding window when set; Qwen2(-MoE): window only if
+    use_sliding_window. trace: a list that receives each MoE layer's routing."""
     mt = cfg["model_type"]
     d = cfg["hidden_size"]; H = cfg["num_attention_heads"]; Hkv = cfg["num_key_value_heads"]
     hd = llama_head_dim(cfg); rep = H // Hkv
     eps = cfg["rms_norm_eps"]
     window = None
-    if mt == "mistral":
+    if mt in ("mistral", "mixtral"):
         window = cfg.get("sliding_window")
-    elif mt == "qwen2" and cfg.get("use_sliding_window"):
+    elif mt in ("qwen2", "qwen2_moe") and cfg.get("use_sliding_window"):
         raise ValueError("qwen2 sliding window not referenced here")
     past = 0 if cache is None else cache["len"]
     ids = torch.as_tensor(ids)
@@ -609,8 +616,9 @@ def llama_forward(W, cfg, ids, cache=None):
         if bias:
             y = y + W[name + ".bias"]
         return y
-    qkv_bias = (mt == "qwen2") or cfg.get("attention_bias", False)
-    o_bias = (mt != "qwen2") and cfg.get("attention_bias", False)
+    qkv_bias = (mt in ("qwen2", "qwen2_moe")) or cfg.get("attention_bias", False)
+    o_bias = (mt not in ("qwen2", "qwen2_moe")) and cfg.get("attention_bias", False)
+    sparse = moe_layer_ids(cfg)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         x = rms_norm(h, W[p + "input_layernorm.weight"], eps)
@@ -631,6 +639,9 @@ def llama_forward(W, cfg, ids, cache=None):
         o = o.transpose(0, 1).reshape(N, H * hd)
         h = h + lin(o, p + "self_attn.o_proj", o_bias)
         x = rms_norm(h, W[p + "post_attention_layernorm.weight"], eps)
+        if l in sparse:
+            h = h + moe_block(W, cfg, l, x, trace)
+            continue
         g = lin(x, p + "mlp.gate_proj", cfg.get("mlp_bias", False))
         u = lin(x, p + "mlp.up_proj", cfg.get("mlp_bias", False))
         h = h + lin(silu(g) * u, p + "mlp.down_proj", cfg.get("mlp_bias", False))
@@ -699,9 +710,16 @@ def deepseek_deinterleave(x):
     return x.reshape(*x.shape[:-1], d // 2, 2).transpose(-1, -2).reshape(*x.shape[:-1], d)
 
 
-def deepseek_forward(W, cfg, ids, cache=None):
-    """DeepseekV2ForCausalLM with dense MLP in every layer. The cache (validation
-    only) keeps the per-head keys/values, as the upstream eager code does."""
+def deepseek_forward(W, cfg, ids, cache=None, trace=None):
+    """DeepseekV2ForCausalLM / DeepseekV3ForCausalLM. Dense MLP (intermediate_size)
+    in the layers outside moe_layer_ids(cfg), moe_block() in the others. The
+    cache (validation only) keeps the per-head keys/values, as the upstream eager
+    code does. V3's attention and YaRN rope are V2's (hub modeling_deepseek.py of
+    DeepSeek-V3: same MLA, same de-interleave of the rope dims, same
+    softmax_scale * mscale(factor, mscale_all_dim)^2). Only the first
+    num_hidden_layers layers run: V3's multi-token-prediction layer
+    (model.layers.{num_hidden_layers}.*) is not part of the causal LM forward.
+    trace: a list that receives each MoE layer's routing."""
     d = cfg["hidden_size"]; H = cfg["num_attention_heads"]
     dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     dc = cfg["kv_lora_rank"]
@@ -714,6 +732,7 @@ def deepseek_forward(W, cfg, ids, cache=None):
     cos, sin = rope_cos_sin(inv, cs, pos)
     h = W["model.embed_tokens.weight"][ids]
     new_cache = {"len": past + N, "k": [], "v": []}
+    sparse = moe_layer_ids(cfg)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         a = p + "self_attn."
@@ -743,12 +762,194 @@ def deepseek_forward(W, cfg, ids, cache=None):
         o = o.transpose(0, 1).reshape(N, H * dv)
         h = h + o @ W[a + "o_proj.weight"].T
         x = rms_norm(h, W[p + "post_attention_layernorm.weight"], eps)
+        if l in sparse:
+            h = h + moe_block(W, cfg, l, x, trace)
+            continue
         g = x @ W[p + "mlp.gate_proj.weight"].T
         u = x @ W[p + "mlp.up_proj.weight"].T
         h = h + (silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
     hidden = rms_norm(h, W["model.norm.weight"], eps)
     head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
     return hidden @ head.T, hidden, new_cache
+
+
+# ----------------------------------------------------------------------------
+# Mixture of experts (issue 26): Mixtral (modeling_mixtral.py), Qwen2-MoE
+# (modeling_qwen2_moe.py), DeepSeek-V2 / V2-Lite / V3 (hub modeling_deepseek.py,
+# MoEGate + DeepseekV2MoE / DeepseekV3MoE)
+# ----------------------------------------------------------------------------
+
+def moe_layer_ids(cfg):
+    """The set of layers whose feed-forward is a MoE block; the others are dense.
+      mixtral:   every layer.
+      qwen2_moe: i not in mlp_only_layers and num_experts > 0 and (i + 1) % decoder_sparse_step == 0
+                 (Qwen2MoeDecoderLayer); dense layers use mlp.{gate,up,down}_proj of intermediate_size.
+      deepseek:  n_routed_experts is not None and i >= first_k_dense_replace and
+                 i % moe_layer_freq == 0 (DeepseekV2DecoderLayer / DeepseekV3DecoderLayer);
+                 dense layers use intermediate_size.
+      others:    none."""
+    mt = cfg["model_type"]
+    L = cfg["num_hidden_layers"]
+    if mt == "mixtral":
+        return set(range(L))
+    if mt == "qwen2_moe":
+        only = set(cfg.get("mlp_only_layers") or [])
+        step = cfg.get("decoder_sparse_step", 1)
+        return {i for i in range(L) if i not in only and cfg["num_experts"] > 0 and (i + 1) % step == 0}
+    if mt in ("deepseek_v2", "deepseek_v3"):
+        if cfg.get("n_routed_experts") is None:
+            return set()
+        return {i for i in range(L) if i >= cfg.get("first_k_dense_replace", 0) and i % cfg.get("moe_layer_freq", 1) == 0}
+    return set()
+
+
+def topk_gap(s, k):
+    """Per row: the k-th largest value minus the (k+1)-th (inf when k == width): how far
+    the top-k choice over s is from a tie (a float32 implementation chooses the same
+    experts when this is well above its rounding)."""
+    if k >= s.shape[-1]:
+        return torch.full((s.shape[0],), float("inf"), dtype=DT)
+    v = torch.sort(s, dim=-1, descending=True).values
+    return v[:, k - 1] - v[:, k]
+
+
+def route(cfg, logits, bias=None, mask_value=0.0):
+    """Router of one MoE layer. logits (N, E) = x @ gate.weight^T (no bias; the
+    router is computed in float64 here, float32 upstream).
+    Returns (idx (N, k) long, weights (N, k), info) where info holds the choice
+    gaps ("gap": min over tokens of topk_gap of the selection scores, and of the
+    group scores where groups are chosen; for softmax scores measured on their
+    logarithm, i.e. in router-logit units, as their rounding is relative; for
+    sigmoid scores on the scores themselves) and the intermediate tensors.
+
+    mixtral (MixtralSparseMoeBlock): p = softmax(logits) over ALL experts, top-k of p,
+      w = p_topk / sum(p_topk) (always renormalised).
+    qwen2_moe (Qwen2MoeSparseMoeBlock): the same, renormalised only if norm_topk_prob.
+    deepseek_v2 (MoEGate): scores = softmax(logits) (scoring_func "softmax"; upstream
+      float32);
+      topk_method "greedy": top-k of scores;
+      "group_limited_greedy": experts in n_group consecutive groups of E / n_group;
+        group score = MAX of the group's scores; keep the topk_group best groups;
+        the other groups' scores are masked to 0.0 (masked_fill(~mask, 0.0)); top-k
+        of the masked scores;
+      w = scores at the chosen experts; if top_k > 1 and norm_topk_prob:
+        w / (sum w + 1e-20), else w * routed_scaling_factor (the factor is applied
+        ONLY when not renormalising).
+      (transformers' own DeepseekV2 port multiplies by routed_scaling_factor always and
+      ignores norm_topk_prob; with norm_topk_prob false, as in every V2 config here
+      and on the hub, both give the same.)
+    deepseek_v3 (MoEGate, topk_method "noaux_tc", scoring_func "sigmoid"):
+      scores = sigmoid(logits); choice = scores + e_score_correction_bias;
+      group score = SUM OF THE TOP-2 of choice within each group; keep the topk_group
+      best groups, the others' choice masked to 0.0 (the hub code and transformers'
+      DeepseekV3 use masked_fill(..., 0.0); vLLM / SGLang kernels use -inf: they
+      differ only when a kept expert's choice is <= 0, checked not to happen in the
+      test models; mask_value selects the variant);
+      idx = top-k of the masked choice; w = scores (WITHOUT the bias) at idx;
+      if top_k > 1 and norm_topk_prob: w / (sum w + 1e-20); then ALWAYS
+      w * routed_scaling_factor."""
+    mt = cfg["model_type"]
+    N, E = logits.shape
+    k = cfg["num_experts_per_tok"]
+    info = {}
+    if mt in ("mixtral", "qwen2_moe"):
+        p = softmax_rows(logits)
+        w, idx = torch.topk(p, k, dim=-1)
+        if mt == "mixtral" or cfg.get("norm_topk_prob", False):
+            w = w / w.sum(-1, keepdim=True)
+        info["gap"] = float(topk_gap(torch.log(p), k).min())
+        info["scores"] = p
+        return idx, w, info
+    if mt not in ("deepseek_v2", "deepseek_v3"):
+        raise ValueError(mt)
+    sf = cfg.get("scoring_func", "softmax")
+    if sf == "softmax":
+        scores = softmax_rows(logits)
+    elif sf == "sigmoid":
+        scores = torch.sigmoid(logits)
+    else:
+        raise ValueError(sf)
+    method = cfg.get("topk_method", "greedy")
+    gaps = []
+    space = torch.log if sf == "softmax" else (lambda t: t)
+    if method == "greedy":
+        choice = scores
+    elif method in ("group_limited_greedy", "noaux_tc"):
+        G, TG = cfg["n_group"], cfg["topk_group"]
+        if method == "noaux_tc":
+            full = scores + bias.view(1, E)
+            grp = torch.topk(full.view(N, G, E // G), 2, dim=-1).values.sum(-1)
+        else:
+            full = scores
+            grp = full.view(N, G, E // G).max(-1).values
+        gaps.append(float(topk_gap(space(grp), TG).min()))
+        keep_g = torch.zeros(N, G, dtype=torch.bool)
+        keep_g.scatter_(1, torch.topk(grp, TG, dim=-1).indices, True)
+        keep = keep_g.repeat_interleave(E // G, dim=1)
+        choice = full.masked_fill(~keep, mask_value)
+        info["groups_kept"] = keep_g
+        info["group_scores"] = grp
+    else:
+        raise ValueError(method)
+    idx = torch.topk(choice, k, dim=-1).indices
+    gaps.append(float(topk_gap(space(choice), k).min()))
+    w = scores.gather(1, idx)
+    rsf = float(cfg.get("routed_scaling_factor", 1.0))
+    renorm = k > 1 and cfg.get("norm_topk_prob", False)
+    if renorm:
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    if mt == "deepseek_v3" or not renorm:
+        w = w * rsf
+    info["gap"] = min(gaps)
+    info["scores"] = scores
+    info["choice"] = choice
+    return idx, w, info
+
+
+def swiglu_mlp(W, prefix, x, names=("gate_proj", "up_proj", "down_proj")):
+    """down(silu(gate(x)) * up(x)) with nn.Linear (out, in) weights, no biases."""
+    g = x @ W[prefix + names[0] + ".weight"].T
+    u = x @ W[prefix + names[1] + ".weight"].T
+    return (silu(g) * u) @ W[prefix + names[2] + ".weight"].T
+
+
+def moe_block(W, cfg, layer, x, trace=None):
+    """The feed-forward of a sparse layer, x (N, d) the post-attention-normed input.
+    mixtral:   block_sparse_moe.gate (E, d); experts.{j}.w1 (gate), w3 (up), w2 (down);
+               y = sum_k w_k expert_k(x); no shared expert.
+    qwen2_moe: mlp.gate (E, d); mlp.experts.{j}.{gate,up,down}_proj (moe_intermediate_size);
+               y = routed + sigmoid(x @ shared_expert_gate^T) (shared_expert_gate (1, d), a
+               scalar per token) * shared_expert(x) (shared_expert_intermediate_size).
+    deepseek:  mlp.gate (E, d) [+ mlp.gate.e_score_correction_bias (E) for V3];
+               mlp.experts.{j}.*; y = routed + shared_experts(x) (width
+               moe_intermediate_size * n_shared_experts, no gate) when n_shared_experts.
+    Every token is processed by each of its k experts (no capacity limit, no dropping)."""
+    mt = cfg["model_type"]
+    if mt == "mixtral":
+        base = f"model.layers.{layer}.block_sparse_moe."
+        E = cfg["num_local_experts"]
+        names = ("w1", "w3", "w2")
+    else:
+        base = f"model.layers.{layer}.mlp."
+        E = cfg["num_experts"] if mt == "qwen2_moe" else cfg["n_routed_experts"]
+        names = ("gate_proj", "up_proj", "down_proj")
+    logits = x @ W[base + "gate.weight"].T
+    bias = W[base + "gate.e_score_correction_bias"] if cfg.get("topk_method") == "noaux_tc" else None
+    idx, w, info = route(cfg, logits, bias)
+    y = torch.zeros_like(x)
+    for j in range(E):
+        tok, slot = torch.nonzero(idx == j, as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        y.index_add_(0, tok, w[tok, slot].unsqueeze(-1) * swiglu_mlp(W, f"{base}experts.{j}.", x[tok], names))
+    if mt == "qwen2_moe":
+        sg = torch.sigmoid(x @ W[base + "shared_expert_gate.weight"].T)  # (N, 1)
+        y = y + sg * swiglu_mlp(W, base + "shared_expert.", x)
+    elif mt in ("deepseek_v2", "deepseek_v3") and cfg.get("n_shared_experts"):
+        y = y + swiglu_mlp(W, base + "shared_experts.", x)
+    if trace is not None:
+        trace.append(dict(info, layer=layer, idx=idx, w=w, logits=logits, bias=bias))
+    return y
 
 
 # ----------------------------------------------------------------------------

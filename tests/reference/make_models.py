@@ -685,6 +685,404 @@ def make_deepseek(name, q_lora_rank, seed):
 
 
 # ----------------------------------------------------------------------------
+# Mixture of experts (issue 26): Mixtral, Qwen2-MoE, DeepSeek-V2 / V2-Lite / V3
+# ----------------------------------------------------------------------------
+
+# Router weights are drawn with this gain (logits ~ N(0, gain^2) per expert for a
+# normed input), so routing is far from uniform and different tokens go to
+# different experts (checked: >= 4 distinct experts per MoE layer over the
+# prompt, >= 4 distinct top-k sets).
+ROUTER_GAIN = 3.0
+# Smallest allowed gap between the last chosen and the first unchosen selection
+# score (and group score) over every routing decision of the prompt and its
+# greedy continuation (softmax routers: in log-probability = router-logit units;
+# sigmoid: in score units): far above float32 rounding, so an implementation
+# that routes in float32 picks the same experts.
+MIN_ROUTE_GAP = 1e-3
+
+
+def expert_w(I, W, prefix, ff, d, names=("gate_proj", "up_proj", "down_proj")):
+    W[prefix + names[0] + ".weight"] = I.lin(ff, d)
+    W[prefix + names[1] + ".weight"] = I.lin(ff, d)
+    W[prefix + names[2] + ".weight"] = I.lin(d, ff)
+
+
+def gqa_attn_w(I, W, a, cfg, qkv_bias):
+    d, H, Hkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = R.llama_head_dim(cfg)
+    W[a + "q_proj.weight"] = I.lin(H * hd, d, 1.5)
+    if qkv_bias:
+        W[a + "q_proj.bias"] = I.bias(H * hd, 0.3)
+    W[a + "k_proj.weight"] = I.lin(Hkv * hd, d, 1.5)
+    if qkv_bias:
+        W[a + "k_proj.bias"] = I.bias(Hkv * hd, 0.3)
+    W[a + "v_proj.weight"] = I.lin(Hkv * hd, d)
+    if qkv_bias:
+        W[a + "v_proj.bias"] = I.bias(Hkv * hd, 0.3)
+    W[a + "o_proj.weight"] = I.lin(d, H * hd)
+
+
+def route_trace(fwd, W, cfg, seq):
+    tr = []
+    fwd(W, cfg, seq, trace=tr)
+    return tr
+
+
+def check_routing(d, fwd, W, cfg, ids):
+    """Routing of the prompt and of its greedy continuation (one causal pass over
+    prompt + greedy ids covers every routing decision any greedy step makes):
+    >= 4 distinct experts and >= 4 distinct top-k sets over the prompt's tokens in
+    every MoE layer, choice gaps >= MIN_ROUTE_GAP everywhere. Writes
+    reference/moe_expert_ids.npy (n_moe_layers, N, k) int64 (each token's experts,
+    ascending) and reference/moe_expert_weights.npy (n_moe_layers, N, k) float64
+    (their routing weights, same order) for the prompt. Returns (info, trace)."""
+    new = np.load(os.path.join(d, "reference", "greedy_ids.npy")).tolist()
+    tr = route_trace(fwd, W, cfg, list(ids) + new)
+    assert [t["layer"] for t in tr] == sorted(R.moe_layer_ids(cfg)), [t["layer"] for t in tr]
+    N = len(ids)
+    info = {"moe_layers": [t["layer"] for t in tr], "distinct_experts": [], "distinct_sets": [], "route_gap": []}
+    all_ids, all_w = [], []
+    for t in tr:
+        idx = t["idx"][:N]
+        order = torch.argsort(idx, dim=-1)
+        ids_sorted = torch.gather(idx, 1, order)
+        all_ids.append(ids_sorted.numpy())
+        all_w.append(torch.gather(t["w"][:N], 1, order).numpy())
+        ne = len(set(idx.flatten().tolist()))
+        ns = len({tuple(r) for r in ids_sorted.tolist()})
+        info["distinct_experts"].append(ne)
+        info["distinct_sets"].append(ns)
+        info["route_gap"].append(t["gap"])
+        if ne < 4 or ns < 4:
+            raise SystemExit(f"{d}: layer {t['layer']}: {ne} experts, {ns} top-k sets over the prompt")
+        if t["gap"] < MIN_ROUTE_GAP:
+            raise SystemExit(f"{d}: layer {t['layer']}: routing gap {t['gap']} too small; pick another seed")
+    R.save_npy(os.path.join(d, "reference", "moe_expert_ids.npy"), np.stack(all_ids), np.int64)
+    R.save_npy(os.path.join(d, "reference", "moe_expert_weights.npy"), np.stack(all_w), np.float64)
+    return info, tr
+
+
+def sets(idx):
+    return [frozenset(r) for r in idx.tolist()]
+
+
+def n_changed(tr, cfg_alt, use_bias=True, mask_value=0.0):
+    """How many (layer, token) routing choices change when the same router logits
+    are routed with cfg_alt."""
+    n = 0
+    for t in tr:
+        bias = t["bias"] if use_bias else (None if t["bias"] is None else torch.zeros_like(t["bias"]))
+        alt, _, _ = R.route(cfg_alt, t["logits"], bias, mask_value=mask_value)
+        n += sum(a != b for a, b in zip(sets(alt), sets(t["idx"])))
+    return n
+
+
+# --- Mixtral -----------------------------------------------------------------
+
+def mixtral_config(bpe):
+    sp, bos, eos = FAMILY_TOKENS["mistral"]
+    return {
+        "architectures": ["MixtralForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[bos],
+        "eos_token_id": bpe.vocab[eos],
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 16,
+        "max_position_embeddings": 64,
+        "model_type": "mixtral",
+        "num_attention_heads": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "num_local_experts": 8,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.02,
+        "router_jitter_noise": 0.0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "vocab_size": len(bpe),
+    }
+
+
+def mixtral_weights(cfg, seed):
+    I = Init(seed)
+    d, V, E, ff = cfg["hidden_size"], cfg["vocab_size"], cfg["num_local_experts"], cfg["intermediate_size"]
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.5)}
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        gqa_attn_w(I, W, p + "self_attn.", cfg, False)
+        m = p + "block_sparse_moe."
+        W[m + "gate.weight"] = I.lin(E, d, ROUTER_GAIN)
+        for j in range(E):
+            # w1 = gate proj (ff, d), w2 = down proj (d, ff), w3 = up proj (ff, d)
+            expert_w(I, W, f"{m}experts.{j}.", ff, d, ("w1", "w3", "w2"))
+        W[p + "input_layernorm.weight"] = I.norm_w(d)
+        W[p + "post_attention_layernorm.weight"] = I.norm_w(d)
+    W["model.norm.weight"] = I.norm_w(d)
+    W["lm_head.weight"] = I.normal((V, d), 0.5)
+    return W
+
+
+def make_mixtral(seed=10010):
+    # MixtralSparseMoeBlock in all 3 layers: softmax over the 8 experts, top-2,
+    # renormalised; GQA 4/2 heads, rope_theta 1e6, sliding_window null.
+    bpe = family_bpe("mistral")
+    cfg = mixtral_config(bpe)
+    Wnp = mixtral_weights(cfg, seed)
+    info, W, ids = write_llama_like("mixtral", cfg, Wnp, bpe, "mistral", ids_seed=seed)
+    r, _ = check_routing(os.path.join(ROOT, "mixtral"), R.llama_forward, W, cfg, ids)
+    info.update(r)
+    return info
+
+
+# --- Qwen2-MoE -----------------------------------------------------------------
+
+def qwen2_moe_config(bpe, norm_topk_prob):
+    sp, bos, eos = FAMILY_TOKENS["qwen2"]
+    return {
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[eos],
+        "decoder_sparse_step": 1,
+        "eos_token_id": bpe.vocab[eos],
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "max_window_layers": 3,
+        "mlp_only_layers": [1],
+        "model_type": "qwen2_moe",
+        "moe_intermediate_size": 16,
+        "norm_topk_prob": norm_topk_prob,
+        "num_attention_heads": 4,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": 32,
+        "sliding_window": 4,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": len(bpe),
+    }
+
+
+def qwen2_moe_weights(cfg, seed):
+    I = Init(seed)
+    d, V, E = cfg["hidden_size"], cfg["vocab_size"], cfg["num_experts"]
+    sparse = R.moe_layer_ids(cfg)
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.5)}
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        gqa_attn_w(I, W, p + "self_attn.", cfg, True)
+        if l in sparse:
+            m = p + "mlp."
+            W[m + "gate.weight"] = I.lin(E, d, ROUTER_GAIN)
+            for j in range(E):
+                expert_w(I, W, f"{m}experts.{j}.", cfg["moe_intermediate_size"], d)
+            expert_w(I, W, m + "shared_expert.", cfg["shared_expert_intermediate_size"], d)
+            W[m + "shared_expert_gate.weight"] = I.lin(1, d, 2.0)
+        else:
+            expert_w(I, W, p + "mlp.", cfg["intermediate_size"], d)
+        W[p + "input_layernorm.weight"] = I.norm_w(d)
+        W[p + "post_attention_layernorm.weight"] = I.norm_w(d)
+    W["model.norm.weight"] = I.norm_w(d)
+    W["lm_head.weight"] = I.normal((V, d), 0.5)
+    return W
+
+
+def make_qwen2_moe(name="qwen2_moe", norm_topk_prob=False, seed=11011):
+    # Layers 0 and 2 sparse, layer 1 dense (mlp_only_layers [1]); softmax over the
+    # 8 experts, top-2, renormalised only with norm_topk_prob (false: the
+    # Qwen1.5-MoE default; qwen2_moe-norm: true, same weights); shared expert
+    # (width 32) scaled by sigmoid(shared_expert_gate(x)).
+    bpe = family_bpe("qwen2")
+    cfg = qwen2_moe_config(bpe, norm_topk_prob)
+    Wnp = qwen2_moe_weights(cfg, seed)
+    info, W, ids = write_llama_like(name, cfg, Wnp, bpe, "qwen2", ids_seed=seed)
+    r, tr = check_routing(os.path.join(ROOT, name), R.llama_forward, W, cfg, ids)
+    info.update(r)
+    assert r["moe_layers"] == [0, 2]
+    other = R.llama_forward(W, dict(cfg, norm_topk_prob=not norm_topk_prob), ids)[0]
+    info["norm_topk_prob_effect_max_abs"] = float((other - R.llama_forward(W, cfg, ids)[0]).abs().max())
+    assert info["norm_topk_prob_effect_max_abs"] > 1e-3
+    return info
+
+
+# --- DeepSeek-V2 / V2-Lite / V3 -------------------------------------------------
+
+def mla_attn_w(I, W, a, cfg):
+    d, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    dn, dr, dv, dc = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    qr = cfg["q_lora_rank"]
+    if qr is None:
+        W[a + "q_proj.weight"] = I.lin(H * (dn + dr), d, 1.5)
+    else:
+        W[a + "q_a_proj.weight"] = I.lin(qr, d)
+        W[a + "q_a_layernorm.weight"] = I.norm_w(qr)
+        W[a + "q_b_proj.weight"] = I.lin(H * (dn + dr), qr, 1.5)
+    W[a + "kv_a_proj_with_mqa.weight"] = I.lin(dc + dr, d, 1.5)
+    W[a + "kv_a_layernorm.weight"] = I.norm_w(dc)
+    W[a + "kv_b_proj.weight"] = I.lin(H * (dn + dv), dc, 1.5)
+    W[a + "o_proj.weight"] = I.lin(d, H * dv)
+
+
+def deepseek_moe_layer_w(I, W, p, cfg, sparse):
+    d, E = cfg["hidden_size"], cfg["n_routed_experts"]
+    mla_attn_w(I, W, p + "self_attn.", cfg)
+    if sparse:
+        m = p + "mlp."
+        W[m + "gate.weight"] = I.lin(E, d, ROUTER_GAIN)
+        if cfg["topk_method"] == "noaux_tc":
+            # F32 in the hub's V3 checkpoint as well (the rest is FP8/BF16 there)
+            W[m + "gate.e_score_correction_bias"] = I.normal((E,), 0.15)
+        for j in range(E):
+            expert_w(I, W, f"{m}experts.{j}.", cfg["moe_intermediate_size"], d)
+        if cfg.get("n_shared_experts"):
+            expert_w(I, W, m + "shared_experts.", cfg["moe_intermediate_size"] * cfg["n_shared_experts"], d)
+    else:
+        expert_w(I, W, p + "mlp.", cfg["intermediate_size"], d)
+    W[p + "input_layernorm.weight"] = I.norm_w(d)
+    W[p + "post_attention_layernorm.weight"] = I.norm_w(d)
+
+
+def deepseek_moe_weights(cfg, seed):
+    I = Init(seed)
+    d, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    sparse = R.moe_layer_ids(cfg)
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.5)}
+    for l in range(L):
+        deepseek_moe_layer_w(I, W, f"model.layers.{l}.", cfg, l in sparse)
+    W["model.norm.weight"] = I.norm_w(d)
+    W["lm_head.weight"] = I.normal((V, d), 0.5)
+    for n in range(cfg.get("num_nextn_predict_layers", 0)):
+        # V3's multi-token-prediction module, stored as the hub's checkpoint stores it:
+        # model.layers.{L + n}.{embed_tokens, enorm, hnorm, eh_proj (d, 2d),
+        # shared_head.norm, shared_head.head} + a whole (MoE) decoder layer.
+        # Not part of the causal LM forward: a loader must ignore it.
+        p = f"model.layers.{L + n}."
+        W[p + "embed_tokens.weight"] = I.normal((V, d), 0.5)
+        W[p + "enorm.weight"] = I.norm_w(d)
+        W[p + "hnorm.weight"] = I.norm_w(d)
+        W[p + "eh_proj.weight"] = I.lin(d, 2 * d)
+        deepseek_moe_layer_w(I, W, p, cfg, True)
+        W[p + "shared_head.norm.weight"] = I.norm_w(d)
+        W[p + "shared_head.head.weight"] = I.normal((V, d), 0.5)
+    return W
+
+
+def deepseek_moe_config(bpe, q_lora_rank, **kw):
+    cfg = deepseek_config(bpe, q_lora_rank)
+    cfg.update(kw)
+    return dict(sorted(cfg.items()))
+
+
+def make_deepseek_v2_moe(seed=12012):
+    # DeepSeek-V2 style: MLA with q_lora_rank 24 (as deepseek_v2/), YaRN as there;
+    # layer 0 dense (intermediate_size 64), layers 1, 2 MoE: 8 experts in 4 groups of 2,
+    # group_limited_greedy (group score = max), 2 groups kept, top-3,
+    # norm_topk_prob false -> weights = softmax scores * routed_scaling_factor 2.0,
+    # plus 2 shared experts (one MLP of width 2 * 16).
+    bpe = family_bpe("deepseek_v2")
+    cfg = deepseek_moe_config(bpe, 24, first_k_dense_replace=1, moe_layer_freq=1, n_group=4,
+                              n_routed_experts=8, n_shared_experts=2, norm_topk_prob=False,
+                              num_experts_per_tok=3, num_hidden_layers=3, routed_scaling_factor=2.0,
+                              topk_group=2, topk_method="group_limited_greedy")
+    Wnp = deepseek_moe_weights(cfg, seed)
+    info, W, ids = write_llama_like("deepseek_v2-moe", cfg, Wnp, bpe, "deepseek_v2", ids_seed=seed)
+    r, tr = check_routing(os.path.join(ROOT, "deepseek_v2-moe"), R.deepseek_forward, W, cfg, ids)
+    info.update(r)
+    assert r["moe_layers"] == [1, 2]
+    # the group limit must matter: plain greedy top-3 picks other experts for some tokens
+    info["choices_changed_without_group_limit"] = n_changed(tr, dict(cfg, topk_method="greedy"))
+    assert info["choices_changed_without_group_limit"] > 0
+    return info
+
+
+def make_deepseek_v2_lite(seed=13013):
+    # V2-Lite: q_proj (q_lora_rank null), greedy top-2 of the softmax over 8 experts,
+    # n_group 1, topk_group 1, norm_topk_prob false, routed_scaling_factor 1.0,
+    # 2 shared experts, layer 0 dense, layers 1, 2 MoE.
+    bpe = family_bpe("deepseek_v2")
+    cfg = deepseek_moe_config(bpe, None, first_k_dense_replace=1, moe_layer_freq=1, n_group=1,
+                              n_routed_experts=8, n_shared_experts=2, norm_topk_prob=False,
+                              num_experts_per_tok=2, num_hidden_layers=3, routed_scaling_factor=1.0,
+                              topk_group=1, topk_method="greedy")
+    Wnp = deepseek_moe_weights(cfg, seed)
+    info, W, ids = write_llama_like("deepseek_v2-lite", cfg, Wnp, bpe, "deepseek_v2", ids_seed=seed)
+    r, _ = check_routing(os.path.join(ROOT, "deepseek_v2-lite"), R.deepseek_forward, W, cfg, ids)
+    info.update(r)
+    assert r["moe_layers"] == [1, 2]
+    return info
+
+
+def make_deepseek_v3(seed=14016):
+    # DeepSeek-V3: MLA as V2 (q_lora_rank 16), YaRN with mscale = mscale_all_dim = 1.0
+    # (as V3: cos/sin unscaled, softmax scale * mscale(4, 1)^2); layer 0 dense
+    # (intermediate_size 16), layer 1 MoE; sigmoid scores, noaux_tc with
+    # e_score_correction_bias, 12 experts in 4 groups of 3 (group score = sum of the
+    # top 2 of the group's biased scores: with groups of 2 it would equal the group
+    # sum), 2 groups kept, top-2, weights = unbiased sigmoid scores renormalised
+    # (norm_topk_prob true) then * routed_scaling_factor 2.5; 1 shared expert;
+    # num_nextn_predict_layers 1 with the MTP tensors at model.layers.2.* (ignored).
+    bpe = family_bpe("deepseek_v2")
+    cfg = deepseek_moe_config(
+        bpe, 16, architectures=["DeepseekV3ForCausalLM"],
+        auto_map={"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                  "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                  "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+        model_type="deepseek_v3", first_k_dense_replace=1, intermediate_size=16, moe_layer_freq=1,
+        n_group=4, n_routed_experts=12, n_shared_experts=1, norm_topk_prob=True, num_experts_per_tok=2,
+        num_hidden_layers=2, num_nextn_predict_layers=1, routed_scaling_factor=2.5, scoring_func="sigmoid",
+        topk_group=2, topk_method="noaux_tc",
+        rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 4, "mscale": 1.0, "mscale_all_dim": 1.0,
+                      "original_max_position_embeddings": 8, "type": "yarn"})
+    Wnp = deepseek_moe_weights(cfg, seed)
+    info, W, ids = write_llama_like("deepseek_v3", cfg, Wnp, bpe, "deepseek_v2", ids_seed=seed)
+    r, tr = check_routing(os.path.join(ROOT, "deepseek_v3"), R.deepseek_forward, W, cfg, ids)
+    info.update(r)
+    assert r["moe_layers"] == [1]
+    # the correction bias must change the choice for some tokens
+    info["choices_changed_by_bias"] = n_changed(tr, cfg, use_bias=False)
+    assert info["choices_changed_by_bias"] > 0
+    # masking dropped groups with -inf (vLLM/SGLang) instead of 0.0 (hub, transformers) changes nothing here
+    assert n_changed(tr, cfg, mask_value=float("-inf")) == 0
+    # the group score (sum of the top 2) must matter against max / sum of all three
+    E, G = cfg["n_routed_experts"], cfg["n_group"]
+    alt = {"max": 0, "sum_all": 0}
+    for t in tr:
+        full = (t["scores"] + t["bias"].view(1, -1)).view(-1, G, E // G)
+        for key, gs in (("max", full.max(-1).values), ("sum_all", full.sum(-1))):
+            keep = torch.zeros_like(t["groups_kept"])
+            keep.scatter_(1, torch.topk(gs, cfg["topk_group"], dim=-1).indices, True)
+            alt[key] += int((keep != t["groups_kept"]).any(-1).sum())
+    info["group_choices_changed"] = alt
+    assert alt["max"] > 0 and alt["sum_all"] > 0, alt
+    # the MTP layer is ignored: the reference forward never reads it
+    mtp = [k for k in Wnp if k.startswith("model.layers.2.")]
+    assert "model.layers.2.eh_proj.weight" in mtp and "model.layers.2.mlp.gate.e_score_correction_bias" in mtp
+    inv, cs, scale = R.deepseek_rope(cfg)
+    info["yarn"] = {"cos_sin_factor": cs, "softmax_scale": scale}
+    return info
+
+
+# ----------------------------------------------------------------------------
 # BERT
 # ----------------------------------------------------------------------------
 
@@ -859,7 +1257,8 @@ def check_files_roundtrip():
             continue
         with open(os.path.join(d, "config.json")) as f:
             cfg = json.load(f)
-        fwd = {"gpt2": R.gpt2_forward, "deepseek_v2": R.deepseek_forward}.get(cfg["model_type"], R.llama_forward)
+        fwd = {"gpt2": R.gpt2_forward, "deepseek_v2": R.deepseek_forward,
+               "deepseek_v3": R.deepseek_forward}.get(cfg["model_type"], R.llama_forward)
         ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
         W = load_dir_weights(d)
         if cfg["model_type"] == "gpt2":
@@ -1036,8 +1435,116 @@ def check_real_gpt2(vocab_dir):
     return {"real_gpt2_vocab_checked": len(known)}
 
 
+MOE_DIRS = ["mixtral", "qwen2_moe", "qwen2_moe-norm", "deepseek_v2-moe", "deepseek_v2-lite", "deepseek_v3"]
+
+
+def naive_moe_block(W, cfg, layer, x, trace=None):
+    """A second, token-by-token version of R.moe_block + R.route in plain Python
+    lists (sorting instead of torch.topk, explicit group loops), for validation."""
+    mt = cfg["model_type"]
+    if mt == "mixtral":
+        base, E, names = f"model.layers.{layer}.block_sparse_moe.", cfg["num_local_experts"], ("w1", "w3", "w2")
+    else:
+        base = f"model.layers.{layer}.mlp."
+        E = cfg["num_experts"] if mt == "qwen2_moe" else cfg["n_routed_experts"]
+        names = ("gate_proj", "up_proj", "down_proj")
+    k = cfg["num_experts_per_tok"]
+    out = []
+    for t in range(x.shape[0]):
+        xt = x[t:t + 1]
+        z = [float(v) for v in (xt @ W[base + "gate.weight"].T)[0]]
+        if mt == "deepseek_v3" or cfg.get("scoring_func") == "sigmoid":
+            sc = [1.0 / (1.0 + math.exp(-v)) for v in z]
+        else:
+            m = max(z)
+            e = [math.exp(v - m) for v in z]
+            sc = [v / sum(e) for v in e]
+        allowed = list(range(E))
+        sel = sc
+        method = cfg.get("topk_method", "greedy")
+        if method in ("group_limited_greedy", "noaux_tc"):
+            G, TG = cfg["n_group"], cfg["topk_group"]
+            if method == "noaux_tc":
+                b = W[base + "gate.e_score_correction_bias"]
+                sel = [sc[j] + float(b[j]) for j in range(E)]
+            size = E // G
+            gs = []
+            for g in range(G):
+                member = sorted(sel[g * size:(g + 1) * size], reverse=True)
+                gs.append(sum(member[:2]) if method == "noaux_tc" else member[0])
+            kept = sorted(range(G), key=lambda g: -gs[g])[:TG]
+            allowed = [j for j in range(E) if j // size in kept]
+        chosen = sorted(allowed, key=lambda j: -sel[j])[:k]
+        w = [sc[j] for j in chosen]
+        if mt == "mixtral" or (mt == "qwen2_moe" and cfg.get("norm_topk_prob")):
+            w = [v / sum(w) for v in w]
+        elif mt.startswith("deepseek"):
+            renorm = k > 1 and cfg.get("norm_topk_prob")
+            if renorm:
+                w = [v / (sum(w) + 1e-20) for v in w]
+            if mt == "deepseek_v3" or not renorm:
+                w = [v * cfg["routed_scaling_factor"] for v in w]
+        y = torch.zeros_like(xt)
+        for j, wj in zip(chosen, w):
+            y = y + wj * R.swiglu_mlp(W, f"{base}experts.{j}.", xt, names)
+        if mt == "qwen2_moe":
+            y = y + torch.sigmoid(xt @ W[base + "shared_expert_gate.weight"].T) * R.swiglu_mlp(W, base + "shared_expert.", xt)
+        elif mt.startswith("deepseek") and cfg.get("n_shared_experts"):
+            y = y + R.swiglu_mlp(W, base + "shared_experts.", xt)
+        out.append(y)
+    return torch.cat(out, 0)
+
+
+def check_moe():
+    """Every MoE directory: (1) the token-by-token naive_moe_block gives the same
+    logits as moe_block; (2) Mixtral with every expert replaced by expert 0 of its
+    layer equals the dense llama forward with that expert as the MLP (the
+    renormalised top-k weights sum to 1)."""
+    out = {}
+    worst = 0.0
+    for name in MOE_DIRS:
+        d = os.path.join(ROOT, name)
+        if not os.path.isdir(d):
+            continue
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        fwd = R.deepseek_forward if cfg["model_type"].startswith("deepseek") else R.llama_forward
+        W = load_dir_weights(d)
+        ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
+        ref = fwd(W, cfg, ids)[0]
+        saved = R.moe_block
+        R.moe_block = naive_moe_block
+        try:
+            got = fwd(W, cfg, ids)[0]
+        finally:
+            R.moe_block = saved
+        worst = max(worst, float((got - ref).abs().max()))
+    assert worst < 1e-12, worst
+    out["moe_naive_vs_vectorised_max_abs"] = worst
+    d = os.path.join(ROOT, "mixtral")
+    if os.path.isdir(d):
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        W = load_dir_weights(d)
+        ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
+        Wm, Wd = dict(W), dict(W)
+        for l in range(cfg["num_hidden_layers"]):
+            m = f"model.layers.{l}.block_sparse_moe.experts."
+            for j in range(cfg["num_local_experts"]):
+                for n in ("w1", "w2", "w3"):
+                    Wm[f"{m}{j}.{n}.weight"] = W[f"{m}0.{n}.weight"]
+            for n, hf in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+                Wd[f"model.layers.{l}.mlp.{hf}.weight"] = W[f"{m}0.{n}.weight"]
+        dense = dict(cfg, model_type="mistral")
+        err = float((R.llama_forward(Wm, cfg, ids)[0] - R.llama_forward(Wd, dense, ids)[0]).abs().max())
+        assert err < 1e-12, err
+        out["mixtral_identical_experts_vs_dense"] = err
+    return out
+
+
 def validate():
     out = {"files_roundtrip_max_abs": check_files_roundtrip()}
+    out.update(check_moe())
     out.update(check_rope_reductions())
     out.update(check_rope_conventions())
     out.update(check_against_torch_layers())
@@ -1063,6 +1570,12 @@ MODELS = {
     "qwen2": make_qwen2,
     "deepseek_v2": lambda: make_deepseek("deepseek_v2", 24, 8008),
     "deepseek_v2-noqlora": lambda: make_deepseek("deepseek_v2-noqlora", None, 9009),
+    "mixtral": make_mixtral,
+    "qwen2_moe": lambda: make_qwen2_moe(),
+    "qwen2_moe-norm": lambda: make_qwen2_moe("qwen2_moe-norm", norm_topk_prob=True),
+    "deepseek_v2-moe": make_deepseek_v2_moe,
+    "deepseek_v2-lite": make_deepseek_v2_lite,
+    "deepseek_v3": make_deepseek_v3,
     "bert": make_bert,
     "transformer": make_transformer,
 }
