@@ -43,16 +43,18 @@ class RangeError : public std::out_of_range {
 
 /// Text from a file, shown in a message: in double quotes, with every byte
 /// that could disturb a terminal or a log escaped, so a hostile file cannot
-/// inject lines or terminal codes. C0 controls, DEL, '"' and '\\' become
-/// \xNN / \" / \\; C1 controls (U+0080..U+009F), line and paragraph
-/// separators and bidirectional overrides become \uNNNN; bytes that are not
-/// UTF-8 become \xNN. Cut after `max_bytes` bytes of input (at a character
-/// boundary) with "..." after the closing quote. The one quoting helper for
-/// every message that quotes file content.
+/// inject lines or terminal codes. C0 controls and DEL become `\xNN`, a
+/// double quote and a backslash are escaped with a backslash; C1 controls
+/// (U+0080..U+009F), line and paragraph separators and bidirectional
+/// overrides become `\uNNNN`; bytes that are not UTF-8 become `\xNN`. Cut
+/// after `max_bytes` bytes of input (at a character boundary) with "..."
+/// after the closing quote. The one quoting helper for every message that
+/// quotes file content.
 inline std::string quoted(std::string_view text, std::size_t max_bytes = 80);
 
-/// As quoted(), without the quotes and without escaping '"' and '\\': for
-/// a whole message from elsewhere (a parser's) that may echo file bytes.
+/// As quoted(), without the quotes and without escaping double quotes and
+/// backslashes: for a whole message from elsewhere (a parser's) that may
+/// echo file bytes.
 inline std::string printable(std::string_view text, std::size_t max_bytes = 400);
 
 namespace detail {

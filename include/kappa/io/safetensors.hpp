@@ -1091,7 +1091,7 @@ class Checkpoint {
   [[nodiscard]] const std::filesystem::path& directory() const { return dir_; }
   /// The opened files (one, or the distinct shard files in the index's order
   /// of first use; a file named several ways is opened once, under the first
-  /// spelling, lexically normalized: "./a" opens as <dir>/a).
+  /// spelling, lexically normalized: "./a" opens as `DIR/a`).
   [[nodiscard]] const std::vector<SafetensorsFile>& files() const { return files_; }
   /// The index's "metadata" (null without an index).
   [[nodiscard]] const nlohmann::json& index_metadata() const { return index_metadata_; }
