@@ -23,9 +23,10 @@ using testing::read_ref;
 using testing::scaled_error;
 
 const std::vector<std::string> kCausalModels = {
-    "gpt2",          "gpt2-f16",     "gpt2-prefixed",      "llama",         "llama-bf16",
-    "llama-sharded", "llama-linear", "llama-dynamic",      "llama3-scaled", "mistral",
-    "qwen2",         "deepseek_v2",  "deepseek_v2-noqlora"};
+    "gpt2", "gpt2-f16", "gpt2-prefixed", "llama", "llama-bf16", "llama-sharded", "llama-linear",
+    "llama-dynamic", "llama3-scaled", "mistral", "qwen2", "deepseek_v2", "deepseek_v2-noqlora",
+    // mixtures of experts (issue 26)
+    "mixtral", "qwen2_moe", "qwen2_moe-norm", "deepseek_v2-moe", "deepseek_v2-lite", "deepseek_v3"};
 
 template <class T>
 class CausalLmTest : public ::testing::Test {};

@@ -104,13 +104,38 @@ TEST(HfLoaderErrors, UnsupportedModelTypeIsNamed) {
   fs::remove_all(d);
 }
 
-TEST(HfLoaderErrors, MixtureOfExpertsIsRejectedNamingTheKey) {
+// Expert layers the weights do not have name the missing tensor; router
+// settings kappa does not know name their key.
+TEST(HfLoaderErrors, MixtureOfExpertsErrorsNameTheKeyOrTensor) {
   const fs::path d = edited_copy("deepseek_v2", "moe", [](nlohmann::json& j) {
     j["n_routed_experts"] = 64;
+    j["num_experts_per_tok"] = 2;
+    j["moe_intermediate_size"] = 16;
     j["first_k_dense_replace"] = 1;
   });
-  expect_error<FormatError>(d, {"config.json", "n_routed_experts"});
-  fs::remove_all(d);
+  expect_error<FormatError>(d, {"model.safetensors", "layers.1.mlp.gate.weight"});
+  const fs::path e = edited_copy("deepseek_v2", "moe_method", [](nlohmann::json& j) {
+    j["n_routed_experts"] = 8;
+    j["num_experts_per_tok"] = 2;
+    j["moe_intermediate_size"] = 16;
+    j["topk_method"] = "sinkhorn";
+  });
+  expect_error<FormatError>(e, {"config.json", "topk_method", "sinkhorn"});
+  const fs::path f = edited_copy("deepseek_v2", "moe_k", [](nlohmann::json& j) {
+    j["n_routed_experts"] = 8;
+    j["num_experts_per_tok"] = 9;
+    j["moe_intermediate_size"] = 16;
+  });
+  expect_error<FormatError>(f, {"config.json", "n_routed_experts", "top_k"});
+  const fs::path g = edited_copy("deepseek_v2", "moe_groups", [](nlohmann::json& j) {
+    j["n_routed_experts"] = 8;
+    j["num_experts_per_tok"] = 2;
+    j["moe_intermediate_size"] = 16;
+    j["topk_method"] = "group_limited_greedy";
+    j["n_group"] = 3;
+  });
+  expect_error<FormatError>(g, {"config.json", "n_group = 3"});
+  for (const fs::path& p : {d, e, f, g}) fs::remove_all(p);
 }
 
 TEST(HfLoaderErrors, UnknownRopeScalingIsNamed) {

@@ -117,6 +117,7 @@ struct Routing {
 /// The router alone: logits -> chosen experts and their weights. A plain
 /// loop per token over E scores; see RouterConfig.
 ///
+/// \param c       the router's configuration
 /// \param logits  X W_r (N, E)
 /// \param bias    b (E) for kBiasedGroupTopK, else empty
 inline Routing route(const RouterConfig& c, const Eigen::Ref<const RowMatrix<double>>& logits,
@@ -233,7 +234,8 @@ class MixtureOfExperts {
       require_shapes(x.d_model() == experts_[0].d_model() && x.d_ff() == experts_[0].d_ff(),
                      "MixtureOfExperts", "an expert", x.d_model(), x.d_ff(), "expert 0",
                      experts_[0].d_model(), experts_[0].d_ff(), "all experts have one shape");
-    set_router(std::move(w_router));
+    w_r_ = RowMatrix<T>::Zero(experts_.empty() ? 0 : experts_[0].d_model(), router_.n_experts);
+    set_router(std::move(w_router));  // checked against the experts' d_model
   }
 
   [[nodiscard]] Index d_model() const { return w_r_.rows(); }

@@ -7,6 +7,10 @@
 //   MistralSliding  Llama with sliding-window attention (and a window cache)
 //   DeepSeekV2   pre-norm RMSNorm, latent attention (MLA, interleaved RoPE
 //                pairs), SwiGLU dense feed-forward
+//   LlamaMoe     Llama whose feed-forward is, layer by layer, SwiGLU or a
+//                mixture of SwiGLU experts (Mixtral, Qwen2-MoE)
+//   DeepSeekMoe  DeepSeekV2 with the same per-layer choice (DeepSeek-V2,
+//                V2-Lite, V3: dense first layers, then experts)
 //   Bert         post-norm LayerNorm, MHA, learned positions + token types,
 //                exact GELU MLP, masked-LM head
 //   PaperTransformer  the original encoder-decoder: post-norm LayerNorm, MHA,
@@ -27,6 +31,7 @@
 #include "kappa/nn/activations.hpp"
 #include "kappa/nn/feed_forward.hpp"
 #include "kappa/nn/layer_norm.hpp"
+#include "kappa/nn/moe.hpp"
 #include "kappa/nn/norms.hpp"
 #include "kappa/transformer/layers.hpp"
 #include "kappa/transformer/models.hpp"
@@ -57,6 +62,22 @@ using DeepSeekV2Layer =
     DecoderOnlyLayer<T, LatentAttention<T, Path, Interleaved>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
 using DeepSeekV2 = DecoderLM<T, DeepSeekV2Layer<T, S, Path>, NoAbsolutePositions, S>;
+
+/// A layer's feed-forward when a model mixes dense and expert layers.
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using SwiGluOrExperts = DenseOrSparse<SwiGlu<T, S>, MixtureOfExperts<T, S>>;
+
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using LlamaMoeLayer =
+    DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGluOrExperts<T, S>, PreNorm>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using LlamaMoe = DecoderLM<T, LlamaMoeLayer<T, S>, NoAbsolutePositions, S>;
+
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
+using DeepSeekMoeLayer = DecoderOnlyLayer<T, LatentAttention<T, Path, Interleaved>, RMSNorm<T>,
+                                          SwiGluOrExperts<T, S>, PreNorm>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
+using DeepSeekMoe = DecoderLM<T, DeepSeekMoeLayer<T, S, Path>, NoAbsolutePositions, S>;
 
 template <Scalar T>
 using BertLayer = EncoderLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, Gelu>, PostNorm>;

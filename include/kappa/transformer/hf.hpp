@@ -8,9 +8,13 @@
 //   gpt2                    Gpt2<T>       (Conv1D weights are already X W)
 //   llama, mistral, qwen2   Llama<T>, or MistralSliding<T> when a sliding
 //                           window is set; Qwen2's q/k/v biases
-//   deepseek_v2             DeepSeekV2<T> (dense feed-forward only: a config
-//                           with routed experts is rejected naming
-//                           n_routed_experts)
+//   deepseek_v2, deepseek_v3  DeepSeekV2<T> when every layer is dense, else
+//                           DeepSeekMoe<T> (V2, V2-Lite, V3: routed and
+//                           shared experts, group-limited or biased
+//                           selection; V3's multi-token-prediction layer is
+//                           ignored)
+//   mixtral, qwen2_moe      LlamaMoe<T> (experts in every layer, or as
+//                           Qwen2-MoE's mlp_only_layers/decoder_sparse_step say)
 //   bert                    Bert<T> (load_encoder)
 //   kappa_transformer       PaperTransformer<T> (load_encoder_decoder; the
 //                           original encoder-decoder with torch.nn.Transformer's
@@ -22,6 +26,8 @@
 // shape and the expected one; a missing tensor is a FormatError naming it.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -31,6 +37,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -378,7 +385,7 @@ inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
     c.fail("partial_rotary_factor", "is not 1; kappa's LLaMA layout rotates whole heads");
   detail::require_false(c, "mlp_bias", "kappa's SwiGLU has no biases");
   s.tied = c.boolean("tie_word_embeddings", false);
-  if (model_type == "qwen2") {
+  if (model_type == "qwen2" || model_type == "qwen2_moe") {
     s.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
     if (c.boolean("use_sliding_window", false))
       c.fail("use_sliding_window", "is true; kappa does not support Qwen2's per-layer windows");
@@ -390,10 +397,191 @@ inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
   return s;
 }
 
+// ---- Mixture of experts (Mixtral, Qwen2-MoE, DeepSeek-V2/V3) ------------------------
+
+/// The mixture-of-experts part of a config: the router, the widths, and
+/// which layers are sparse.
+struct MoeSizes {
+  /// The hub's tensor layout of the experts.
+  enum class Layout {
+    kMixtral,   ///< block_sparse_moe.gate, block_sparse_moe.experts.j.{w1,w3,w2}
+    kQwen2Moe,  ///< mlp.gate, mlp.experts.j.*_proj, mlp.shared_expert.*, mlp.shared_expert_gate
+    kDeepSeek,  ///< mlp.gate (+ e_score_correction_bias), mlp.experts.j.*_proj,
+                ///< mlp.shared_experts.*
+  };
+  Layout layout = Layout::kMixtral;
+  RouterConfig router;
+  Index d_expert = 0;        ///< an expert's width
+  Index d_shared = 0;        ///< the shared expert's width; 0: none
+  std::vector<char> sparse;  ///< per layer: 1 if its feed-forward is the mixture
+  [[nodiscard]] bool any_sparse() const {
+    return std::find(sparse.begin(), sparse.end(), char{1}) != sparse.end();
+  }
+};
+
+/// The most experts kappa reads per layer (real models: 8 .. 256).
+inline constexpr Index kMaxExperts = Index{1} << 16;
+
+/// The mixture-of-experts sizes of a mixtral, qwen2_moe, deepseek_v2 or
+/// deepseek_v3 config (every key as the hub's configuration classes name
+/// and default it). For deepseek_v2 without n_routed_experts every layer is
+/// dense. \throws FormatError naming the key of an unsupported or
+/// out-of-range value.
+inline MoeSizes moe_sizes(const Config& c, const std::string& model_type, Index n_layer) {
+  MoeSizes m;
+  m.sparse.assign(static_cast<std::size_t>(n_layer), 0);
+  const char* experts_key = "num_local_experts";
+  if (model_type == "mixtral") {
+    m.layout = MoeSizes::Layout::kMixtral;
+    m.router.n_experts = c.integer("num_local_experts", 8, 1, kMaxExperts);
+    m.router.top_k = c.integer("num_experts_per_tok", 2, 1, kMaxExperts);
+    m.router.weights = TopKWeights::kRenormalized;  // Mixtral always renormalises
+    m.d_expert = c.integer("intermediate_size", std::nullopt, 1);
+    std::fill(m.sparse.begin(), m.sparse.end(), char{1});
+  } else if (model_type == "qwen2_moe") {
+    experts_key = "num_experts";
+    m.layout = MoeSizes::Layout::kQwen2Moe;
+    m.router.n_experts = c.integer("num_experts", 60, 0, kMaxExperts);
+    m.router.top_k = c.integer("num_experts_per_tok", 4, 1, kMaxExperts);
+    m.router.weights =
+        c.boolean("norm_topk_prob", false) ? TopKWeights::kRenormalized : TopKWeights::kAsScored;
+    m.d_expert = c.integer("moe_intermediate_size", 1408, 1);
+    m.d_shared = c.integer("shared_expert_intermediate_size", 5632, 0);
+    const Index step = c.integer("decoder_sparse_step", 1, 1);
+    std::vector<char> dense_only(static_cast<std::size_t>(n_layer), 0);
+    if (c.has("mlp_only_layers")) {
+      const nlohmann::json& v = c.json().at("mlp_only_layers");
+      if (!v.is_array()) c.fail("mlp_only_layers", "must be a list of layer indices");
+      for (const nlohmann::json& x : v) {
+        if (!x.is_number_integer() || x.get<std::int64_t>() < 0 || x.get<std::int64_t>() >= n_layer)
+          c.fail("mlp_only_layers", "holds " + Config::shown(x) + ", not a layer index in [0, " +
+                                        std::to_string(n_layer) + ")");
+        dense_only[static_cast<std::size_t>(x.get<std::int64_t>())] = 1;
+      }
+    }
+    for (Index i = 0; i < n_layer; ++i)
+      m.sparse[static_cast<std::size_t>(i)] =
+          !dense_only[static_cast<std::size_t>(i)] && m.router.n_experts > 0 && (i + 1) % step == 0;
+    if (m.router.n_experts == 0) m.router = {.n_experts = 1, .top_k = 1};  // unused: all dense
+  } else {  // deepseek_v2, deepseek_v3
+    experts_key = "n_routed_experts";
+    m.layout = MoeSizes::Layout::kDeepSeek;
+    const bool v3 = model_type == "deepseek_v3";
+    if (!c.has("n_routed_experts")) return m;  // dense
+    m.router.n_experts = c.integer("n_routed_experts", std::nullopt, 1, kMaxExperts);
+    m.router.top_k = c.integer("num_experts_per_tok", std::nullopt, 1, kMaxExperts);
+    m.d_expert = c.integer("moe_intermediate_size", std::nullopt, 1);
+    m.d_shared = c.product("moe_intermediate_size x n_shared_experts", m.d_expert,
+                           c.integer("n_shared_experts", 0, 0, kMaxExperts));
+    const std::string score = c.string("scoring_func", v3 ? "sigmoid" : "softmax");
+    if (score == "softmax") {
+      m.router.score = RouterScore::kSoftmax;
+    } else if (score == "sigmoid") {
+      m.router.score = RouterScore::kSigmoid;
+    } else {
+      c.fail("scoring_func", "is " + kappa::quoted(score) + "; kappa supports softmax, sigmoid");
+    }
+    const std::string method = c.string("topk_method", v3 ? "noaux_tc" : "greedy");
+    if (method == "greedy") {
+      m.router.selection = ExpertSelection::kTopK;
+    } else if (method == "group_limited_greedy") {
+      m.router.selection = ExpertSelection::kGroupLimitedTopK;
+    } else if (method == "noaux_tc") {
+      m.router.selection = ExpertSelection::kBiasedGroupTopK;
+    } else {
+      c.fail("topk_method", "is " + kappa::quoted(method) +
+                                "; kappa supports greedy, group_limited_greedy, noaux_tc");
+    }
+    m.router.n_group = c.integer("n_group", 1, 1, kMaxExperts);
+    m.router.topk_group = c.integer("topk_group", 1, 1, kMaxExperts);
+    // DeepSeek's MoEGate: renormalise (sum + 1e-20) when top_k > 1 and
+    // norm_topk_prob; V2 scales by routed_scaling_factor only when it does
+    // not renormalise, V3 always.
+    const double factor = c.positive("routed_scaling_factor", 1.0, kMaxRopeFactor);
+    const bool renorm = m.router.top_k > 1 && c.boolean("norm_topk_prob", false);
+    m.router.weights = renorm ? TopKWeights::kRenormalized : TopKWeights::kAsScored;
+    m.router.renorm_epsilon = 1e-20;
+    m.router.scale = (v3 || !renorm) ? factor : 1.0;
+    const Index first_dense = c.integer("first_k_dense_replace", 0, 0);
+    const Index freq = c.integer("moe_layer_freq", 1, 1);
+    for (Index i = 0; i < n_layer; ++i)
+      m.sparse[static_cast<std::size_t>(i)] = i >= first_dense && i % freq == 0;
+  }
+  try {
+    m.router.validate();
+  } catch (const std::invalid_argument& e) {
+    c.fail(experts_key, Config::without_prefix(e.what()));
+  }
+  return m;
+}
+
 namespace detail {
-template <Scalar T, WeightStoragePolicy S, class Layer, class Mask>
+
+/// A SwiGLU read from Hugging Face's gate/up/down projections (nn.Linear
+/// layout, out x in), read (and so checked) before it is built.
+template <Scalar T, WeightStoragePolicy S>
+SwiGlu<T, S> read_swiglu(const Weights<T>& w, const std::string& gate, const std::string& up,
+                         const std::string& down, Index d, Index d_ff) {
+  const RowMatrix<T> w_gate = w.mat(gate, d_ff, d), w_up = w.mat(up, d_ff, d),
+                     w_down = w.mat(down, d, d_ff);
+  SwiGlu<T, S> m(d, d_ff);
+  m.set_weights(w_gate.transpose(), w_up.transpose(), w_down.transpose());
+  return m;
+}
+
+/// The dense feed-forward of LLaMA-layout layer prefix p ("layers.i.").
+template <Scalar T, WeightStoragePolicy S>
+SwiGlu<T, S> read_llama_mlp(const Weights<T>& w, const std::string& p, Index d, Index d_ff) {
+  return read_swiglu<T, S>(w, p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
+                           p + "mlp.down_proj.weight", d, d_ff);
+}
+
+/// The mixture of experts of layer prefix p ("layers.i."), in the hub's
+/// layout `m.layout`; every tensor read (and so checked) before it is built.
+template <Scalar T, WeightStoragePolicy S>
+MixtureOfExperts<T, S> read_moe(const Weights<T>& w, const std::string& p, Index d,
+                                const MoeSizes& m) {
+  using Layout = MoeSizes::Layout;
+  const Index n_e = m.router.n_experts, f = m.d_expert;
+  const std::string base = m.layout == Layout::kMixtral ? p + "block_sparse_moe." : p + "mlp.";
+  const RowMatrix<T> w_router = w.mat(base + "gate.weight", n_e, d);  // (E, d)
+  std::vector<typename MixtureOfExperts<T, S>::Expert> experts;
+  for (Index e = 0; e < n_e; ++e) {
+    const std::string x = base + "experts." + std::to_string(e) + ".";
+    experts.push_back(
+        m.layout == Layout::kMixtral
+            ? read_swiglu<T, S>(w, x + "w1.weight", x + "w3.weight", x + "w2.weight", d, f)
+            : read_swiglu<T, S>(w, x + "gate_proj.weight", x + "up_proj.weight",
+                                x + "down_proj.weight", d, f));
+  }
+  MixtureOfExperts<T, S> moe(std::move(experts), m.router, w_router.transpose());
+  if (m.router.selection == ExpertSelection::kBiasedGroupTopK)
+    moe.set_selection_bias(w.vec(base + "gate.e_score_correction_bias", n_e));
+  if (m.d_shared > 0) {
+    const std::string x =
+        base + (m.layout == Layout::kQwen2Moe ? "shared_expert." : "shared_experts.");
+    auto shared = read_swiglu<T, S>(w, x + "gate_proj.weight", x + "up_proj.weight",
+                                    x + "down_proj.weight", d, m.d_shared);
+    RowVector<T> gate;
+    if (m.layout == Layout::kQwen2Moe) gate = w.mat(base + "shared_expert_gate.weight", 1, d);
+    moe.set_shared(std::move(shared), std::move(gate));
+  }
+  return moe;
+}
+
+/// Layer i's feed-forward: the mixture where m says so, else the dense
+/// SwiGLU of width d_ff.
+template <Scalar T, WeightStoragePolicy S>
+SwiGluOrExperts<T, S> read_ffn(const Weights<T>& w, Index i, const std::string& p, Index d,
+                               Index d_ff, const MoeSizes& m) {
+  if (m.sparse[static_cast<std::size_t>(i)]) return read_moe<T, S>(w, p, d, m);
+  return read_llama_mlp<T, S>(w, p, d, d_ff);
+}
+
+template <Scalar T, WeightStoragePolicy S, class Layer, class Mask, class MakeFfn>
 DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
-                                                        const io::Checkpoint& ckpt, Mask mask) {
+                                                        const io::Checkpoint& ckpt, Mask mask,
+                                                        MakeFfn make_ffn) {
   const detail::Weights<T> w(ckpt, "model.");
   // The config's sizes against the file before anything is allocated; each
   // layer below reads (and so checks) its tensors before building on them.
@@ -407,9 +595,6 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
                        w_k = w.mat(p + "self_attn.k_proj.weight", dkv, s.d),
                        w_v = w.mat(p + "self_attn.v_proj.weight", dkv, s.d),
                        w_o = w.mat(p + "self_attn.o_proj.weight", s.d, dq);
-    const RowMatrix<T> w_gate = w.mat(p + "mlp.gate_proj.weight", s.d_ff, s.d),
-                       w_up = w.mat(p + "mlp.up_proj.weight", s.d_ff, s.d),
-                       w_down = w.mat(p + "mlp.down_proj.weight", s.d, s.d_ff);
     LlamaAttention<T> attn(
         {.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv}, {},
         Rope<T, RotateHalf>(s.d_head, s.theta, s.scaling));
@@ -420,8 +605,7 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
                       s.qkv_bias ? w.vec(p + "self_attn.v_proj.bias", dkv) : RowVector<T>(),
                       s.o_bias ? w.vec(p + "self_attn.o_proj.bias", s.d) : RowVector<T>());
     }
-    SwiGlu<T, S> mlp(s.d, s.d_ff);
-    mlp.set_weights(w_gate.transpose(), w_up.transpose(), w_down.transpose());
+    auto mlp = make_ffn(w, i, p);
     layers.emplace_back(
         std::move(attn), RMSNorm<T>(w.vec(p + "input_layernorm.weight", s.d), s.eps),
         RMSNorm<T>(w.vec(p + "post_attention_layernorm.weight", s.d), s.eps), std::move(mlp), mask);
@@ -438,7 +622,26 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 Llama<T, S> load_llama(const Config& c, const io::Checkpoint& ckpt) {
   const LlamaSizes s = llama_sizes(c, c.string("model_type", "llama"));
-  return detail::build_llama<T, S, LlamaLayer<T, S>>(s, ckpt, CausalMask{});
+  return detail::build_llama<T, S, LlamaLayer<T, S>>(
+      s, ckpt, CausalMask{}, [&](const detail::Weights<T>& w, Index, const std::string& p) {
+        return detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
+      });
+}
+
+/// Mixtral and Qwen2-MoE: the LLaMA layout whose feed-forward is, layer by
+/// layer, a mixture of SwiGLU experts (or dense, as Qwen2-MoE's
+/// mlp_only_layers and decoder_sparse_step say).
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+LlamaMoe<T, S> load_llama_moe(const Config& c, const io::Checkpoint& ckpt) {
+  const std::string type = c.string("model_type");
+  const LlamaSizes s = llama_sizes(c, type);
+  if (type == "mixtral" && c.has("sliding_window"))
+    c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
+  const MoeSizes m = moe_sizes(c, type, s.n_layer);
+  return detail::build_llama<T, S, LlamaMoeLayer<T, S>>(
+      s, ckpt, CausalMask{}, [&](const detail::Weights<T>& w, Index i, const std::string& p) {
+        return detail::read_ffn<T, S>(w, i, p, s.d, s.d_ff, m);
+      });
 }
 
 /// Mistral with its sliding window: token i sees positions i - W + 1 .. i.
@@ -446,30 +649,28 @@ template <Scalar T, WeightStoragePolicy S = DenseWeights>
 MistralSliding<T, S> load_mistral_sliding(const Config& c, const io::Checkpoint& ckpt) {
   const LlamaSizes s = llama_sizes(c, "mistral");
   if (s.sliding_window < 1) c.fail("sliding_window", "is not set");
-  return detail::build_llama<T, S, MistralSlidingLayer<T, S>>(s, ckpt,
-                                                              SlidingWindowMask{s.sliding_window});
+  return detail::build_llama<T, S, MistralSlidingLayer<T, S>>(
+      s, ckpt, SlidingWindowMask{s.sliding_window},
+      [&](const detail::Weights<T>& w, Index, const std::string& p) {
+        return detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
+      });
 }
 
 // ---- DeepSeek-V2 ----------------------------------------------------------------
 
-/// DeepSeek-V2 attention with dense feed-forward layers (DeepSeek-V2 configs
-/// with mixture-of-experts layers are rejected, naming n_routed_experts).
-template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
-DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt) {
+namespace detail {
+/// The DeepSeek-V2/V3 layout: latent attention in every layer, the
+/// feed-forward from `make_ffn(w, i, "layers.i.", d, d_ff)`.
+template <Scalar T, WeightStoragePolicy S, LatentPath Path, class Layer, class MakeFfn>
+DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c,
+                                                           const io::Checkpoint& ckpt,
+                                                           MakeFfn make_ffn) {
   const Index d = c.integer("hidden_size", std::nullopt, 1),
               n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
               n_head = c.integer("num_attention_heads", std::nullopt, 1),
               d_ff = c.integer("intermediate_size", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1),
               max_pos = c.integer("max_position_embeddings", 2048, 1);
-  if (c.has("n_routed_experts")) {
-    const Index first_dense = c.integer("first_k_dense_replace", 0, 0);
-    if (first_dense < n_layer)
-      c.fail("n_routed_experts",
-             "is set and first_k_dense_replace = " + std::to_string(first_dense) +
-                 " < num_hidden_layers = " + std::to_string(n_layer) +
-                 ": mixture-of-experts layers are not supported by kappa");
-  }
   detail::require_activation(c, "hidden_act", "silu", {"silu"});
   detail::require_false(c, "attention_bias", "kappa's latent attention has no biases");
   LatentConfig lc;
@@ -501,7 +702,7 @@ DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& c
   // layer below reads (and so checks) its tensors before building on them.
   w.check("embed_tokens.weight", vocab, d);
   if (!tied) ckpt.require_shape("lm_head.weight", {vocab, d});
-  std::vector<DeepSeekV2Layer<T, S, Path>> layers;
+  std::vector<Layer> layers;
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".self_attn.";
     HfDeepSeekV2AttentionWeights<T> hw;
@@ -517,22 +718,51 @@ DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& c
     hw.kv_b_proj = w.mat(p + "kv_b_proj.weight", kv_b_rows, dc);
     hw.o_proj = w.mat(p + "o_proj.weight", d, o_cols);
     const std::string q = "layers." + std::to_string(i) + ".";
-    const RowMatrix<T> w_gate = w.mat(q + "mlp.gate_proj.weight", d_ff, d),
-                       w_up = w.mat(q + "mlp.up_proj.weight", d_ff, d),
-                       w_down = w.mat(q + "mlp.down_proj.weight", d, d_ff);
     LatentAttention<T, Path, Interleaved> attn(lc);
     attn.set_weights_from_hf(hw);
-    SwiGlu<T, S> mlp(d, d_ff);
-    mlp.set_weights(w_gate.transpose(), w_up.transpose(), w_down.transpose());
+    auto mlp = make_ffn(w, i, q, d, d_ff);
     layers.emplace_back(std::move(attn), RMSNorm<T>(w.vec(q + "input_layernorm.weight", d), eps),
                         RMSNorm<T>(w.vec(q + "post_attention_layernorm.weight", d), eps),
                         std::move(mlp));
   }
   std::optional<RowMatrix<T>> head;
   if (!tied) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
-  return DeepSeekV2<T, S, Path>(Embedding<T>(w.mat("embed_tokens.weight", vocab, d)), {},
-                                std::move(layers), RMSNorm<T>(w.vec("norm.weight", d), eps),
-                                std::move(head), max_pos);
+  return DecoderLM<T, Layer, NoAbsolutePositions, S>(
+      Embedding<T>(w.mat("embed_tokens.weight", vocab, d)), {}, std::move(layers),
+      RMSNorm<T>(w.vec("norm.weight", d), eps), std::move(head), max_pos);
+}
+}  // namespace detail
+
+/// DeepSeek-V2 with dense feed-forward layers only. \throws FormatError
+/// naming n_routed_experts for a config with expert layers (load those with
+/// load_deepseek_moe; load_causal_lm picks the right one).
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
+DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt) {
+  const MoeSizes m =
+      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.integer("num_hidden_layers", 0, 0));
+  if (m.any_sparse())
+    c.fail("n_routed_experts",
+           "is set and some layers are mixtures of experts: use load_deepseek_moe");
+  return detail::build_deepseek<T, S, Path, DeepSeekV2Layer<T, S, Path>>(
+      c, ckpt, [](const detail::Weights<T>& w, Index, const std::string& p, Index d, Index d_ff) {
+        return detail::read_llama_mlp<T, S>(w, p, d, d_ff);
+      });
+}
+
+/// DeepSeek-V2, V2-Lite and V3 with their mixture-of-experts layers (and
+/// dense ones where first_k_dense_replace and moe_layer_freq say). V3's
+/// multi-token-prediction layer (`model.layers.L.*` with L = num_hidden_layers, counted
+/// by num_nextn_predict_layers) is not part of the causal model and is
+/// ignored.
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
+DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const io::Checkpoint& ckpt) {
+  const MoeSizes m =
+      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.integer("num_hidden_layers", 0, 0));
+  return detail::build_deepseek<T, S, Path, DeepSeekMoeLayer<T, S, Path>>(
+      c, ckpt,
+      [&m](const detail::Weights<T>& w, Index i, const std::string& p, Index d, Index d_ff) {
+        return detail::read_ffn<T, S>(w, i, p, d, d_ff, m);
+      });
 }
 
 // ---- BERT -------------------------------------------------------------------------
@@ -675,11 +905,13 @@ PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 class CausalLM {
  public:
-  using Model = std::variant<Gpt2<T, S>, Llama<T, S>, MistralSliding<T, S>, DeepSeekV2<T, S>>;
+  using Model = std::variant<Gpt2<T, S>, Llama<T, S>, MistralSliding<T, S>, DeepSeekV2<T, S>,
+                             LlamaMoe<T, S>, DeepSeekMoe<T, S>>;
   /// The cache of one sequence (of the loaded model's kind).
   struct Cache {
     std::variant<typename Gpt2<T, S>::Cache, typename Llama<T, S>::Cache,
-                 typename MistralSliding<T, S>::Cache, typename DeepSeekV2<T, S>::Cache>
+                 typename MistralSliding<T, S>::Cache, typename DeepSeekV2<T, S>::Cache,
+                 typename LlamaMoe<T, S>::Cache, typename DeepSeekMoe<T, S>::Cache>
         c;
     [[nodiscard]] Index length() const {
       return std::visit([](const auto& x) { return x.length(); }, c);
@@ -794,16 +1026,23 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
     throw FormatError("kappa: " + dir.string() + ": not a model directory");
   const Config c = Config::read(dir / "config.json");
   const std::string type = c.string("model_type");
-  if (type != "gpt2" && type != "llama" && type != "mistral" && type != "qwen2" &&
-      type != "deepseek_v2") {
+  constexpr std::array<std::string_view, 8> kTypes = {
+      "gpt2", "llama", "mistral", "qwen2", "deepseek_v2", "mixtral", "qwen2_moe", "deepseek_v3"};
+  if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
     if (type == "bert") c.fail("model_type", "is 'bert', an encoder-only model: use load_bert");
     c.fail("model_type", "is " + kappa::quoted(type) +
                              ", which kappa does not load as a causal LM (gpt2, llama, mistral, "
-                             "qwen2, deepseek_v2)");
+                             "qwen2, deepseek_v2, mixtral, qwen2_moe, deepseek_v3)");
   }
   const io::Checkpoint ckpt(dir);
   if (type == "gpt2") return CausalLM<T, S>(load_gpt2<T, S>(c, ckpt), type);
-  if (type == "deepseek_v2") return CausalLM<T, S>(load_deepseek_v2<T, S>(c, ckpt), type);
+  if (type == "mixtral" || type == "qwen2_moe")
+    return CausalLM<T, S>(load_llama_moe<T, S>(c, ckpt), type);
+  if (type == "deepseek_v2" || type == "deepseek_v3") {
+    const MoeSizes m = moe_sizes(c, type, c.integer("num_hidden_layers", std::nullopt, 0));
+    if (m.any_sparse()) return CausalLM<T, S>(load_deepseek_moe<T, S>(c, ckpt), type);
+    return CausalLM<T, S>(load_deepseek_v2<T, S>(c, ckpt), type);
+  }
   if (type == "mistral" && c.has("sliding_window"))
     return CausalLM<T, S>(load_mistral_sliding<T, S>(c, ckpt), type);
   return CausalLM<T, S>(load_llama<T, S>(c, ckpt), type);
