@@ -7,7 +7,8 @@ safetensors or regex package is needed or used.
 This module is the *reference*: it was written from the upstream model code's
 semantics (Hugging Face transformers modeling_gpt2.py, modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_bert.py, modeling_rope_utils.py,
-masking_utils.py, modeling_mixtral.py, modeling_qwen2_moe.py; DeepSeek's
+masking_utils.py, modeling_mixtral.py, modeling_qwen2_moe.py, modeling_qwen3.py,
+modeling_phi3.py, modeling_gemma2.py, modeling_gemma3.py; DeepSeek's
 modeling_deepseek.py of the hub repositories deepseek-ai/DeepSeek-V2-Lite,
 DeepSeek-V2 and DeepSeek-V3; torch.nn.Transformer), never from kappa's C++.
 Every forward here computes in float64 from the weights exactly as they are
@@ -20,7 +21,8 @@ Contents
   * byte-level BPE: GPT-2 bytes_to_unicode, the GPT-2 and Llama-3 pre-split
     regexes implemented by hand over unicodedata categories, merge training,
     rank-based encoding with added-token splitting
-  * forwards: gpt2, llama-family (llama / mistral / qwen2, rope scaling),
+  * forwards: gpt2, llama-family (llama / mistral / qwen2 / qwen3 / phi3, rope
+    scaling incl. longrope and partial rotary), gemma2 / gemma3_text (gemma_forward),
     deepseek_v2 (MLA), bert (BertForMaskedLM), the original encoder-decoder
   * mixture of experts (issue 26): Mixtral and Qwen2-MoE (inside the llama-family
     forward), DeepSeek-V2 / V2-Lite / V3 (inside the DeepSeek forward); routing
@@ -534,15 +536,39 @@ def rope_inv_freq(cfg, seq_len):
     """(inv_freq (dim/2,), attention_factor) following transformers' ROPE_INIT_FUNCTIONS
     (modeling_rope_utils.py, v4.45+ where rope dim = config.head_dim if set). Computed
     in float64 (upstream computes inv_freq in float32; the difference is rounding).
-    seq_len: the length the rotary embedding is evaluated for (only 'dynamic' uses it)."""
+    seq_len: the length the rotary embedding is evaluated for ('dynamic' and
+    'longrope' use it): max(position_ids) + 1 of the forward = past + N.
+    Partial rotary (partial_rotary_factor, Phi-4-mini): the rope dim is
+    int(head_dim * partial_rotary_factor); apply_rope rotates only those first dims."""
     base = float(cfg["rope_theta"])
     dim = llama_head_dim(cfg)
+    if cfg.get("partial_rotary_factor") is not None:
+        dim = int(dim * cfg["partial_rotary_factor"])
     rs = cfg.get("rope_scaling") or {}
     rtype = rs.get("rope_type", rs.get("type", "default"))
     idx = torch.arange(0, dim, 2, dtype=DT) / dim
     inv = 1.0 / (base ** idx)
     if rtype == "default":
         return inv, 1.0
+    if rtype == "longrope":
+        # _compute_longrope_parameters + dynamic_rope_update's longrope_frequency_update:
+        #   orig = original_max_position_embeddings (top-level config key, as the Phi-3 /
+        #   Phi-4 hub configs; or inside rope_scaling);
+        #   factor = rope_scaling["factor"] if given, else max_position_embeddings / orig;
+        #   attention_factor = rope_scaling["attention_factor"] if given, else
+        #     1 if factor <= 1 else sqrt(1 + ln(factor) / ln(orig)), multiplying cos AND sin
+        #     (so only the rotated dims of q and k are scaled), for short and long alike;
+        #   ext = long_factor if seq_len > orig else short_factor, seq_len = max(position_ids) + 1
+        #     of THIS forward call (a full pass: its length; a cached step: past + N);
+        #   inv_freq_i = 1 / (ext_i * base^(2i/dim)).
+        orig = cfg.get("original_max_position_embeddings") or rs.get("original_max_position_embeddings")
+        factor = rs.get("factor") or cfg["max_position_embeddings"] / orig
+        att = rs.get("attention_factor")
+        if att is None:
+            att = 1.0 if factor <= 1.0 else math.sqrt(1.0 + math.log(factor) / math.log(orig))
+        ext = rs["long_factor"] if seq_len > orig else rs["short_factor"]
+        assert len(ext) == dim // 2, (len(ext), dim)
+        return inv / torch.as_tensor(ext, dtype=DT), float(att)
     factor = float(rs["factor"])
     if rtype == "linear":
         # position / factor  <=>  inv_freq / factor
@@ -582,17 +608,30 @@ def rotate_half(x):
 
 def apply_rope(x, cos, sin):
     # x (H, N, dim), cos/sin (N, dim): x*cos + rotate_half(x)*sin (modeling_llama.apply_rotary_pos_emb)
-    return x * cos + rotate_half(x) * sin
+    # Partial rotary (cos/sin narrower than x, modeling_phi3.apply_rotary_pos_emb): the
+    # first r = cos.shape[-1] dims are rotated (rotate_half within those r dims: pairs
+    # (i, i + r/2)), the remaining dims pass through unchanged.
+    r = cos.shape[-1]
+    if r == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    xr = x[..., :r]
+    return torch.cat([xr * cos + rotate_half(xr) * sin, x[..., r:]], dim=-1)
 
 
 def llama_forward(W, cfg, ids, cache=None, trace=None):
     """LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM, and the MoE
     MixtralForCausalLM / Qwen2MoeForCausalLM (same attention; the feed-forward of
-    the layers in moe_layer_ids(cfg) is moe_block()).
+    the layers in moe_layer_ids(cfg) is moe_block()); Qwen3ForCausalLM and
+    Phi3ForCausalLM.
     nn.Linear weights are (out, in): y = x @ W.T (+ b). Biases on q/k/v when
-    attention_bias (llama) or always (qwen2, qwen2_moe); o_proj never biased for qwen2.
-    Mistral / Mixtral: sliding window when set; Qwen2(-MoE): window only if
-    use_sliding_window. trace: a list that receives each MoE layer's routing."""
+    attention_bias (llama, qwen3) or always (qwen2, qwen2_moe); o_proj never biased for qwen2.
+    Mistral / Mixtral / Phi-3: sliding window when set (Phi-3: every layer,
+    config.sliding_window); Qwen2(-MoE) / Qwen3: window only if use_sliding_window.
+    Qwen3: q_norm / k_norm (plain RMSNorm, weight (head_dim)) on each head of q and k
+    BEFORE RoPE. Phi-3: self_attn.qkv_proj = [q (H hd) ; k (H_kv hd) ; v (H_kv hd)]
+    rows, mlp.gate_up_proj = [gate (ff) ; up (ff)] rows (chunk(2): gate first),
+    act silu(gate) * up; partial rotary / longrope via rope_inv_freq.
+    trace: a list that receives each MoE layer's routing."""
     mt = cfg["model_type"]
     d = cfg["hidden_size"]; H = cfg["num_attention_heads"]; Hkv = cfg["num_key_value_heads"]
     hd = llama_head_dim(cfg); rep = H // Hkv
@@ -600,8 +639,10 @@ def llama_forward(W, cfg, ids, cache=None, trace=None):
     window = None
     if mt in ("mistral", "mixtral"):
         window = cfg.get("sliding_window")
-    elif mt in ("qwen2", "qwen2_moe") and cfg.get("use_sliding_window"):
-        raise ValueError("qwen2 sliding window not referenced here")
+    elif mt == "phi3":
+        window = cfg.get("sliding_window")
+    elif mt in ("qwen2", "qwen2_moe", "qwen3") and cfg.get("use_sliding_window"):
+        raise ValueError("qwen2 / qwen3 sliding window not referenced here")
     past = 0 if cache is None else cache["len"]
     ids = torch.as_tensor(ids)
     N = ids.numel()
@@ -622,9 +663,19 @@ def llama_forward(W, cfg, ids, cache=None, trace=None):
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         x = rms_norm(h, W[p + "input_layernorm.weight"], eps)
-        q = lin(x, p + "self_attn.q_proj", qkv_bias).view(N, H, hd).transpose(0, 1)
-        k = lin(x, p + "self_attn.k_proj", qkv_bias).view(N, Hkv, hd).transpose(0, 1)
-        v = lin(x, p + "self_attn.v_proj", qkv_bias).view(N, Hkv, hd).transpose(0, 1)
+        if mt == "phi3":
+            qkv = x @ W[p + "self_attn.qkv_proj.weight"].T
+            q, k, v = qkv.split([H * hd, Hkv * hd, Hkv * hd], dim=-1)
+            q = q.reshape(N, H, hd).transpose(0, 1)
+            k = k.reshape(N, Hkv, hd).transpose(0, 1)
+            v = v.reshape(N, Hkv, hd).transpose(0, 1)
+        else:
+            q = lin(x, p + "self_attn.q_proj", qkv_bias).view(N, H, hd).transpose(0, 1)
+            k = lin(x, p + "self_attn.k_proj", qkv_bias).view(N, Hkv, hd).transpose(0, 1)
+            v = lin(x, p + "self_attn.v_proj", qkv_bias).view(N, Hkv, hd).transpose(0, 1)
+        if mt == "qwen3":
+            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         if cache is not None:
@@ -642,12 +693,150 @@ def llama_forward(W, cfg, ids, cache=None, trace=None):
         if l in sparse:
             h = h + moe_block(W, cfg, l, x, trace)
             continue
+        if mt == "phi3":
+            g, u = (x @ W[p + "mlp.gate_up_proj.weight"].T).chunk(2, dim=-1)
+            h = h + (silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
+            continue
         g = lin(x, p + "mlp.gate_proj", cfg.get("mlp_bias", False))
         u = lin(x, p + "mlp.up_proj", cfg.get("mlp_bias", False))
         h = h + lin(silu(g) * u, p + "mlp.down_proj", cfg.get("mlp_bias", False))
     hidden = rms_norm(h, W["model.norm.weight"], eps)
     head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
     return hidden @ head.T, hidden, new_cache
+
+
+# ----------------------------------------------------------------------------
+# Gemma 2 / Gemma 3 text (modeling_gemma2.py, modeling_gemma3.py)
+# ----------------------------------------------------------------------------
+
+def gemma_rms_norm(x, w, eps):
+    # Gemma2RMSNorm / Gemma3RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + weight)
+    # (upstream in float32, cast back after the multiply; here float64)
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * (1.0 + w)
+
+
+def gelu_tanh(x):
+    # "gelu_pytorch_tanh" (F.gelu(x, approximate="tanh")): the same formula as gelu_new
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def softcap(x, cap):
+    # cap * tanh(x / cap) (attn_logit_softcapping, final_logit_softcapping); None: identity
+    return x if cap is None else cap * torch.tanh(x / cap)
+
+
+def gemma_layer_types(cfg):
+    """Per layer "sliding_attention" / "full_attention".
+    config.layer_types when present. Otherwise:
+      gemma2: sliding iff layer index is EVEN (modeling_gemma2 4.42-4.52:
+        `not bool(layer_idx % 2)`; 4.53+: layer_types default
+        `"sliding_attention" if bool((i + 1) % 2)`, the same);
+      gemma3_text: sliding iff (i + 1) % sliding_window_pattern != 0 (default
+        pattern 6: layers 0-4 sliding, 5 global, 6-10 sliding, 11 global, ...)."""
+    L = cfg["num_hidden_layers"]
+    if cfg.get("layer_types"):
+        assert len(cfg["layer_types"]) == L
+        return list(cfg["layer_types"])
+    if cfg["model_type"] == "gemma2":
+        return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
+    pat = cfg.get("sliding_window_pattern", 6)
+    return ["sliding_attention" if (i + 1) % pat else "full_attention" for i in range(L)]
+
+
+def gemma_embed_scale(cfg):
+    """sqrt(hidden_size) as upstream multiplies it: Gemma2Model builds
+    torch.tensor(hidden_size**0.5, dtype=hidden_states.dtype), Gemma3 the float32
+    buffer embed_scale cast to the embedding weight's dtype: in a float32 model the
+    float32-ROUNDED value (sqrt(32) = 5.656854249... -> 5.65685415267944), in bf16
+    the bf16 value. The reference uses the value rounded to the config's torch_dtype."""
+    dt = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}[cfg.get("torch_dtype", "float32")]
+    return float(round_to(np.array([cfg["hidden_size"] ** 0.5]), dt)[0])
+
+
+def gemma_rope(cfg, layer_type, seq_len):
+    """(inv_freq, attention_factor) of a layer.
+    gemma2: one rotary embedding (rope_theta, no scaling) for every layer.
+    gemma3_text: global (full_attention) layers: rope_theta with rope_scaling
+      (linear factor 8 in Gemma 3 4B+); local (sliding_attention) layers:
+      rope_local_base_freq with NO scaling (Gemma3TextModel.rotary_emb_local is a copy
+      of the config with rope_theta = rope_local_base_freq, rope_scaling default)."""
+    if cfg["model_type"] == "gemma3_text" and layer_type == "sliding_attention":
+        return rope_inv_freq(dict(cfg, rope_theta=cfg["rope_local_base_freq"], rope_scaling=None), seq_len)
+    if cfg["model_type"] == "gemma2":
+        return rope_inv_freq(dict(cfg, rope_scaling=None), seq_len)
+    return rope_inv_freq(cfg, seq_len)
+
+
+def gemma_forward(W, cfg, ids, cache=None):
+    """Gemma2ForCausalLM / Gemma3ForCausalLM (model_type gemma3_text).
+      h = embed[ids] * gemma_embed_scale(cfg)
+      per layer (sandwich norms, all Gemma RMSNorm (1 + w)):
+        a = attn(input_layernorm(h));  h = h + post_attention_layernorm(a)
+        m = mlp(pre_feedforward_layernorm(h));  h = h + post_feedforward_layernorm(m)
+      attn: q/k/v/o_proj (no biases; head_dim explicit), gemma3: q_norm / k_norm
+        (Gemma RMSNorm over head_dim, per head) BEFORE RoPE; RoPE per gemma_rope;
+        scores = (q k^T) * query_pre_attn_scalar^-0.5, then
+        attn_logit_softcapping c: c tanh(scores / c) (AFTER the scaling, BEFORE the mask),
+        then the causal mask, sliding layers (gemma_layer_types) also the window:
+        key j visible to query i iff i - sliding_window < j <= i; softmax; GQA repeat_kv.
+      mlp: down(gelu_tanh(gate(x)) * up(x)) (hidden_activation gelu_pytorch_tanh).
+      hidden = norm(h) (Gemma RMSNorm); logits = hidden embed^T (tied: no lm_head
+      unless tie_word_embeddings is explicitly false), then final_logit_softcapping.
+    Returns (logits, hidden (after the final norm, before the head), cache)."""
+    mt = cfg["model_type"]
+    assert mt in ("gemma2", "gemma3_text"), mt
+    d = cfg["hidden_size"]; H = cfg["num_attention_heads"]; Hkv = cfg["num_key_value_heads"]
+    hd = llama_head_dim(cfg); rep = H // Hkv
+    eps = cfg["rms_norm_eps"]
+    scale = float(cfg["query_pre_attn_scalar"]) ** -0.5
+    cap = cfg.get("attn_logit_softcapping")
+    types = gemma_layer_types(cfg)
+    past = 0 if cache is None else cache["len"]
+    ids = torch.as_tensor(ids)
+    N = ids.numel()
+    pos = torch.arange(past, past + N)
+    kpos = torch.arange(0, past + N)
+    ropes = {}
+    for t in set(types):
+        inv, att = gemma_rope(cfg, t, past + N)
+        ropes[t] = rope_cos_sin(inv, att, pos)
+    masks = {"full_attention": causal_allowed(pos, kpos),
+             "sliding_attention": causal_allowed(pos, kpos, cfg["sliding_window"])}
+    E = W["model.embed_tokens.weight"]
+    h = E[ids] * gemma_embed_scale(cfg)
+    new_cache = {"len": past + N, "k": [], "v": []}
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        a = p + "self_attn."
+        x = gemma_rms_norm(h, W[p + "input_layernorm.weight"], eps)
+        q = (x @ W[a + "q_proj.weight"].T).view(N, H, hd).transpose(0, 1)
+        k = (x @ W[a + "k_proj.weight"].T).view(N, Hkv, hd).transpose(0, 1)
+        v = (x @ W[a + "v_proj.weight"].T).view(N, Hkv, hd).transpose(0, 1)
+        if mt == "gemma3_text":
+            q = gemma_rms_norm(q, W[a + "q_norm.weight"], eps)
+            k = gemma_rms_norm(k, W[a + "k_norm.weight"], eps)
+        cos, sin = ropes[types[l]]
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        if cache is not None:
+            k = torch.cat([cache["k"][l], k], dim=1)
+            v = torch.cat([cache["v"][l], v], dim=1)
+        new_cache["k"].append(k); new_cache["v"].append(v)
+        kk = k.repeat_interleave(rep, dim=0)
+        vv = v.repeat_interleave(rep, dim=0)
+        s = softcap(scale * (q @ kk.transpose(-1, -2)), cap)
+        s = s.masked_fill(~masks[types[l]], float("-inf"))
+        o = (softmax_rows(s) @ vv).transpose(0, 1).reshape(N, H * hd)
+        o = o @ W[a + "o_proj.weight"].T
+        h = h + gemma_rms_norm(o, W[p + "post_attention_layernorm.weight"], eps)
+        x = gemma_rms_norm(h, W[p + "pre_feedforward_layernorm.weight"], eps)
+        m = gelu_tanh(x @ W[p + "mlp.gate_proj.weight"].T) * (x @ W[p + "mlp.up_proj.weight"].T)
+        m = m @ W[p + "mlp.down_proj.weight"].T
+        h = h + gemma_rms_norm(m, W[p + "post_feedforward_layernorm.weight"], eps)
+    hidden = gemma_rms_norm(h, W["model.norm.weight"], eps)
+    head = W["lm_head.weight"] if cfg.get("tie_word_embeddings", True) is False else E
+    logits = softcap(hidden @ head.T, cfg.get("final_logit_softcapping"))
+    return logits, hidden, new_cache
 
 
 # ----------------------------------------------------------------------------

@@ -313,7 +313,13 @@ FAMILY_TOKENS = {
     "qwen2": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|endoftext|>"),
     "deepseek_v2": (["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"],
                     "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"),
+    # Phi-3 (Llama-2 vocabulary + Phi specials): BOS <s> prepended, EOS <|endoftext|>
+    "phi3": (["<unk>", "<s>", "</s>", "<|endoftext|>", "<|end|>"], "<s>", "<|endoftext|>"),
+    # Gemma 2 / 3: <bos> prepended, <eos>; <pad> is pad_token_id
+    "gemma": (["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>"),
 }
+TOKENIZER_CLASS = {"qwen2": "Qwen2Tokenizer", "deepseek_v2": "LlamaTokenizerFast", "phi3": "LlamaTokenizer",
+                   "gemma": "GemmaTokenizer"}
 
 
 def family_bpe(mt):
@@ -327,14 +333,16 @@ def write_family_tokenizer(d, mt, bpe, max_len):
     R.write_json(os.path.join(d, "tokenizer.json"), tokenizer_json(bpe, "split", bos=bos, normalizer=norm))
     tc = {"add_bos_token": bos is not None, "add_eos_token": False, "bos_token": bos,
           "clean_up_tokenization_spaces": False, "eos_token": eos, "model_max_length": max_len,
-          "tokenizer_class": "PreTrainedTokenizerFast" if mt != "qwen2" else "Qwen2Tokenizer"}
+          "tokenizer_class": TOKENIZER_CLASS.get(mt, "PreTrainedTokenizerFast")}
     if mt == "qwen2":
         tc["pad_token"] = "<|endoftext|>"
         tc["errors"] = "replace"
         tc["add_prefix_space"] = False
     if mt == "deepseek_v2":
-        tc["tokenizer_class"] = "LlamaTokenizerFast"
         tc["legacy"] = True
+    if mt in ("phi3", "gemma"):
+        tc["pad_token"] = {"phi3": "<|endoftext|>", "gemma": "<pad>"}[mt]
+        tc["legacy"] = False
     tc["added_tokens_decoder"] = {str(bpe.vocab[s]): {k: v for k, v in added_token(bpe.vocab[s], s).items()
                                                       if k not in ("id",)} for s in specials}
     R.write_json(os.path.join(d, "tokenizer_config.json"), tc)
@@ -409,7 +417,7 @@ def llama_like_weights(cfg, seed, qkv_bias=False):
 
 
 def write_llama_like(name, cfg, Wnp, bpe, mt, dtype="F32", n=12, sharded=False, ids_seed=11,
-                     cache_check=True):
+                     cache_check=True, fwd=None):
     d = fresh_dir(name)
     dtypes = {k: dtype for k in Wnp}
     if dtype != "F32":
@@ -434,7 +442,8 @@ def write_llama_like(name, cfg, Wnp, bpe, mt, dtype="F32", n=12, sharded=False, 
     W = to_torch(Wnp, dtypes)
     specials, bos, _ = FAMILY_TOKENS[mt]
     ids = sample_ids(ids_seed, n, cfg["vocab_size"], first=bpe.vocab[bos] if bos else None)
-    fwd = R.deepseek_forward if mt == "deepseek_v2" else R.llama_forward
+    if fwd is None:
+        fwd = R.deepseek_forward if mt == "deepseek_v2" else R.llama_forward
     _, _, info = write_causal_reference(d, fwd, W, cfg, ids, cache_check=cache_check)
     return info, W, ids
 
@@ -1083,6 +1092,342 @@ def make_deepseek_v3(seed=14016):
 
 
 # ----------------------------------------------------------------------------
+# Qwen3, Phi-3, Gemma 2 / Gemma 3 (issue 26)
+# ----------------------------------------------------------------------------
+
+N_PROMPT = 16  # prompt length of these models (longer than the sliding windows and phi3-longrope's 8)
+
+
+def max_abs(a, b):
+    return float((a - b).abs().max())
+
+
+def make_qwen3(seed=15015):
+    # Qwen3-0.6B style: LLaMA layout + per-head q_norm / k_norm (RMSNorm over head_dim,
+    # before RoPE), explicit head_dim 16 != hidden_size / heads = 8, GQA 4/2, no biases,
+    # tied embeddings, rope_theta 1e6, no rope scaling, use_sliding_window false
+    # (sliding_window null, max_window_layers = num_hidden_layers, as the hub configs).
+    bpe = family_bpe("qwen2")
+    sp, bos, eos = FAMILY_TOKENS["qwen2"]
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[eos],
+        "eos_token_id": bpe.vocab[eos],
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "max_window_layers": 2,
+        "model_type": "qwen3",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+        "transformers_version": "4.51.0",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": len(bpe),
+    }
+    I = Init(seed)
+    d, V, hd = cfg["hidden_size"], cfg["vocab_size"], cfg["head_dim"]
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.5)}
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        gqa_attn_w(I, W, p + "self_attn.", cfg, False)
+        # (n,) weights around 1 with a 0.3 spread so that q_norm / k_norm visibly matter
+        W[p + "self_attn.q_norm.weight"] = (1.0 + I.normal((hd,), 0.3)).astype(np.float32)
+        W[p + "self_attn.k_norm.weight"] = (1.0 + I.normal((hd,), 0.3)).astype(np.float32)
+        expert_w(I, W, p + "mlp.", cfg["intermediate_size"], d)
+        W[p + "input_layernorm.weight"] = I.norm_w(d)
+        W[p + "post_attention_layernorm.weight"] = I.norm_w(d)
+    W["model.norm.weight"] = I.norm_w(d)
+    info, Wt, ids = write_llama_like("qwen3", cfg, W, bpe, "qwen2", n=N_PROMPT, ids_seed=seed)
+    # q_norm / k_norm must matter (unit weights are not the identity: the norm itself stays)
+    flat = dict(Wt)
+    for l in range(cfg["num_hidden_layers"]):
+        for n in ("q_norm", "k_norm"):
+            flat[f"model.layers.{l}.self_attn.{n}.weight"] = torch.ones(hd, dtype=R.DT)
+    info["qk_norm_weight_effect_max_abs"] = max_abs(R.llama_forward(flat, cfg, ids)[0], R.llama_forward(Wt, cfg, ids)[0])
+    assert info["qk_norm_weight_effect_max_abs"] > 1e-3
+    return info
+
+
+# Phi-3 longrope factors (rope dim 12 = 0.75 * 16: 6 frequency pairs)
+PHI3_SHORT_FACTOR = [1.0, 1.0, 1.05, 1.15, 1.3, 1.6]
+PHI3_LONG_FACTOR = [1.0, 1.25, 2.0, 4.0, 9.0, 20.0]
+
+
+def phi3_config(bpe, longrope):
+    sp, bos, eos = FAMILY_TOKENS["phi3"]
+    cfg = {
+        "architectures": ["Phi3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[bos],
+        "embd_pdrop": 0.0,
+        "eos_token_id": bpe.vocab[eos],
+        "hidden_act": "silu",
+        "hidden_size": 64,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "model_type": "phi3",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 2,
+        "original_max_position_embeddings": 64,
+        "pad_token_id": bpe.vocab[eos],
+        "resid_pdrop": 0.0,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": None,
+        "rope_theta": 10000.0,
+        "sliding_window": 2047,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": True,
+        "vocab_size": len(bpe),
+    }
+    if longrope:
+        # Phi-4-mini style: partial_rotary_factor 0.75, tied embeddings, longrope with
+        # "type" (as the hub configs) and no "factor": factor = 64 / 8 = 8.
+        cfg.update({"original_max_position_embeddings": 8, "partial_rotary_factor": 0.75,
+                    "rope_scaling": {"long_factor": PHI3_LONG_FACTOR, "short_factor": PHI3_SHORT_FACTOR,
+                                     "type": "longrope"},
+                    "sliding_window": 262144, "tie_word_embeddings": True})
+    return dict(sorted(cfg.items()))
+
+
+def phi3_weights(cfg, seed):
+    I = Init(seed)
+    d, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    H, Hkv, ff = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
+    hd = R.llama_head_dim(cfg)
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.5)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        # fused rows: [q (H hd) ; k (H_kv hd) ; v (H_kv hd)]
+        W[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+            [I.lin(H * hd, d, 1.5), I.lin(Hkv * hd, d, 1.5), I.lin(Hkv * hd, d)], axis=0)
+        W[p + "self_attn.o_proj.weight"] = I.lin(d, H * hd)
+        # fused rows: [gate (ff) ; up (ff)]
+        W[p + "mlp.gate_up_proj.weight"] = np.concatenate([I.lin(ff, d), I.lin(ff, d)], axis=0)
+        W[p + "mlp.down_proj.weight"] = I.lin(d, ff)
+        W[p + "input_layernorm.weight"] = I.norm_w(d)
+        W[p + "post_attention_layernorm.weight"] = I.norm_w(d)
+    W["model.norm.weight"] = I.norm_w(d)
+    if not cfg["tie_word_embeddings"]:
+        W["lm_head.weight"] = I.normal((V, d), 0.5)
+    return W
+
+
+def phi3_unfused(W, cfg):
+    """The same weights with q/k/v_proj and gate/up_proj split out of the fused tensors."""
+    H, Hkv, ff = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
+    hd = R.llama_head_dim(cfg)
+    out = {}
+    for k, v in W.items():
+        if k.endswith("self_attn.qkv_proj.weight"):
+            a = k[:-len("qkv_proj.weight")]
+            q, kk, vv = v.split([H * hd, Hkv * hd, Hkv * hd], dim=0)
+            out[a + "q_proj.weight"], out[a + "k_proj.weight"], out[a + "v_proj.weight"] = q, kk, vv
+        elif k.endswith("mlp.gate_up_proj.weight"):
+            m = k[:-len("gate_up_proj.weight")]
+            out[m + "gate_proj.weight"], out[m + "up_proj.weight"] = v[:ff], v[ff:]
+        else:
+            out[k] = v
+    return out
+
+
+def make_phi3(seed=16016):
+    # Phi-3-mini-4k style: fused qkv_proj (q, k, v rows) and gate_up_proj (gate, up rows),
+    # GQA 4/2 (as Phi-3-medium), head_dim 16 = hidden / heads, full rotary, no rope
+    # scaling, untied lm_head, sliding_window 2047 (every layer; longer than any sequence here).
+    bpe = family_bpe("phi3")
+    cfg = phi3_config(bpe, longrope=False)
+    Wnp = phi3_weights(cfg, seed)
+    info, W, ids = write_llama_like("phi3", cfg, Wnp, bpe, "phi3", n=N_PROMPT, ids_seed=seed)
+    # the fused order must matter: up-then-gate gives other logits
+    ff = cfg["intermediate_size"]
+    sw = dict(W)
+    for l in range(cfg["num_hidden_layers"]):
+        k = f"model.layers.{l}.mlp.gate_up_proj.weight"
+        sw[k] = torch.cat([W[k][ff:], W[k][:ff]], dim=0)
+    info["gate_up_swap_effect_max_abs"] = max_abs(R.llama_forward(sw, cfg, ids)[0], R.llama_forward(W, cfg, ids)[0])
+    assert info["gate_up_swap_effect_max_abs"] > 1e-3
+    return info
+
+
+def make_phi3_longrope(seed=17017):
+    # Phi-4-mini style longrope: original_max_position_embeddings 8 < N = 16, so every
+    # forward of the reference (full pass: seq_len 16; greedy reruns 17..21; cached
+    # check: prefill of 13, then 14..21) uses the LONG factors. Attention factor
+    # sqrt(1 + ln 8 / ln 8) = sqrt(2) on cos and sin. Partial rotary 0.75: dims 0..11 of
+    # each head rotated (rotate_half over those 12: pairs (i, i + 6)), 12..15 pass through.
+    # reference/short_logits.npy: the logits of the first 8 prompt tokens ALONE (seq_len 8
+    # <= 8: SHORT factors), to test the switch.
+    bpe = family_bpe("phi3")
+    cfg = phi3_config(bpe, longrope=True)
+    Wnp = phi3_weights(cfg, seed)
+    info, W, ids = write_llama_like("phi3-longrope", cfg, Wnp, bpe, "phi3", n=N_PROMPT, ids_seed=seed)
+    d = os.path.join(ROOT, "phi3-longrope")
+    orig = cfg["original_max_position_embeddings"]
+    short = R.llama_forward(W, cfg, ids[:orig])[0]
+    R.save_npy(os.path.join(d, "reference", "short_logits.npy"), short.numpy(), np.float64)
+    full = np.load(os.path.join(d, "reference", "logits.npy"))
+    # the same 8 tokens inside the 16-token pass use the long factors: they must differ
+    info["short_vs_long_first8_max_abs"] = float(np.abs(full[:orig] - short.numpy()).max())
+    assert info["short_vs_long_first8_max_abs"] > 1e-3
+    inv, att = R.rope_inv_freq(cfg, N_PROMPT)
+    info["attention_factor"] = att
+    assert abs(att - math.sqrt(2.0)) < 1e-15
+    # long factors: changing them changes the reference
+    alt = dict(cfg, rope_scaling=dict(cfg["rope_scaling"], long_factor=PHI3_SHORT_FACTOR))
+    info["long_factor_effect_max_abs"] = max_abs(R.llama_forward(W, alt, ids)[0], R.llama_forward(W, cfg, ids)[0])
+    assert info["long_factor_effect_max_abs"] > 1e-3
+    # (the partial-rotary layout itself is checked in check_new_families)
+    # HF's cached decoding from a prefill of <= 8 tokens would keep keys made with the
+    # short factors (HF's Phi3ForCausalLM.prepare_inputs_for_generation drops the cache
+    # when the length first reaches original_max_position_embeddings + 1 to avoid this):
+    seq = list(ids)
+    fullpass = R.llama_forward(W, cfg, seq)[0]
+    mixed = R.cached_logits(R.llama_forward, W, cfg, seq, orig)
+    info["cache_from_short_prefill_vs_full_max_abs"] = max_abs(fullpass[orig:], mixed[orig:])
+    assert info["cache_from_short_prefill_vs_full_max_abs"] > 1e-3
+    return info
+
+
+def gemma_norm_w(I, n):
+    # stored w of a Gemma RMSNorm (the scale is 1 + w): small, so forgetting the "+ 1"
+    # is a gross error
+    return I.normal((n,), 0.2)
+
+
+def gemma_weights(cfg, seed):
+    I = Init(seed)
+    d, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    hd = cfg["head_dim"]
+    W = {"model.embed_tokens.weight": I.normal((V, d), 0.15)}  # * sqrt(32) in the forward
+    for l in range(L):
+        p = f"model.layers.{l}."
+        a = p + "self_attn."
+        gqa_attn_w(I, W, a, cfg, False)
+        if cfg["model_type"] == "gemma3_text":
+            W[a + "q_norm.weight"] = gemma_norm_w(I, hd)
+            W[a + "k_norm.weight"] = gemma_norm_w(I, hd)
+        expert_w(I, W, p + "mlp.", cfg["intermediate_size"], d)
+        for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                  "post_feedforward_layernorm"):
+            W[p + n + ".weight"] = gemma_norm_w(I, d)
+    W["model.norm.weight"] = gemma_norm_w(I, d)
+    return W
+
+
+def gemma_config(bpe, mt):
+    sp, bos, eos = FAMILY_TOKENS["gemma"]
+    cfg = {
+        "architectures": ["Gemma2ForCausalLM" if mt == "gemma2" else "Gemma3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bpe.vocab[bos],
+        "cache_implementation": "hybrid",
+        "eos_token_id": bpe.vocab[eos],
+        "head_dim": 16,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "model_type": mt,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "pad_token_id": bpe.vocab["<pad>"],
+        "query_pre_attn_scalar": 24,
+        "rms_norm_eps": 1e-06,
+        "sliding_window": 4,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "vocab_size": len(bpe),
+    }
+    if mt == "gemma2":
+        # gemma-2-2b keys; tie_word_embeddings absent (Gemma2Config default true)
+        cfg.update({"attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0,
+                    "hidden_act": "gelu_pytorch_tanh", "num_hidden_layers": 4, "rope_theta": 10000.0,
+                    "transformers_version": "4.42.4"})
+    else:
+        # gemma-3 text keys; 6 layers with sliding_window_pattern 6 (0-4 local, 5 global);
+        # layer_types written too (as transformers >= 4.53 saves it), consistent with the pattern
+        L = 6
+        cfg.update({"attn_logit_softcapping": None, "final_logit_softcapping": None, "num_hidden_layers": L,
+                    "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(L)],
+                    "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "rope_theta": 1000000.0, "sliding_window_pattern": 6, "transformers_version": "4.53.0"})
+    return dict(sorted(cfg.items()))
+
+
+def make_gemma(mt, seed):
+    bpe = family_bpe("gemma")
+    cfg = gemma_config(bpe, mt)
+    Wnp = gemma_weights(cfg, seed)
+    name = mt
+    info, W, ids = write_llama_like(name, cfg, Wnp, bpe, "gemma", n=N_PROMPT, ids_seed=seed, fwd=R.gemma_forward)
+    ref = R.gemma_forward(W, cfg, ids)[0]
+
+    def effect(key, **kw):
+        info[key] = max_abs(R.gemma_forward(W, dict(cfg, **kw), ids)[0], ref)
+        assert info[key] > 1e-3, (key, info[key])
+    types = R.gemma_layer_types(cfg)
+    info["layer_types"] = types
+    # the window must cut: without it the logits differ
+    effect("window_effect_max_abs", sliding_window=1000)
+    # query_pre_attn_scalar (24) != head_dim (16)
+    effect("query_pre_attn_scalar_effect_max_abs", query_pre_attn_scalar=cfg["head_dim"])
+    scale = R.gemma_embed_scale(cfg)
+    info["embed_scale"] = scale
+    info["embed_scale_minus_sqrt"] = scale - math.sqrt(cfg["hidden_size"])
+    assert scale == float(np.float32(math.sqrt(cfg["hidden_size"])))
+    if mt == "gemma2":
+        assert types == ["sliding_attention", "full_attention"] * 2
+        effect("attn_softcap_effect_max_abs", attn_logit_softcapping=None)
+        effect("final_softcap_effect_max_abs", final_logit_softcapping=None)
+        assert float(ref.abs().max()) < cfg["final_logit_softcapping"]
+    else:
+        assert types == ["sliding_attention"] * 5 + ["full_attention"]
+        effect("rope_scaling_effect_max_abs", rope_scaling=None)
+        effect("local_base_effect_max_abs", rope_local_base_freq=cfg["rope_theta"])
+        # the same layer types from the pattern alone
+        no_lt = {k: v for k, v in cfg.items() if k != "layer_types"}
+        assert R.gemma_layer_types(no_lt) == types
+    return info
+
+
+def make_gemma2():
+    # Gemma 2: embeddings * float32(sqrt(32)); sandwich norms (1 + w); GeGLU (tanh);
+    # query_pre_attn_scalar 24 (scale 24^-0.5, head_dim 16); attention soft-cap 5.0
+    # (c tanh(s / c) after scaling, before the mask) and final soft-cap 3.0 (small, so
+    # both matter here; the hub models use 50 / 30); layers 0, 2 sliding (window 4 < N = 16),
+    # 1, 3 global; tied embeddings (key absent, default true).
+    return make_gemma("gemma2", 18020)
+
+
+def make_gemma3_text():
+    # Gemma 3 text: as Gemma 2 plus q_norm / k_norm ((1 + w), per head, before RoPE), no
+    # soft-capping (null), 6 layers: 0-4 sliding (window 4) with RoPE base
+    # rope_local_base_freq 1e4 unscaled, layer 5 global with rope_theta 1e6 and linear
+    # scaling factor 8 (positions / 8).
+    return make_gemma("gemma3_text", 19019)
+
+
+# ----------------------------------------------------------------------------
 # BERT
 # ----------------------------------------------------------------------------
 
@@ -1258,7 +1603,8 @@ def check_files_roundtrip():
         with open(os.path.join(d, "config.json")) as f:
             cfg = json.load(f)
         fwd = {"gpt2": R.gpt2_forward, "deepseek_v2": R.deepseek_forward,
-               "deepseek_v3": R.deepseek_forward}.get(cfg["model_type"], R.llama_forward)
+               "deepseek_v3": R.deepseek_forward, "gemma2": R.gemma_forward,
+               "gemma3_text": R.gemma_forward}.get(cfg["model_type"], R.llama_forward)
         ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
         W = load_dir_weights(d)
         if cfg["model_type"] == "gpt2":
@@ -1542,9 +1888,153 @@ def check_moe():
     return out
 
 
+NEW_FAMILY_DIRS = ["qwen3", "phi3", "phi3-longrope", "gemma2", "gemma3_text"]
+
+
+def load_dir(name):
+    d = os.path.join(ROOT, name)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    ids = np.load(os.path.join(d, "reference", "input_ids.npy")).tolist()
+    return cfg, load_dir_weights(d), ids
+
+
+def naive_gemma_forward(W, cfg, ids):
+    """A second Gemma 2 / 3 forward, token by token and head by head with explicit
+    loops: layer kinds from the index rule (not gemma_layer_types), the window as
+    `t - j < W`, RoPE as a complex rotation of the pairs (i, i + head_dim/2) with the
+    angle written out per layer kind, soft-capping and softmax with math.* on Python
+    floats. Returns the logits (N, V)."""
+    mt = cfg["model_type"]
+    d, H, Hkv, hd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps, L, Wn = cfg["rms_norm_eps"], cfg["num_hidden_layers"], cfg["sliding_window"]
+    half = hd // 2
+    cap = cfg.get("attn_logit_softcapping")
+    scale = 1.0 / math.sqrt(cfg["query_pre_attn_scalar"])
+    E = W["model.embed_tokens.weight"]
+    xs = [E[t] * float(np.float32(math.sqrt(d))) for t in ids]  # float32 model
+
+    def norm(x, w):
+        ms = sum(float(v) ** 2 for v in x) / len(x)
+        return x / math.sqrt(ms + eps) * (1.0 + w)
+
+    def rot(v, p, theta, div):
+        out = v.clone()
+        for i in range(half):
+            ang = p * theta ** (-2.0 * i / hd) / div
+            z = complex(float(v[i]), float(v[i + half])) * complex(math.cos(ang), math.sin(ang))
+            out[i], out[i + half] = z.real, z.imag
+        return out
+    for l in range(L):
+        if mt == "gemma2":
+            sliding = l % 2 == 0
+            theta, div = cfg["rope_theta"], 1.0
+        else:
+            sliding = (l + 1) % cfg["sliding_window_pattern"] != 0
+            assert sliding == (cfg["layer_types"][l] == "sliding_attention")
+            theta = cfg["rope_local_base_freq"] if sliding else cfg["rope_theta"]
+            rs = cfg.get("rope_scaling")
+            div = float(rs["factor"]) if (not sliding and rs and rs["rope_type"] == "linear") else 1.0
+        p = f"model.layers.{l}."
+        a = p + "self_attn."
+        Q, K, V = [], [], []
+        for t, x in enumerate(xs):
+            xn = norm(x, W[p + "input_layernorm.weight"])
+            q = W[a + "q_proj.weight"] @ xn
+            k = W[a + "k_proj.weight"] @ xn
+            v = W[a + "v_proj.weight"] @ xn
+            qh = [q[h * hd:(h + 1) * hd] for h in range(H)]
+            kh = [k[g * hd:(g + 1) * hd] for g in range(Hkv)]
+            if mt == "gemma3_text":
+                qh = [norm(u, W[a + "q_norm.weight"]) for u in qh]
+                kh = [norm(u, W[a + "k_norm.weight"]) for u in kh]
+            Q.append([rot(u, t, theta, div) for u in qh])
+            K.append([rot(u, t, theta, div) for u in kh])
+            V.append([v[g * hd:(g + 1) * hd] for g in range(Hkv)])
+        new = []
+        for t, x in enumerate(xs):
+            heads = []
+            for h in range(H):
+                g = h // (H // Hkv)
+                js = [j for j in range(t + 1) if not sliding or t - j < Wn]
+                sc = []
+                for j in js:
+                    s_ = float(Q[t][h] @ K[j][g]) * scale
+                    sc.append(cap * math.tanh(s_ / cap) if cap is not None else s_)
+                m = max(sc)
+                e = [math.exp(u - m) for u in sc]
+                heads.append(sum((ej / sum(e)) * V[j][g] for ej, j in zip(e, js)))
+            o = W[a + "o_proj.weight"] @ torch.cat(heads)
+            y = x + norm(o, W[p + "post_attention_layernorm.weight"])
+            yn = norm(y, W[p + "pre_feedforward_layernorm.weight"])
+            gt = W[p + "mlp.gate_proj.weight"] @ yn
+            gl = torch.nn.functional.gelu(gt, approximate="tanh")
+            mm = W[p + "mlp.down_proj.weight"] @ (gl * (W[p + "mlp.up_proj.weight"] @ yn))
+            new.append(y + norm(mm, W[p + "post_feedforward_layernorm.weight"]))
+        xs = new
+    out = []
+    for x in xs:
+        z = E @ norm(x, W["model.norm.weight"])
+        c = cfg.get("final_logit_softcapping")
+        out.append(c * torch.tanh(z / c) if c is not None else z)
+    return torch.stack(out)
+
+
+def check_new_families():
+    """Qwen3 / Phi-3 / Gemma directories (issue 26):
+    - phi3, phi3-longrope: the fused forward equals the llama forward on the tensors
+      split out of qkv_proj (q, k, v rows) and gate_up_proj (gate, up rows);
+    - longrope with factor 1 (max_position_embeddings = original) and all-one short /
+      long factors equals plain (partial) RoPE;
+    - partial rotary: apply_rope equals a complex rotation of the pairs (i, i + 6) of
+      the first 12 dims, times the attention factor, the last 4 dims unchanged;
+    - gemma2, gemma3_text: naive_gemma_forward (loops, torch's own tanh-GELU) gives the
+      same logits as gemma_forward."""
+    out = {}
+    for name in ("phi3", "phi3-longrope"):
+        if not os.path.isdir(os.path.join(ROOT, name)):
+            continue
+        cfg, W, ids = load_dir(name)
+        ref = R.llama_forward(W, cfg, ids)[0]
+        un = R.llama_forward(phi3_unfused(W, cfg), dict(cfg, model_type="llama", attention_bias=False), ids)[0]
+        out[name + "_fused_vs_unfused"] = max_abs(ref, un)
+        assert out[name + "_fused_vs_unfused"] < 1e-12
+    if os.path.isdir(os.path.join(ROOT, "phi3-longrope")):
+        cfg, W, ids = load_dir("phi3-longrope")
+        ones = [1.0] * len(cfg["rope_scaling"]["short_factor"])
+        lr1 = dict(cfg, max_position_embeddings=cfg["original_max_position_embeddings"],
+                   rope_scaling=dict(cfg["rope_scaling"], short_factor=ones, long_factor=ones))
+        out["longrope_factor1_vs_plain"] = max_abs(R.llama_forward(W, lr1, ids)[0],
+                                                   R.llama_forward(W, dict(cfg, rope_scaling=None), ids)[0])
+        assert out["longrope_factor1_vs_plain"] < 1e-12
+        inv, att = R.rope_inv_freq(cfg, 16)
+        hd = R.llama_head_dim(cfg)
+        r = int(hd * cfg["partial_rotary_factor"])
+        assert inv.numel() * 2 == r == 12
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(2, 16, hd, generator=g, dtype=R.DT)
+        pos = torch.arange(16, dtype=R.DT)
+        cos, sin = R.rope_cos_sin(inv, att, pos)
+        got = R.apply_rope(x, cos, sin)
+        want = x.clone()
+        ang = torch.outer(pos, inv)
+        z = torch.complex(x[..., :r // 2], x[..., r // 2:r]) * torch.polar(torch.full_like(ang, att), ang)
+        want[..., :r // 2], want[..., r // 2:r] = z.real, z.imag
+        out["partial_rotary_vs_complex"] = max_abs(got, want)
+        assert out["partial_rotary_vs_complex"] < 1e-12
+    for name in ("gemma2", "gemma3_text"):
+        if not os.path.isdir(os.path.join(ROOT, name)):
+            continue
+        cfg, W, ids = load_dir(name)
+        out[name + "_naive_vs_vectorised"] = max_abs(naive_gemma_forward(W, cfg, ids), R.gemma_forward(W, cfg, ids)[0])
+        assert out[name + "_naive_vs_vectorised"] < 1e-12
+    return out
+
+
 def validate():
     out = {"files_roundtrip_max_abs": check_files_roundtrip()}
     out.update(check_moe())
+    out.update(check_new_families())
     out.update(check_rope_reductions())
     out.update(check_rope_conventions())
     out.update(check_against_torch_layers())
@@ -1576,6 +2066,11 @@ MODELS = {
     "deepseek_v2-moe": make_deepseek_v2_moe,
     "deepseek_v2-lite": make_deepseek_v2_lite,
     "deepseek_v3": make_deepseek_v3,
+    "qwen3": make_qwen3,
+    "phi3": make_phi3,
+    "phi3-longrope": make_phi3_longrope,
+    "gemma2": make_gemma2,
+    "gemma3_text": make_gemma3_text,
     "bert": make_bert,
     "transformer": make_transformer,
 }
