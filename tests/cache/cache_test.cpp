@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -335,6 +336,30 @@ TEST(TokenStore, StreamIndexAndCopyAreChecked) {
   EXPECT_THROW((void)s.stream(2), kappa::RangeError);
   EXPECT_THROW((cache::TokenStore<double, cache::Growable>({Index{1} << 40, 2}, {16})),
                kappa::RangeError);
+}
+
+// A window from a config (Phi-4-mini: 262144) must not allocate up front:
+// the ring grows to the window as tokens arrive, and behaves as a ring after.
+TEST(TokenStoreWindow, GrowsToTheWindowBeforeItWraps) {
+  using Store = cache::TokenStore<double, cache::SlidingWindow>;
+  const Store big(std::vector<Index>{2}, cache::SlidingWindow{Index{1} << 30});
+  EXPECT_LE(big.capacity(), 256);
+  Store c(std::vector<Index>{1}, cache::SlidingWindow{600});
+  RowMatrix<double> rows(700, 1);
+  for (Index i = 0; i < 700; ++i) rows(i, 0) = static_cast<double>(i);
+  const auto add_rows = [&](Index first, Index n) {
+    const kappa::ConstMatrixRef<double> r = rows.middleRows(first, n);
+    c.append(std::span<const kappa::ConstMatrixRef<double>>(&r, 1));
+  };
+  add_rows(0, 300);
+  EXPECT_GE(c.capacity(), 300);
+  EXPECT_LT(c.capacity(), 600);
+  add_rows(300, 400);  // wraps: keeps positions 100..699
+  EXPECT_EQ(c.capacity(), 600);
+  EXPECT_EQ(c.stored(), 600);
+  RowMatrix<double> out(600, 1);
+  c.copy_chronological(0, 100, 600, out);
+  for (Index i = 0; i < 600; ++i) EXPECT_EQ(out(i, 0), static_cast<double>(100 + i));
 }
 
 }  // namespace

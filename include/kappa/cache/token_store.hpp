@@ -12,7 +12,8 @@
 // |----------------|-----------------------------|---------------------------|
 // | Growable       | doubles (amortized O(1))    | reallocates, copies rows  |
 // | FixedCapacity  | fixed, allocated up front   | throws kappa::RangeError  |
-// | SlidingWindow  | the window W, a ring buffer | overwrites the oldest row |
+// | SlidingWindow  | grows (doubling) up to the  | overwrites the oldest row |
+// |                | window W, then a ring buffer|                           |
 //
 // Positions: the token appended first has position 0; length() is the number
 // of tokens appended so far (the position of the next one). With Growable and
@@ -111,7 +112,12 @@ class TokenStore {
         throw std::invalid_argument("kappa: cache: SlidingWindow window must be >= 1, got " +
                                     std::to_string(retention_.window));
       }
-      cap = retention_.window;
+      // Grown on demand up to the window: a window from a config (Mistral's
+      // 4096, Phi-4-mini's 262144) must not allocate before tokens arrive.
+      cap = std::min<Index>(retention_.window, 256);
+      // The storage it may grow to must be possible.
+      (void)checked_mul("cache: storage (window x scalars per token)", retention_.window,
+                        row_scalars_);
     }
     (void)checked_mul("cache: storage (capacity x scalars per token)", cap, row_scalars_);
     data_.resize(widths_.size());
@@ -228,6 +234,11 @@ class TokenStore {
     }
     if constexpr (R::kWindowed) {
       const Index w = retention_.window;
+      // Before the ring first fills, rows sit at their positions (p mod W =
+      // p), so growing keeps them where slot() looks; once length + n
+      // reaches W the capacity is W.
+      const Index need = std::min(length_ + n, w);
+      if (need > capacity()) reallocate(std::min(w, std::max(need, 2 * capacity())));
       const Index keep = std::min(n, w);  // only the last W of the new rows survive
       for (std::size_t s = 0; s < rows.size(); ++s) {
         for (Index i = n - keep; i < n; ++i) put(s, (length_ + i) % w, rows[s], i);
