@@ -140,9 +140,9 @@ TEST(HfLoaderErrors, MixtureOfExpertsErrorsNameTheKeyOrTensor) {
 
 TEST(HfLoaderErrors, UnknownRopeScalingIsNamed) {
   const fs::path d = edited_copy("llama", "rope", [](nlohmann::json& j) {
-    j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
+    j["rope_scaling"] = {{"rope_type", "ntk-by-parts"}, {"factor", 2.0}};
   });
-  expect_error<FormatError>(d, {"rope_scaling", "longrope"});
+  expect_error<FormatError>(d, {"rope_scaling", "ntk-by-parts"});
   fs::remove_all(d);
 }
 

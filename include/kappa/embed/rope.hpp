@@ -178,8 +178,7 @@ class Rope {
   /// or for dynamic NTK beyond the original context a table computed into
   /// `scratch` (thread_local: the layer stays read-only during forward calls).
   const std::vector<double>& frequencies_for(Index seq_len, std::vector<double>& scratch) const {
-    if (scaling_.kind != RopeScaling::Kind::kDynamicNtk || seq_len <= scaling_.original_context)
-      return inv_freq_;
+    if (!scaling_.length_dependent() || seq_len <= scaling_.original_context) return inv_freq_;
     scratch = rope_frequencies(d_rot_, base_, scaling_, seq_len);
     return scratch;
   }

@@ -22,6 +22,13 @@
 //                (1 for s <= 1), or by m(s, 1) when the config gives no mscales.
 //                DeepSeek-V2 also multiplies the softmax scale by
 //                m(s, mscale_all_dim)^2 (yarn_softmax_factor()).
+//   longrope (Phi-3, Phi-3.5, Phi-4-mini): per-frequency rescale factors,
+//                theta'_i = theta_i / e_i with e = long_factor for a sequence
+//                of L > L_0 positions, short_factor otherwise (L as for dynamic
+//                NTK: a cached decode step uses its own length); cos and sin
+//                are multiplied by sqrt(1 + ln s / ln L_0) (1 for s <= 1),
+//                s = max_position_embeddings / L_0, unless attention_factor
+//                is given.
 //
 // These are the rules of Hugging Face's modeling_rope_utils and DeepSeek's
 // modeling code, stated as equations; tests/reference checks them against an
@@ -43,7 +50,7 @@ namespace kappa {
 
 /// A RoPE frequency rule and its parameters (config.json's rope_scaling).
 struct RopeScaling {
-  enum class Kind { kNone, kLinear, kDynamicNtk, kLlama3, kYarn };
+  enum class Kind { kNone, kLinear, kDynamicNtk, kLlama3, kYarn, kLongRope };
   Kind kind = Kind::kNone;
   double factor = 1.0;                       ///< s
   Index original_context = 0;                ///< L_0 [original_max_position_embeddings]
@@ -53,7 +60,16 @@ struct RopeScaling {
   double beta_slow = 1.0;                    ///< yarn
   double mscale = 0.0;                       ///< yarn; 0 = not given
   double mscale_all_dim = 0.0;               ///< yarn; 0 = not given
-  std::optional<double> attention_factor{};  ///< yarn: overrides the computed factor
+  std::optional<double> attention_factor{};  ///< yarn, longrope: overrides the computed factor
+  std::vector<double> short_factor{};        ///< longrope: e_i for L <= L_0 (d_R / 2)
+  std::vector<double> long_factor{};         ///< longrope: e_i for L > L_0 (d_R / 2)
+
+  /// Whether the frequencies depend on the sequence length (dynamic NTK,
+  /// longrope): decoding through a cache then rotates each token with the
+  /// frequencies of the length at its step.
+  [[nodiscard]] bool length_dependent() const {
+    return kind == Kind::kDynamicNtk || kind == Kind::kLongRope;
+  }
 
   [[nodiscard]] static const char* name(Kind k) {
     switch (k) {
@@ -67,6 +83,8 @@ struct RopeScaling {
         return "llama3";
       case Kind::kYarn:
         return "yarn";
+      case Kind::kLongRope:
+        return "longrope";
     }
     return "?";
   }
@@ -79,7 +97,8 @@ struct RopeScaling {
     if (kind == Kind::kNone) return;
     if (!(factor > 0) || !std::isfinite(factor))
       bad("factor must be finite and > 0, got " + std::to_string(factor));
-    if ((kind == Kind::kDynamicNtk || kind == Kind::kLlama3 || kind == Kind::kYarn) &&
+    if ((kind == Kind::kDynamicNtk || kind == Kind::kLlama3 || kind == Kind::kYarn ||
+         kind == Kind::kLongRope) &&
         original_context < 1)
       bad("original_max_position_embeddings must be >= 1, got " + std::to_string(original_context));
     if (kind == Kind::kLlama3 && !(high_freq_factor > low_freq_factor && low_freq_factor > 0))
@@ -87,6 +106,17 @@ struct RopeScaling {
     if (kind == Kind::kYarn &&
         !(std::isfinite(beta_fast) && std::isfinite(beta_slow) && beta_fast > 0 && beta_slow > 0))
       bad("beta_fast and beta_slow must be finite and > 0");
+    if (kind == Kind::kLongRope) {
+      if (short_factor.size() != long_factor.size())
+        bad("short_factor has " + std::to_string(short_factor.size()) + " entries, long_factor " +
+            std::to_string(long_factor.size()) + ": both need d_R / 2");
+      for (const std::vector<double>* v : {&short_factor, &long_factor})
+        for (double e : *v)
+          if (!(e > 0) || !std::isfinite(e))
+            bad("short_factor and long_factor entries must be finite and > 0");
+    }
+    if (attention_factor && (!(*attention_factor > 0) || !std::isfinite(*attention_factor)))
+      bad("attention_factor must be finite and > 0");
   }
 };
 
@@ -97,6 +127,11 @@ inline double yarn_mscale(double s, double k = 1.0) {
 
 /// The factor multiplying cos and sin: 1 except for yarn (see the file comment).
 inline double rope_attention_factor(const RopeScaling& r) {
+  if (r.kind == RopeScaling::Kind::kLongRope) {
+    if (r.attention_factor) return *r.attention_factor;
+    if (r.factor <= 1.0) return 1.0;
+    return std::sqrt(1.0 + std::log(r.factor) / std::log(static_cast<double>(r.original_context)));
+  }
   if (r.kind != RopeScaling::Kind::kYarn) return 1.0;
   if (r.attention_factor) return *r.attention_factor;
   if (r.mscale != 0.0 && r.mscale_all_dim != 0.0)
@@ -132,6 +167,16 @@ inline std::vector<double> rope_frequencies(Index rotary_dim, double base, const
     case RopeScaling::Kind::kNone:
     case RopeScaling::Kind::kDynamicNtk:
       break;
+    case RopeScaling::Kind::kLongRope: {
+      const std::vector<double>& e = seq_len > r.original_context ? r.long_factor : r.short_factor;
+      if (static_cast<Index>(e.size()) != half)
+        throw std::invalid_argument("kappa: rope_scaling (longrope): " + std::to_string(e.size()) +
+                                    " rescale factors for a rotary dimension of " +
+                                    std::to_string(rotary_dim) +
+                                    " (d_R / 2 = " + std::to_string(half) + " needed)");
+      for (std::size_t i = 0; i < theta.size(); ++i) theta[i] /= e[i];
+      break;
+    }
     case RopeScaling::Kind::kLinear:
       for (double& t : theta) t /= r.factor;
       break;

@@ -457,8 +457,8 @@ class MultiHeadAttention {
     project(x, w_q_, b_q_, q);  // (n, H d_head)
     project(x, w_k_, b_k_, k);  // (n, H_kv d_head)
     project(x, w_v_, b_v_, v);  // (n, H_kv d_v)
-    apply_position(q, config_.n_heads, 0, n, t0);
-    apply_position(k, h_kv, 0, n, t0);
+    apply_position(ProjectionRole::kQuery, q, config_.n_heads, 0, n, t0);
+    apply_position(ProjectionRole::kKey, k, h_kv, 0, n, t0);
     RowMatrix<T> y(n, config_.n_heads * dv);  // (n, H d_v)
     const std::vector<Index> q_off{0, n};
     if constexpr (!std::same_as<B, NoMask>) {
@@ -574,8 +574,8 @@ class MultiHeadAttention {
       project(x.rows, w_v_, b_v_, v);  // (sum N_b, H_kv d_v)
       for (std::size_t b = 0; b < n_seq; ++b) {
         const Index n = off[b + 1] - off[b], t0 = caches[b]->length();
-        apply_position(q, config_.n_heads, off[b], n, t0);
-        apply_position(k, config_.n_kv_heads, off[b], n, t0);
+        apply_position(ProjectionRole::kQuery, q, config_.n_heads, off[b], n, t0);
+        apply_position(ProjectionRole::kKey, k, config_.n_kv_heads, off[b], n, t0);
       }
       for (std::size_t b = 0; b < n_seq; ++b) {
         const Index n = off[b + 1] - off[b];
@@ -609,8 +609,8 @@ class MultiHeadAttention {
     project(xq, w_q_, b_q_, q);
     project(xkv, w_k_, b_k_, k);
     project(xkv, w_v_, b_v_, v);
-    apply_position(q, config_.n_heads, 0, q.rows(), 0);
-    apply_position(k, config_.n_kv_heads, 0, k.rows(), 0);
+    apply_position(ProjectionRole::kQuery, q, config_.n_heads, 0, q.rows(), 0);
+    apply_position(ProjectionRole::kKey, k, config_.n_kv_heads, 0, k.rows(), 0);
     const Index dh = config_.d_head, dv = config_.d_v, grp = group_size();
     std::vector<RowMatrix<T>> weights;
     for (Index h = 0; h < config_.n_heads; ++h) {
@@ -745,14 +745,14 @@ class MultiHeadAttention {
 
   /// Applies the positional policy to rows [row0, row0 + rows) of every head
   /// block of m (heads blocks of d_head columns), the first at `first_position`.
-  void apply_position(RowMatrix<T>& m, Index heads, Index row0, Index rows,
+  void apply_position(ProjectionRole role, RowMatrix<T>& m, Index heads, Index row0, Index rows,
                       Index first_position) const {
     if constexpr (!std::same_as<Position, NoPosition>) {
       if (rows == 0) return;  // an empty sequence: no block to take (m may have no storage)
       const Index dh = config_.d_head;
       for (Index h = 0; h < heads; ++h) {
         MatrixRef<T> block(m.block(row0, h * dh, rows, dh));
-        position_.apply(block, first_position);
+        apply_positional<T>(position_, block, first_position, role);
       }
     }
   }
@@ -809,8 +809,8 @@ class MultiHeadAttention {
     project(xkv, w_k_, b_k_, k);  // (N_KV, H_kv d_head)
     project(xkv, w_v_, b_v_, v);  // (N_KV, H_kv d_v)
     for (std::size_t b = 0; b + 1 < q_off.size(); ++b) {
-      apply_position(q, config_.n_heads, q_off[b], q_off[b + 1] - q_off[b], 0);
-      apply_position(k, h_kv, kv_off[b], kv_off[b + 1] - kv_off[b], 0);
+      apply_position(ProjectionRole::kQuery, q, config_.n_heads, q_off[b], q_off[b + 1] - q_off[b], 0);
+      apply_position(ProjectionRole::kKey, k, h_kv, kv_off[b], kv_off[b + 1] - kv_off[b], 0);
     }
     RowMatrix<T> y(q.rows(), config_.n_heads * dv);  // (N_Q, H d_v)
     const auto from_kv = [&](Index b, Index g) {

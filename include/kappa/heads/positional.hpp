@@ -32,14 +32,36 @@
 
 namespace kappa {
 
+/// Which projection a head block passed to a positional policy comes from.
+enum class ProjectionRole { kQuery, kKey };
+
+/// A positional policy that treats queries and keys differently (kappa::QkNorm:
+/// separate norm weights for Q_h and K_h): `apply(MatrixRef<T> x, Index
+/// first_position, ProjectionRole role) const`.
+template <class P, class T>
+concept RoleAwarePosition = requires(const P& p, MatrixRef<T> x, Index pos) {
+  p.apply(x, pos, ProjectionRole::kQuery);
+};
+
 /// What a positional policy for scalar type T provides: `apply(MatrixRef<T>
 /// x, Index first_position) const`, changing x (N x d_head; row i at position
-/// first_position + i) in place. kappa::Rope<T> (embed/rope.hpp) is one;
-/// NoPosition is one for every T.
+/// first_position + i) in place, or the role-aware form above.
+/// kappa::Rope<T> (embed/rope.hpp) is one; NoPosition is one for every T.
 template <class P, class T>
-concept PositionalPolicy = requires(const P& p, MatrixRef<T> x, Index pos) {
+concept PositionalPolicy = RoleAwarePosition<P, T> ||
+    requires(const P& p, MatrixRef<T> x, Index pos) {
   p.apply(x, pos);
 };
+
+/// Applies `p` to one head block of Q (role kQuery) or K (kKey).
+template <class T, class P>
+void apply_positional(const P& p, MatrixRef<T> x, Index first_position, ProjectionRole role) {
+  if constexpr (RoleAwarePosition<P, T>) {
+    p.apply(x, first_position, role);
+  } else {
+    p.apply(x, first_position);
+  }
+}
 
 /// A positional policy that the layer can build for its own head width:
 /// `static P for_head(Index d_head, const P::Options&)` (kappa::Rope).

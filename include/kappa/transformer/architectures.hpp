@@ -7,6 +7,9 @@
 //   MistralSliding  Llama with sliding-window attention (and a window cache)
 //   DeepSeekV2   pre-norm RMSNorm, latent attention (MLA, interleaved RoPE
 //                pairs), SwiGLU dense feed-forward
+//                Phi-3 is Llama too (its fused projections split at load;
+//                partial rotary and longrope in its Rope)
+//   Qwen3        Llama with RMS-normalized query and key heads (QkNorm)
 //   LlamaMoe     Llama whose feed-forward is, layer by layer, SwiGLU or a
 //                mixture of SwiGLU experts (Mixtral, Qwen2-MoE)
 //   DeepSeekMoe  DeepSeekV2 with the same per-layer choice (DeepSeek-V2,
@@ -28,6 +31,7 @@
 #include "kappa/embed/rope.hpp"
 #include "kappa/heads/latent.hpp"
 #include "kappa/heads/multi_head_attention.hpp"
+#include "kappa/heads/qk_norm.hpp"
 #include "kappa/nn/activations.hpp"
 #include "kappa/nn/feed_forward.hpp"
 #include "kappa/nn/layer_norm.hpp"
@@ -62,6 +66,14 @@ using DeepSeekV2Layer =
     DecoderOnlyLayer<T, LatentAttention<T, Path, Interleaved>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
 using DeepSeekV2 = DecoderLM<T, DeepSeekV2Layer<T, S, Path>, NoAbsolutePositions, S>;
+
+/// Qwen3: LLaMA with an RMSNorm of each head's queries and keys before RoPE.
+template <Scalar T>
+using Qwen3Attention = GroupedQueryAttention<T, kernels::Softmax, QkNorm<T, Rope<T, RotateHalf>>>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Qwen3Layer = DecoderOnlyLayer<T, Qwen3Attention<T>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Qwen3 = DecoderLM<T, Qwen3Layer<T, S>, NoAbsolutePositions, S>;
 
 /// A layer's feed-forward when a model mixes dense and expert layers.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>

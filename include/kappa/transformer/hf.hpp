@@ -13,6 +13,10 @@
 //                           shared experts, group-limited or biased
 //                           selection; V3's multi-token-prediction layer is
 //                           ignored)
+//   qwen3                   Qwen3<T> (q_norm, k_norm per head before RoPE)
+//   phi3                    Llama<T> (or MistralSliding<T> with a sliding
+//                           window): fused qkv_proj and gate_up_proj split at
+//                           load, partial rotary, longrope
 //   mixtral, qwen2_moe      LlamaMoe<T> (experts in every layer, or as
 //                           Qwen2-MoE's mlp_only_layers/decoder_sparse_step say)
 //   bert                    Bert<T> (load_encoder)
@@ -213,6 +217,37 @@ inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
   const std::string type =
       sc.has("rope_type") ? sc.string("rope_type") : sc.string("type", "default");
   if (type == "default") return r;
+  if (type == "longrope" || type == "su") {  // "su": Phi-3's first name for it
+    // Phi-3 states the original context at the config's top level.
+    r.kind = RopeScaling::Kind::kLongRope;
+    r.original_context = c.has("original_max_position_embeddings")
+                             ? c.integer("original_max_position_embeddings", std::nullopt, 1)
+                             : sc.integer("original_max_position_embeddings", max_positions, 1);
+    r.factor = sc.has("factor")
+                   ? sc.positive("factor", std::nullopt, kMaxRopeFactor)
+                   : static_cast<double>(max_positions) / static_cast<double>(r.original_context);
+    if (sc.has("attention_factor"))
+      r.attention_factor = sc.positive("attention_factor", std::nullopt, kMaxMscale);
+    const auto factors = [&](const char* key) {
+      const nlohmann::json& v = sc.json().contains(key) ? sc.json().at(key) : nlohmann::json();
+      if (!v.is_array()) sc.fail(key, "must be a list of numbers (one per rotary frequency)");
+      std::vector<double> out;
+      for (const nlohmann::json& x : v) {
+        if (!x.is_number() || !(x.get<double>() > 0) || !(x.get<double>() <= kMaxRopeFactor))
+          sc.fail(key, "holds " + Config::shown(x) + ", not a number in (0, 1e6]");
+        out.push_back(x.get<double>());
+      }
+      return out;
+    };
+    r.short_factor = factors("short_factor");
+    r.long_factor = factors("long_factor");
+    try {
+      r.validate();
+    } catch (const std::invalid_argument& e) {
+      c.fail("rope_scaling", Config::without_prefix(e.what()));
+    }
+    return r;
+  }
   r.factor = sc.positive("factor", std::nullopt, kMaxRopeFactor);
   r.original_context = sc.integer("original_max_position_embeddings", max_positions, 1);
   if (type == "linear") {
@@ -233,8 +268,9 @@ inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
     if (sc.has("attention_factor"))
       r.attention_factor = sc.positive("attention_factor", std::nullopt, kMaxMscale);
   } else {
-    c.fail("rope_scaling", "has type " + kappa::quoted(type) +
-                               ", which kappa does not support (linear, dynamic, llama3, yarn)");
+    c.fail("rope_scaling",
+           "has type " + kappa::quoted(type) +
+               ", which kappa does not support (linear, dynamic, llama3, yarn, longrope)");
   }
   try {
     r.validate();
@@ -354,6 +390,13 @@ struct LlamaSizes {
   bool qkv_bias = false, o_bias = false, tied = false;
   Index sliding_window = 0;         ///< 0: none
   Index q_width = 0, kv_width = 0;  ///< n_head d_head and n_kv d_head (checked products)
+  Index d_rot = 0;                  ///< rotated columns of a head (partial_rotary_factor)
+  /// How the hub stores the projections.
+  enum class Tensors {
+    kSeparate,  ///< q_proj, k_proj, v_proj; mlp.gate_proj, mlp.up_proj (LLaMA, Qwen, Mistral)
+    kFused,     ///< qkv_proj (rows q, k, v); mlp.gate_up_proj (rows gate, up) (Phi-3)
+  };
+  Tensors tensors = Tensors::kSeparate;
 };
 
 inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
@@ -380,9 +423,24 @@ inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
   s.theta = c.positive("rope_theta", 10000.0, kMaxRopeBase);
   s.scaling = parse_rope_scaling(c, s.max_pos);
   detail::require_activation(c, "hidden_act", "silu", {"silu", "swish"});
-  if (c.has("partial_rotary_factor") &&
-      c.positive("partial_rotary_factor", std::nullopt, 1.0) != 1.0)
-    c.fail("partial_rotary_factor", "is not 1; kappa's LLaMA layout rotates whole heads");
+  s.d_rot = s.d_head;
+  if (c.has("partial_rotary_factor")) {
+    if (model_type != "phi3" && c.positive("partial_rotary_factor", std::nullopt, 1.0) != 1.0)
+      c.fail("partial_rotary_factor", "is not 1; kappa's LLaMA layout rotates whole heads");
+    // Phi3: int(d_head * factor), an even number of columns from the start of each head.
+    s.d_rot = static_cast<Index>(static_cast<double>(s.d_head) *
+                                 c.positive("partial_rotary_factor", std::nullopt, 1.0));
+    if (s.d_rot < 2 || s.d_rot % 2 != 0)
+      c.fail("partial_rotary_factor",
+             "gives " + std::to_string(s.d_rot) +
+                 " rotated columns per head; kappa needs an even number >= 2");
+  }
+  if (s.scaling.kind == RopeScaling::Kind::kLongRope &&
+      static_cast<Index>(s.scaling.short_factor.size()) != s.d_rot / 2)
+    c.fail("rope_scaling", "has " + std::to_string(s.scaling.short_factor.size()) +
+                               " rescale factors; the rotary dimension " + std::to_string(s.d_rot) +
+                               " needs " + std::to_string(s.d_rot / 2));
+  if (model_type == "phi3") s.tensors = LlamaSizes::Tensors::kFused;
   detail::require_false(c, "mlp_bias", "kappa's SwiGLU has no biases");
   s.tied = c.boolean("tie_word_embeddings", false);
   if (model_type == "qwen2" || model_type == "qwen2_moe") {
@@ -392,7 +450,9 @@ inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
   } else {
     s.qkv_bias = s.o_bias = c.boolean("attention_bias", false);
   }
-  if (model_type == "mistral" && c.has("sliding_window"))
+  if (model_type == "qwen3" && c.boolean("use_sliding_window", false))
+    c.fail("use_sliding_window", "is true; kappa does not support Qwen3's per-layer windows");
+  if ((model_type == "mistral" || model_type == "phi3") && c.has("sliding_window"))
     s.sliding_window = c.integer("sliding_window", std::nullopt, 1);
   return s;
 }
@@ -578,9 +638,36 @@ SwiGluOrExperts<T, S> read_ffn(const Weights<T>& w, Index i, const std::string& 
   return read_llama_mlp<T, S>(w, p, d, d_ff);
 }
 
-template <Scalar T, WeightStoragePolicy S, class Layer, class Mask, class MakeFfn>
+/// The dense feed-forward of Phi-3's layer prefix p: gate_up_proj holds
+/// W_gate^T over W_up^T (2 d_ff, d).
+template <Scalar T, WeightStoragePolicy S>
+SwiGlu<T, S> read_fused_mlp(const Weights<T>& w, const std::string& p, Index d, Index d_ff,
+                            const Config& c) {
+  const RowMatrix<T> gate_up =
+      w.mat(p + "mlp.gate_up_proj.weight", c.product("2 x intermediate_size", 2, d_ff), d);
+  const RowMatrix<T> w_down = w.mat(p + "mlp.down_proj.weight", d, d_ff);
+  SwiGlu<T, S> m(d, d_ff);
+  m.set_weights(gate_up.topRows(d_ff).transpose(), gate_up.bottomRows(d_ff).transpose(),
+                w_down.transpose());
+  return m;
+}
+
+/// The position policy of a LLaMA-layout layer: RoPE over the first d_rot
+/// columns of each head (partial when d_rot < d_head).
+template <Scalar T>
+auto llama_rope(const LlamaSizes& s) {
+  return [&s](const Weights<T>&, Index, const std::string&) {
+    return Rope<T, RotateHalf>(s.d_rot, s.theta, s.scaling);
+  };
+}
+
+/// The LLaMA layout: GQA with the position policy `make_position(w, i, p)`
+/// (RoPE, or QK-norm then RoPE), the feed-forward `make_ffn(w, i, p)`.
+template <Scalar T, WeightStoragePolicy S, class Layer, class Mask, class MakePosition,
+          class MakeFfn>
 DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
                                                         const io::Checkpoint& ckpt, Mask mask,
+                                                        MakePosition make_position,
                                                         MakeFfn make_ffn) {
   const detail::Weights<T> w(ckpt, "model.");
   // The config's sizes against the file before anything is allocated; each
@@ -591,13 +678,21 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
   const Index dq = s.q_width, dkv = s.kv_width;
   for (Index i = 0; i < s.n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    const RowMatrix<T> w_q = w.mat(p + "self_attn.q_proj.weight", dq, s.d),
-                       w_k = w.mat(p + "self_attn.k_proj.weight", dkv, s.d),
-                       w_v = w.mat(p + "self_attn.v_proj.weight", dkv, s.d),
-                       w_o = w.mat(p + "self_attn.o_proj.weight", s.d, dq);
-    LlamaAttention<T> attn(
+    RowMatrix<T> w_q, w_k, w_v;
+    if (s.tensors == LlamaSizes::Tensors::kFused) {  // rows: q, then k, then v
+      const RowMatrix<T> qkv = w.mat(p + "self_attn.qkv_proj.weight", dq + 2 * dkv, s.d);
+      w_q = qkv.topRows(dq);
+      w_k = qkv.middleRows(dq, dkv);
+      w_v = qkv.bottomRows(dkv);
+    } else {
+      w_q = w.mat(p + "self_attn.q_proj.weight", dq, s.d);
+      w_k = w.mat(p + "self_attn.k_proj.weight", dkv, s.d);
+      w_v = w.mat(p + "self_attn.v_proj.weight", dkv, s.d);
+    }
+    const RowMatrix<T> w_o = w.mat(p + "self_attn.o_proj.weight", s.d, dq);
+    typename Layer::AttentionType attn(
         {.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv}, {},
-        Rope<T, RotateHalf>(s.d_head, s.theta, s.scaling));
+        make_position(w, i, p));
     attn.set_weights_from_hf(w_q, w_k, w_v, w_o);
     if (s.qkv_bias || s.o_bias) {
       attn.set_biases(s.qkv_bias ? w.vec(p + "self_attn.q_proj.bias", dq) : RowVector<T>(),
@@ -623,7 +718,27 @@ template <Scalar T, WeightStoragePolicy S = DenseWeights>
 Llama<T, S> load_llama(const Config& c, const io::Checkpoint& ckpt) {
   const LlamaSizes s = llama_sizes(c, c.string("model_type", "llama"));
   return detail::build_llama<T, S, LlamaLayer<T, S>>(
-      s, ckpt, CausalMask{}, [&](const detail::Weights<T>& w, Index, const std::string& p) {
+      s, ckpt, CausalMask{}, detail::llama_rope<T>(s),
+      [&](const detail::Weights<T>& w, Index, const std::string& p) {
+        if (s.tensors == LlamaSizes::Tensors::kFused)
+          return detail::read_fused_mlp<T, S>(w, p, s.d, s.d_ff, c);
+        return detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
+      });
+}
+
+/// Qwen3: the LLaMA layout with q_norm and k_norm (RMSNorm over each head's
+/// d_head columns, one gain for all heads) before RoPE.
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+Qwen3<T, S> load_qwen3(const Config& c, const io::Checkpoint& ckpt) {
+  const LlamaSizes s = llama_sizes(c, "qwen3");
+  return detail::build_llama<T, S, Qwen3Layer<T, S>>(
+      s, ckpt, CausalMask{},
+      [&s](const detail::Weights<T>& w, Index, const std::string& p) {
+        return QkNorm<T, Rope<T, RotateHalf>>(w.vec(p + "self_attn.q_norm.weight", s.d_head),
+                                              w.vec(p + "self_attn.k_norm.weight", s.d_head), s.eps,
+                                              Rope<T, RotateHalf>(s.d_rot, s.theta, s.scaling));
+      },
+      [&](const detail::Weights<T>& w, Index, const std::string& p) {
         return detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
       });
 }
@@ -639,7 +754,8 @@ LlamaMoe<T, S> load_llama_moe(const Config& c, const io::Checkpoint& ckpt) {
     c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
   const MoeSizes m = moe_sizes(c, type, s.n_layer);
   return detail::build_llama<T, S, LlamaMoeLayer<T, S>>(
-      s, ckpt, CausalMask{}, [&](const detail::Weights<T>& w, Index i, const std::string& p) {
+      s, ckpt, CausalMask{}, detail::llama_rope<T>(s),
+      [&](const detail::Weights<T>& w, Index i, const std::string& p) {
         return detail::read_ffn<T, S>(w, i, p, s.d, s.d_ff, m);
       });
 }
@@ -647,11 +763,13 @@ LlamaMoe<T, S> load_llama_moe(const Config& c, const io::Checkpoint& ckpt) {
 /// Mistral with its sliding window: token i sees positions i - W + 1 .. i.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 MistralSliding<T, S> load_mistral_sliding(const Config& c, const io::Checkpoint& ckpt) {
-  const LlamaSizes s = llama_sizes(c, "mistral");
+  const LlamaSizes s = llama_sizes(c, c.string("model_type", "mistral"));
   if (s.sliding_window < 1) c.fail("sliding_window", "is not set");
   return detail::build_llama<T, S, MistralSlidingLayer<T, S>>(
-      s, ckpt, SlidingWindowMask{s.sliding_window},
+      s, ckpt, SlidingWindowMask{s.sliding_window}, detail::llama_rope<T>(s),
       [&](const detail::Weights<T>& w, Index, const std::string& p) {
+        if (s.tensors == LlamaSizes::Tensors::kFused)
+          return detail::read_fused_mlp<T, S>(w, p, s.d, s.d_ff, c);
         return detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
       });
 }
@@ -906,12 +1024,13 @@ template <Scalar T, WeightStoragePolicy S = DenseWeights>
 class CausalLM {
  public:
   using Model = std::variant<Gpt2<T, S>, Llama<T, S>, MistralSliding<T, S>, DeepSeekV2<T, S>,
-                             LlamaMoe<T, S>, DeepSeekMoe<T, S>>;
+                             LlamaMoe<T, S>, DeepSeekMoe<T, S>, Qwen3<T, S>>;
   /// The cache of one sequence (of the loaded model's kind).
   struct Cache {
     std::variant<typename Gpt2<T, S>::Cache, typename Llama<T, S>::Cache,
                  typename MistralSliding<T, S>::Cache, typename DeepSeekV2<T, S>::Cache,
-                 typename LlamaMoe<T, S>::Cache, typename DeepSeekMoe<T, S>::Cache>
+                 typename LlamaMoe<T, S>::Cache, typename DeepSeekMoe<T, S>::Cache,
+                 typename Qwen3<T, S>::Cache>
         c;
     [[nodiscard]] Index length() const {
       return std::visit([](const auto& x) { return x.length(); }, c);
@@ -1026,16 +1145,18 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
     throw FormatError("kappa: " + dir.string() + ": not a model directory");
   const Config c = Config::read(dir / "config.json");
   const std::string type = c.string("model_type");
-  constexpr std::array<std::string_view, 8> kTypes = {
-      "gpt2", "llama", "mistral", "qwen2", "deepseek_v2", "mixtral", "qwen2_moe", "deepseek_v3"};
+  constexpr std::array<std::string_view, 10> kTypes = {
+      "gpt2",    "llama",     "mistral",     "qwen2", "deepseek_v2",
+      "mixtral", "qwen2_moe", "deepseek_v3", "qwen3", "phi3"};
   if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
     if (type == "bert") c.fail("model_type", "is 'bert', an encoder-only model: use load_bert");
     c.fail("model_type", "is " + kappa::quoted(type) +
                              ", which kappa does not load as a causal LM (gpt2, llama, mistral, "
-                             "qwen2, deepseek_v2, mixtral, qwen2_moe, deepseek_v3)");
+                             "qwen2, qwen3, phi3, deepseek_v2, deepseek_v3, mixtral, qwen2_moe)");
   }
   const io::Checkpoint ckpt(dir);
   if (type == "gpt2") return CausalLM<T, S>(load_gpt2<T, S>(c, ckpt), type);
+  if (type == "qwen3") return CausalLM<T, S>(load_qwen3<T, S>(c, ckpt), type);
   if (type == "mixtral" || type == "qwen2_moe")
     return CausalLM<T, S>(load_llama_moe<T, S>(c, ckpt), type);
   if (type == "deepseek_v2" || type == "deepseek_v3") {
@@ -1043,7 +1164,7 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
     if (m.any_sparse()) return CausalLM<T, S>(load_deepseek_moe<T, S>(c, ckpt), type);
     return CausalLM<T, S>(load_deepseek_v2<T, S>(c, ckpt), type);
   }
-  if (type == "mistral" && c.has("sliding_window"))
+  if ((type == "mistral" || type == "phi3") && c.has("sliding_window"))
     return CausalLM<T, S>(load_mistral_sliding<T, S>(c, ckpt), type);
   return CausalLM<T, S>(load_llama<T, S>(c, ckpt), type);
 }
