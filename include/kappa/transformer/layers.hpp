@@ -10,7 +10,9 @@
 //
 // The decoder layer of the encoder-decoder Transformer adds cross-attention
 // over the encoder output M between the two: C = H + Cross(N2(H), M) (pre) or
-// C = N2(H + Cross(H, M)) (post), then the feed-forward with N3.
+// C = N2(H + Cross(H, M)) (post), then the feed-forward with N3. Its cached
+// decoding projects K = M W^K and V = M W^V once per sequence into the layer's
+// cache (CrossAttentionOps) instead of at every step.
 //
 // Every layer runs a full sequence, a SequenceBatch of packed sequences, and
 // cached decoding (prefill, then a few tokens per call); the cached outputs
@@ -20,6 +22,9 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -30,6 +35,8 @@
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
+#include "kappa/heads/grouped_attention.hpp"
 #include "kappa/heads/latent.hpp"
 #include "kappa/heads/multi_head_attention.hpp"
 #include "kappa/nn/feed_forward.hpp"
@@ -332,9 +339,114 @@ class EncoderLayer {
   FFN ffn_;
 };
 
+/// K = M W^K + b_K and V = M W^V + b_V of the encoder output M (N_src rows):
+/// what a decoder layer's cross-attention attends to at every target
+/// position. Computed once per sequence and kept in the DecoderLayer's cache.
+template <Scalar T>
+struct ProjectedKV {
+  RowMatrix<T> keys;    ///< K (N_src x H_kv d_head)
+  RowMatrix<T> values;  ///< V (N_src x H_kv d_v)
+
+  /// N_src, the memory rows held.
+  [[nodiscard]] Index rows() const { return keys.rows(); }
+  /// Bytes of K and V.
+  [[nodiscard]] std::size_t bytes() const {
+    return sizeof(T) * static_cast<std::size_t>(keys.size() + values.size());
+  }
+};
+
+/// How a DecoderLayer caches its cross-attention over the encoder output M:
+/// `Memory project(a, M)` once per sequence, `attend(a, H, memory)` at every
+/// decoding step, `rows(memory)` and `bytes(memory)`. This primary template
+/// serves any attention type with forward_cross(H, M): its Memory is a copy
+/// of M and every step projects it again (kProjectsOnce = false). The
+/// specialisation below for MultiHeadAttention (MHA, GQA, MQA) without a
+/// positional policy keeps the projected K and V instead; a user's attention
+/// type plugs in by specialising it.
+template <class CrossAttn>
+struct CrossAttentionOps {
+  using T = typename CrossAttn::value_type;
+  using Memory = RowMatrix<T>;
+  static constexpr bool kProjectsOnce = false;
+
+  static Memory project(const CrossAttn& /*a*/, ConstMatrixRef<T> memory) { return memory; }
+  static RowMatrix<T> attend(const CrossAttn& a, ConstMatrixRef<T> h, const Memory& memory) {
+    return a.forward_cross(h, memory, NoMask{});
+  }
+  static Index rows(const Memory& memory) { return memory.rows(); }
+  static std::size_t bytes(const Memory& memory) {
+    return sizeof(T) * static_cast<std::size_t>(memory.size());
+  }
+};
+
+/// MHA / GQA / MQA cross-attention (no positional policy): the memory is
+/// ProjectedKV, and a step is Y = [Y_1 ... Y_H] W^O + b_O with Q = H W^Q + b_Q
+/// attending over the cached K and V through grouped_attention_into, the same
+/// kernels and order of operations as forward_cross(H, M), so the results are
+/// equal to it.
+template <Scalar T, class K, HeadGrouping G>
+struct CrossAttentionOps<MultiHeadAttention<T, K, G, NoPosition>> {
+  using Attn = MultiHeadAttention<T, K, G, NoPosition>;
+  using Memory = ProjectedKV<T>;
+  static constexpr bool kProjectsOnce = true;
+
+  /// K and V of M (N_src x d_kv_in). \throws ShapeError for another width.
+  static Memory project(const Attn& a, ConstMatrixRef<T> memory) {
+    const HeadsConfig& c = a.config();
+    require_shapes(memory.cols() == c.d_kv_in, "DecoderLayer (cross-attention)", "M", memory.rows(),
+                   memory.cols(), "W^K", c.d_kv_in, c.n_kv_heads * c.d_head,
+                   "the encoder output must have d_kv_in columns");
+    Memory kv;
+    affine(memory, a.w_k(), a.b_k(), kv.keys);    // (N_src, H_kv d_head)
+    affine(memory, a.w_v(), a.b_v(), kv.values);  // (N_src, H_kv d_v)
+    return kv;
+  }
+  /// Cross-attention of the rows h (n x d_in) over the cached K, V.
+  static RowMatrix<T> attend(const Attn& a, ConstMatrixRef<T> h, const Memory& kv) {
+    const HeadsConfig& c = a.config();
+    require_shapes(h.cols() == c.d_in, "DecoderLayer (cross-attention)", "X^Q", h.rows(), h.cols(),
+                   "W^Q", c.d_in, c.n_heads * c.d_head, "the queries must have d_in columns");
+    RowMatrix<T> q, out;
+    affine(h, a.w_q(), a.b_q(), q);               // (n, H d_head)
+    RowMatrix<T> y(h.rows(), c.n_heads * c.d_v);  // (n, H d_v)
+    if (kv.rows() == 0) {
+      y.setZero();  // no key to attend to: zero rows (the fully masked row's rule)
+    } else {
+      grouped_attention_into<T>(q, kv.keys, kv.values, y, c.n_heads, c.n_kv_heads, a.kernel(),
+                                NoMask{});
+    }
+    affine(y, a.w_o(), a.b_o(), out);  // (n, d_out)
+    return out;
+  }
+  static Index rows(const Memory& kv) { return kv.rows(); }
+  static std::size_t bytes(const Memory& kv) { return kv.bytes(); }
+
+ private:
+  /// out = x W + b, as MultiHeadAttention projects.
+  static void affine(ConstMatrixRef<T> x, const RowMatrix<T>& w, const RowVector<T>& b,
+                     RowMatrix<T>& out) {
+    out.resize(x.rows(), w.cols());
+    product_into<T>(x, w, out);
+    if (b.size() != 0) out.rowwise() += b;
+  }
+};
+
 /// The decoder layer of the encoder-decoder Transformer: masked
 /// self-attention, cross-attention over the encoder output M, feed-forward.
 /// \tparam SelfAttn, CrossAttn  MultiHeadAttention<T, ...>
+///
+/// Cached decoding keeps, per layer and sequence, the self-attention's KV
+/// cache (growing by the target tokens) and the cross-attention's K = M W^K,
+/// V = M W^V (N_src rows each, see CrossAttentionOps), projected once: by
+/// set_memory(M, cache), or by the first forward_cached(x, M, cache). The
+/// rule for M afterwards: the cache serves the memory it was made from.
+/// A later forward_cached(x, M', cache) checks that M' is that same matrix
+/// (the same data pointer, rows, columns and stride: an O(1) check, not a
+/// comparison of the values) and throws ShapeError otherwise; the cached K
+/// and V are used, so M' may not be changed in place in between either.
+/// forward_cached(x, cache) uses the bound memory without passing it (M may
+/// then be gone). set_memory() replaces the memory explicitly; reset()
+/// drops it with the tokens, truncate() keeps it.
 template <Scalar T, class SelfAttn, class CrossAttn, class Norm, class FFN,
           NormPlacement Placement = PostNorm>
 class DecoderLayer {
@@ -345,7 +457,61 @@ class DecoderLayer {
  public:
   using value_type = T;
   using Ops = SelfAttentionOps<SelfAttn, CausalMask>;
-  using Cache = typename Ops::Cache;
+  using SelfCache = typename Ops::Cache;
+  using CrossOps = CrossAttentionOps<CrossAttn>;
+
+  /// The cache of one target sequence in this layer: the self-attention's
+  /// cache and the cross-attention's memory (see the class comment).
+  class Cache {
+   public:
+    explicit Cache(SelfCache self) : self_(std::move(self)) {}
+
+    /// Target tokens seen so far.
+    [[nodiscard]] Index length() const { return self_.length(); }
+    /// Whether the memory's K and V are held (set_memory or a first step).
+    [[nodiscard]] bool has_memory() const { return memory_.has_value(); }
+    /// N_src of the memory held (0 without one).
+    [[nodiscard]] Index memory_rows() const { return memory_ ? CrossOps::rows(*memory_) : 0; }
+    /// The cross-attention's memory: ProjectedKV (K, V) for MultiHeadAttention.
+    /// \throws std::logic_error without one.
+    [[nodiscard]] const typename CrossOps::Memory& memory() const {
+      if (!memory_) throw std::logic_error("kappa: DecoderLayer::Cache: no memory set yet");
+      return *memory_;
+    }
+    [[nodiscard]] const SelfCache& self_attention() const { return self_; }
+    /// Bytes in use: the self-attention's cached tokens and the memory's K, V.
+    [[nodiscard]] std::size_t bytes() const {
+      return self_.bytes() + (memory_ ? CrossOps::bytes(*memory_) : 0);
+    }
+    /// Bytes the self-attention caches per target token (the memory's bytes
+    /// are per sequence, not per token).
+    [[nodiscard]] std::size_t bytes_per_token() const { return self_.bytes_per_token(); }
+    /// Rolls back to the first `len` target tokens; the memory stays.
+    void truncate(Index len) { self_.truncate(len); }
+    /// Drops every cached token and the memory (for a new sequence).
+    void reset() {
+      self_.reset();
+      memory_.reset();
+      key_ = {};
+    }
+
+   private:
+    friend class DecoderLayer;
+    /// What identifies M: its data, shape and stride (no data when empty).
+    struct Key {
+      const T* data = nullptr;
+      Index rows = 0, cols = 0, stride = 0;
+      bool operator==(const Key&) const = default;
+    };
+    static Key key_of(const ConstMatrixRef<T>& m) {
+      if (m.rows() == 0) return {nullptr, 0, m.cols(), 0};
+      return {m.data(), m.rows(), m.cols(), m.outerStride()};
+    }
+
+    SelfCache self_;
+    std::optional<typename CrossOps::Memory> memory_;
+    Key key_{};
+  };
 
   DecoderLayer(SelfAttn self_attn, CrossAttn cross_attn, Norm norm_self, Norm norm_cross,
                Norm norm_ffn, FFN ffn)
@@ -382,13 +548,59 @@ class DecoderLayer {
           return cross_.forward_cross(SequenceBatch<T>{h, x.lengths}, memory, NoMask{});
         });
   }
-  [[nodiscard]] Cache make_cache() const { return Ops::make_cache(self_, CausalMask{}); }
-  /// New target tokens (n, d) continuing the sequence in `cache`, over M.
+  /// An empty cache for one target sequence (no memory yet).
+  [[nodiscard]] Cache make_cache() const { return Cache(Ops::make_cache(self_, CausalMask{})); }
+
+  /// Projects the encoder output M (N_src x d_kv_in) into the cache's
+  /// cross-attention K and V, replacing any memory it held; the cached
+  /// target tokens stay. \throws ShapeError for another width (the cache is
+  /// then unchanged).
+  void set_memory(ConstMatrixRef<T> memory, Cache& cache) const {
+    cache.memory_ = CrossOps::project(cross_, memory);
+    cache.key_ = Cache::key_of(memory);
+  }
+  /// Throws unless `memory` is the matrix the cache's memory was made from
+  /// (see the class comment); a cache without memory accepts any.
+  /// \throws ShapeError naming both shapes.
+  void check_memory(ConstMatrixRef<T> memory, const Cache& cache) const {
+    if (!cache.memory_ || Cache::key_of(memory) == cache.key_) return;
+    const typename Cache::Key& k = cache.key_;
+    throw ShapeError(
+        "kappa: DecoderLayer::forward_cached: the cache holds the cross-attention K and V of an "
+        "encoder output M " +
+        shape_string(k.rows, k.cols) + " but this call passes " +
+        (memory.rows() == k.rows && memory.cols() == k.cols ? "another matrix " : "") +
+        shape_of(memory) +
+        ": a cache serves one memory; pass the same matrix, call set_memory(memory, cache) to "
+        "replace it, or reset() the cache for a new sequence");
+  }
+
+  /// New target tokens (n, d) continuing the sequence in `cache`, over M:
+  /// the first call (or set_memory) projects M's K and V into the cache,
+  /// later calls must pass the same M and reuse them.
+  /// \throws ShapeError if M is not the cache's memory (the cache is then
+  ///         unchanged), or for a width the layer does not have.
   [[nodiscard]] RowMatrix<T> forward_cached(ConstMatrixRef<T> x, ConstMatrixRef<T> memory,
                                             Cache& cache) const {
+    if (cache.memory_) {
+      check_memory(memory, cache);
+    } else {
+      set_memory(memory, cache);
+    }
+    return forward_cached(x, cache);
+  }
+  /// New target tokens (n, d) continuing the sequence in `cache`, over the
+  /// memory the cache holds.
+  /// \throws std::logic_error if the cache has no memory yet.
+  [[nodiscard]] RowMatrix<T> forward_cached(ConstMatrixRef<T> x, Cache& cache) const {
+    if (!cache.memory_)
+      throw std::logic_error(
+          "kappa: DecoderLayer::forward_cached: the cache has no encoder memory yet: call "
+          "set_memory(memory, cache) or forward_cached(x, memory, cache) first");
+    const typename CrossOps::Memory& mem = *cache.memory_;
     return run(
-        x, [&](ConstMatrixRef<T> h) { return self_.forward_cached(h, cache); },
-        [&](ConstMatrixRef<T> h) { return cross_.forward_cross(h, memory, NoMask{}); });
+        x, [&](ConstMatrixRef<T> h) { return self_.forward_cached(h, cache.self_); },
+        [&](ConstMatrixRef<T> h) { return CrossOps::attend(cross_, h, mem); });
   }
 
   [[nodiscard]] const SelfAttn& self_attention() const { return self_; }

@@ -21,12 +21,25 @@
 // runs, and a cache it continues is left unchanged. An encoder-decoder over
 // an empty source has an empty memory M: cross-attention then has no key to
 // attend to and gives zero rows (the fully masked row's documented result).
+//
+// Cached decoding of the encoder-decoder projects the memory once per
+// sequence: each decoder layer's cache keeps K = M W^K and V = M W^V (N_src
+// rows) from set_memory(M, cache) or the first decode_cached(M, tgt, cache),
+// and every later step attends over them. A cache serves one memory: a later
+// decode_cached must pass the same matrix M (same data pointer and shape,
+// checked in O(1), the values not compared: do not change M in place) or it
+// throws ShapeError with the cache unchanged; set_memory() replaces the
+// memory, reset() of the layer caches drops it. decode_cached(tgt, cache)
+// decodes over the memory held without passing it. An empty target leaves
+// the cache unchanged (it does not take the memory); an empty memory is held
+// as 0 rows of K and V.
 #pragma once
 
 #include <concepts>
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -493,6 +506,8 @@ template <Scalar T, class EncLayer, class DecLayer, class Norm = LayerNorm<T>>
 class EncoderDecoderModel {
  public:
   using value_type = T;
+  /// The decoder's caches of one target sequence, one per layer: each holds
+  /// the layer's self-attention tokens and its cross-attention K, V of M.
   using DecoderCache = std::vector<typename DecLayer::Cache>;
 
   struct Parts {
@@ -520,6 +535,8 @@ class EncoderDecoderModel {
 
   [[nodiscard]] Index d_model() const { return p_.tgt_embed.dim(); }
   [[nodiscard]] Index tgt_vocab_size() const { return p_.generator.rows(); }
+  /// The decoder's layers (their cross-attention, for instance).
+  [[nodiscard]] const std::vector<DecLayer>& decoder_layers() const { return p_.decoder; }
 
   /// The encoder output M (N_src, d).
   [[nodiscard]] RowMatrix<T> encode(std::span<const TokenId> src) const {
@@ -542,24 +559,53 @@ class EncoderDecoderModel {
     const RowMatrix<T> m = encode(src);
     return decode(m, tgt);
   }
+  /// An empty cache for one target sequence: one DecoderLayer cache per
+  /// layer, without memory until set_memory() or the first decode_cached().
   [[nodiscard]] DecoderCache make_cache() const {
     DecoderCache c;
+    c.reserve(p_.decoder.size());
     for (const DecLayer& l : p_.decoder) c.push_back(l.make_cache());
     return c;
   }
+  /// Projects the memory M (N_src, d) into every layer's cross-attention K
+  /// and V in `cache`, replacing any memory it held (see the file comment).
+  /// \throws ShapeError for a cache of another model or M of another width.
+  void set_memory(ConstMatrixRef<T> memory, DecoderCache& cache) const {
+    check_cache(cache);
+    for (std::size_t l = 0; l < p_.decoder.size(); ++l) p_.decoder[l].set_memory(memory, cache[l]);
+  }
   /// New target tokens continuing the sequence in `cache`, over M; returns
-  /// their logits. Equal to the rows of decode() on the whole target.
+  /// their logits. Equal to the rows of decode() on the whole target. The
+  /// first call projects M's K and V into the cache (unless set_memory did);
+  /// later calls reuse them and must pass the same M (see the file comment).
+  /// \throws ShapeError if M is not the memory the cache holds (the cache is
+  ///         then unchanged); RangeError for an id outside the vocabulary.
   [[nodiscard]] RowMatrix<T> decode_cached(ConstMatrixRef<T> memory, std::span<const TokenId> tgt,
                                            DecoderCache& cache) const {
-    if (cache.size() != p_.decoder.size())
-      throw ShapeError("kappa: EncoderDecoderModel: the cache has " + std::to_string(cache.size()) +
-                       " layers but the decoder has " + std::to_string(p_.decoder.size()));
-    const Index first = cache.empty() ? 0 : cache[0].length();
-    RowMatrix<T> x = input(p_.tgt_embed, tgt, first);
+    check_cache(cache);
+    for (std::size_t l = 0; l < p_.decoder.size(); ++l)  // before anything changes
+      p_.decoder[l].check_memory(memory, cache[l]);
+    RowMatrix<T> x = input(p_.tgt_embed, tgt, cache.empty() ? 0 : cache[0].length());
     if (tgt.empty()) return RowMatrix<T>(0, tgt_vocab_size());  // see the file comment
     for (std::size_t l = 0; l < p_.decoder.size(); ++l)
-      x = p_.decoder[l].forward_cached(x, memory, cache[l]);
-    return finish(x);
+      if (!cache[l].has_memory()) p_.decoder[l].set_memory(memory, cache[l]);
+    return decode_layers(x, cache);
+  }
+  /// decode_cached over the memory `cache` holds (set_memory, or an earlier
+  /// decode_cached(memory, ...)), without passing it.
+  /// \throws std::logic_error if the cache holds no memory; RangeError for
+  ///         an id outside the vocabulary.
+  [[nodiscard]] RowMatrix<T> decode_cached(std::span<const TokenId> tgt,
+                                           DecoderCache& cache) const {
+    check_cache(cache);
+    for (const auto& c : cache)
+      if (!c.has_memory())
+        throw std::logic_error(
+            "kappa: EncoderDecoderModel::decode_cached: the cache holds no memory: call "
+            "set_memory(memory, cache) or decode_cached(memory, tgt, cache) first");
+    RowMatrix<T> x = input(p_.tgt_embed, tgt, cache.empty() ? 0 : cache[0].length());
+    if (tgt.empty()) return RowMatrix<T>(0, tgt_vocab_size());  // see the file comment
+    return decode_layers(x, cache);
   }
 
  private:
@@ -568,6 +614,18 @@ class EncoderDecoderModel {
     if (p_.scale_embedding) x *= static_cast<T>(std::sqrt(static_cast<double>(d_model())));
     x += positions_.encode(x.rows(), first);
     return x;
+  }
+  void check_cache(const DecoderCache& cache) const {
+    if (cache.size() != p_.decoder.size())
+      throw ShapeError("kappa: EncoderDecoderModel: the cache has " + std::to_string(cache.size()) +
+                       " layers but the decoder has " + std::to_string(p_.decoder.size()) +
+                       " (use make_cache())");
+  }
+  /// The decoder layers over their caches' memory, then the logits.
+  RowMatrix<T> decode_layers(RowMatrix<T>& x, DecoderCache& cache) const {
+    for (std::size_t l = 0; l < p_.decoder.size(); ++l)
+      x = p_.decoder[l].forward_cached(x, cache[l]);
+    return finish(x);
   }
   RowMatrix<T> finish(RowMatrix<T>& x) const {
     if (p_.decoder_norm) p_.decoder_norm->apply(x);
