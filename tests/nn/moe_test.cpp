@@ -245,9 +245,14 @@ void check_against_plain_loop(const Case& cs, std::uint64_t seed) {
       for (Index i = 0; i < d; ++i)
         want[static_cast<std::size_t>(i)] += gv * ys[static_cast<std::size_t>(i)];
     }
-    for (Index i = 0; i < d; ++i)
+    // One token alone takes the decode path (forward_one): the same result.
+    const RowMatrix<double> y_one = moe.forward(x.row(t));
+    for (Index i = 0; i < d; ++i) {
       EXPECT_NEAR(y(t, i), want[static_cast<std::size_t>(i)], 1e-12)
           << "token " << t << " col " << i;
+      EXPECT_NEAR(y_one(0, i), want[static_cast<std::size_t>(i)], 1e-12)
+          << "token " << t << " alone, col " << i;
+    }
   }
   // The case must route tokens to several experts, or it proves little.
   EXPECT_GE(std::count_if(used.begin(), used.end(), [](int u) { return u > 0; }), 3);

@@ -16,7 +16,9 @@
 // Cost: the tokens routed to one expert are gathered and go through it as
 // one product (prefill is E small GEMMs, not N x k GEMVs), and a decode step
 // reads only the chosen experts' weights: decode_bytes() counts the router,
-// k experts and the shared ones.
+// k experts and the shared ones. A single token (decoding) skips the
+// gathering, and its experts are shared out among the threads whole (one
+// fork-join per layer; see forward_one).
 #pragma once
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/threading.hpp"
 #include "kappa/core/weight_storage.hpp"
 #include "kappa/nn/feed_forward.hpp"
 
@@ -174,7 +177,8 @@ inline Routing route(const RouterConfig& c, const Eigen::Ref<const RowMatrix<dou
       std::partial_sort(group_order.begin(), group_order.begin() + c.topk_group, group_order.end(),
                         by_value(group_score));
       std::vector<char> kept(group_score.size(), 0);
-      for (Index j = 0; j < c.topk_group; ++j) kept[static_cast<std::size_t>(group_order[j])] = 1;
+      for (Index j = 0; j < c.topk_group; ++j)
+        kept[static_cast<std::size_t>(group_order[static_cast<std::size_t>(j)])] = 1;
       // The groups not kept: their experts' values become 0, as upstream's
       // masked_fill(~mask, 0.0) (so a kept expert with a negative s + b can
       // lose to a masked one, exactly as there).
@@ -185,13 +189,15 @@ inline Routing route(const RouterConfig& c, const Eigen::Ref<const RowMatrix<dou
     for (Index e = 0; e < e_count; ++e) order[static_cast<std::size_t>(e)] = e;
     std::partial_sort(order.begin(), order.begin() + k, order.end(), by_value(choice));
     double sum = 0;
-    for (Index j = 0; j < k; ++j) sum += s[static_cast<std::size_t>(order[j])];
+    for (Index j = 0; j < k; ++j)
+      sum += s[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])];
     const double norm =
         c.weights == TopKWeights::kRenormalized ? 1.0 / (sum + c.renorm_epsilon) : 1.0;
     for (Index j = 0; j < k; ++j) {
       const auto at = static_cast<std::size_t>(i * k + j);
       r.experts[at] = order[static_cast<std::size_t>(j)];
-      r.weights[at] = s[static_cast<std::size_t>(order[j])] * norm * c.scale;
+      r.weights[at] =
+          s[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])] * norm * c.scale;
     }
   }
   return r;
@@ -298,6 +304,7 @@ class MixtureOfExperts {
   /// through it as one product. \throws ShapeError unless X has d columns.
   [[nodiscard]] RowMatrix<T> forward(ConstMatrixRef<T> x) const {
     const Routing r = routing(x);
+    if (x.rows() == 1) return forward_one(x, r);
     const Index n = x.rows(), d = d_model(), k = r.k;
     RowMatrix<T> y = RowMatrix<T>::Zero(n, d);
     // Token rows per expert, in token order.
@@ -353,6 +360,66 @@ class MixtureOfExperts {
   void check_input(ConstMatrixRef<T> x) const {
     require_shapes(x.cols() == d_model(), "MixtureOfExperts::forward", "X", x.rows(), x.cols(),
                    "W_r", d_model(), n_experts(), "X must have d_model columns");
+  }
+  /// F(x) for one token (decoding): the k chosen experts and the shared one
+  /// read x directly (no gathering), and with num_threads() > 1 the experts
+  /// are shared out among the threads, whole experts, the widest first
+  /// (dynamic schedule): one fork-join per layer instead of two per expert,
+  /// and a thread that is held up (another process on its core) leaves its
+  /// remaining experts to the others. Each expert's products run as on one
+  /// thread (OpenMP's default gives a parallel region inside another one
+  /// thread; a user who enables nesting gets threads within threads), and
+  /// the sum is formed in the order of forward()'s general path, so the
+  /// result is the same at any thread count.
+  [[nodiscard]] RowMatrix<T> forward_one(ConstMatrixRef<T> x, const Routing& r) const {
+    const Index k = r.k;
+    // The chosen experts in index order (the order the general path adds them).
+    std::vector<std::pair<Index, T>> chosen;
+    chosen.reserve(static_cast<std::size_t>(k));
+    for (Index j = 0; j < k; ++j)
+      chosen.emplace_back(r.experts[static_cast<std::size_t>(j)],
+                          static_cast<T>(r.weights[static_cast<std::size_t>(j)]));
+    std::sort(chosen.begin(), chosen.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    // Work items 0 .. k - 1: the chosen experts; k: the shared expert.
+    const auto n_items = static_cast<int>(k + (shared_ ? 1 : 0));
+    const auto expert_of = [&](int item) -> const Expert& {
+      return item < k
+                 ? experts_[static_cast<std::size_t>(chosen[static_cast<std::size_t>(item)].first)]
+                 : *shared_;
+    };
+    std::vector<RowMatrix<T>> out(static_cast<std::size_t>(n_items));
+    const int threads = std::min(num_threads(), n_items);
+    if (threads <= 1) {
+      for (int item = 0; item < n_items; ++item)
+        out[static_cast<std::size_t>(item)] = expert_of(item).forward(x);
+    } else {
+      // The widest first (the shared expert is often several experts wide).
+      std::vector<int> order(static_cast<std::size_t>(n_items));
+      for (int item = 0; item < n_items; ++item) order[static_cast<std::size_t>(item)] = item;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return expert_of(a).d_ff() > expert_of(b).d_ff(); });
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#endif
+      for (int at = 0; at < n_items; ++at) {
+        const int item = order[static_cast<std::size_t>(at)];
+        out[static_cast<std::size_t>(item)] = expert_of(item).forward(x);
+      }
+    }
+    RowMatrix<T> y = RowMatrix<T>::Zero(1, d_model());
+    for (Index j = 0; j < k; ++j)
+      y.row(0) +=
+          chosen[static_cast<std::size_t>(j)].second * out[static_cast<std::size_t>(j)].row(0);
+    if (shared_) {
+      RowMatrix<T>& ys = out[static_cast<std::size_t>(k)];
+      if (shared_gate_.size() > 0) {
+        const Vector<T> g = x * shared_gate_.transpose();  // (1)
+        ys.row(0) *= static_cast<T>(1) / (static_cast<T>(1) + std::exp(-g(0)));
+      }
+      y += ys;
+    }
+    return y;
   }
   [[nodiscard]] std::size_t router_bytes() const {
     return sizeof(T) * static_cast<std::size_t>(w_r_.size() + shared_gate_.size()) +
