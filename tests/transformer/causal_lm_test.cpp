@@ -28,7 +28,7 @@ const std::vector<std::string> kCausalModels = {
     // mixtures of experts (issue 26)
     "mixtral", "qwen2_moe", "qwen2_moe-norm", "deepseek_v2-moe", "deepseek_v2-lite", "deepseek_v3",
     // Qwen3 and Phi-3 (issue 26)
-    "qwen3", "phi3", "phi3-longrope"};
+    "qwen3", "phi3", "phi3-longrope", "gemma2", "gemma3_text"};
 
 template <class T>
 class CausalLmTest : public ::testing::Test {};

@@ -11,6 +11,7 @@
 // | ReLU                 | max(x, 0)           | 1/sqrt(d_QK)   | yes    |
 // | Polynomial{p, c}     | (x + c)^p           | 1/sqrt(d_QK)   | p even |
 // | EluPlusOne (feature) | phi(q).phi(k), phi = elu + 1 | -     | yes    |
+// | SoftCapped{c}        | exp(c tanh(x / c))  | 1/sqrt(d_QK)   | yes    |
 //
 // For Linear and ReLU the scale cancels in Z^-1 A (f is homogeneous), so it
 // only changes the reported A and Z. Kernels whose A may be negative (Linear,
@@ -56,6 +57,45 @@ struct Softmax {
   void apply(T* x, Index n) const {
     Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
     a = a.exp();
+  }
+};
+
+/// The soft-capped exponential of Gemma 2: f(x) = exp(c tanh(x / c)),
+/// x = s q.k, so Z^-1 A = softmax(c tanh(s Q K^T / c)) row by row: each score
+/// is squashed into (-c, c) before the softmax. Not shift-invariant (the cap
+/// acts on the scores themselves), and it needs no shift: f lies in
+/// (e^-c, e^c), finite in float for c <= 80. s defaults to 1/sqrt(d_QK)
+/// (Gemma 2 sets it to query_pre_attn_scalar^-1/2).
+struct SoftCapped {
+  static constexpr const char* kName = "softcapped";
+  /// c, in (0, 80].
+  double cap = 50.0;
+  /// s; unset means 1/sqrt(d_QK).
+  std::optional<double> scale{};
+
+  /// \throws std::invalid_argument unless 0 < cap <= 80 (exp(80) is finite in
+  /// float) and the scale, if set, is finite.
+  SoftCapped() = default;
+  explicit SoftCapped(double c, std::optional<double> s = std::nullopt) : cap(c), scale(s) {
+    if (!(cap > 0) || !(cap <= 80.0))
+      throw std::invalid_argument("kappa: SoftCapped: the cap c must be in (0, 80], got " +
+                                  std::to_string(cap));
+    if (scale && !std::isfinite(*scale))
+      throw std::invalid_argument("kappa: SoftCapped: the scale must be finite");
+  }
+  [[nodiscard]] double scale_for(Index d_qk) const {
+    return scale.value_or(detail::inv_sqrt(d_qk));
+  }
+  template <Scalar T>
+  T operator()(T x) const {
+    const T c = static_cast<T>(cap);
+    return std::exp(c * std::tanh(x / c));
+  }
+  template <Scalar T>
+  void apply(T* x, Index n) const {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
+    const T c = static_cast<T>(cap);
+    a = (c * (a / c).tanh()).exp();
   }
 };
 

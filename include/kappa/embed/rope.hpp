@@ -31,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kappa/core/checked.hpp"
@@ -93,7 +94,7 @@ class Rope {
   /// sin multiplied by rope_attention_factor(). \throws std::invalid_argument
   /// for bad scaling parameters (naming them), as above for d_R and the base.
   Rope(Index rotary_dim, double base, RopeScaling scaling)
-      : d_rot_(rotary_dim), base_(base), scaling_(scaling) {
+      : d_rot_(rotary_dim), base_(base), scaling_(std::move(scaling)) {
     require_shapes(rotary_dim >= 0 && rotary_dim % 2 == 0, "RoPE", "rotary dim", 1, rotary_dim,
                    "pairs", 1, rotary_dim / 2,
                    "the rotary dimension must be even and non-negative");

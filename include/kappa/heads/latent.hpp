@@ -45,6 +45,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kappa/attention/attention.hpp"
 #include "kappa/cache/decode.hpp"
@@ -298,7 +299,7 @@ template <Scalar T, LatentPath Path = AbsorbedLatent, class RopeConvention = Int
 class LatentAttention {
  public:
   explicit LatentAttention(LatentConfig config)
-      : c_(checked(config)),
+      : c_(checked(std::move(config))),
         rope_(c_.d_rope, c_.rope_base, c_.rope_scaling),
         scale_(static_cast<T>(
             c_.scale.value_or(1.0 / std::sqrt(static_cast<double>(c_.d_head + c_.d_rope))))) {}

@@ -10,6 +10,8 @@
 //                Phi-3 is Llama too (its fused projections split at load;
 //                partial rotary and longrope in its Rope)
 //   Qwen3        Llama with RMS-normalized query and key heads (QkNorm)
+//   Gemma2, Gemma3  sandwich norms, GeGLU, alternating sliding-window and
+//                global layers; soft-capped scores (2) or QK-norm (3)
 //   LlamaMoe     Llama whose feed-forward is, layer by layer, SwiGLU or a
 //                mixture of SwiGLU experts (Mixtral, Qwen2-MoE)
 //   DeepSeekMoe  DeepSeekV2 with the same per-layer choice (DeepSeek-V2,
@@ -74,6 +76,28 @@ template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Qwen3Layer = DecoderOnlyLayer<T, Qwen3Attention<T>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Qwen3 = DecoderLM<T, Qwen3Layer<T, S>, NoAbsolutePositions, S>;
+
+/// Gemma 2: sandwich (1 + w) RMSNorms, GeGLU (tanh), soft-capped attention
+/// scores (kernels::SoftCapped) scaled by query_pre_attn_scalar^-1/2, and
+/// layers that alternate a sliding window with global attention: every
+/// layer's mask is a SlidingWindowMask, the global ones as wide as the
+/// context (its cache grows as tokens arrive, so a wide window costs no
+/// memory up front).
+template <Scalar T>
+using Gemma2Attention = GroupedQueryAttention<T, kernels::SoftCapped, Rope<T, RotateHalf>>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Gemma2Layer = DecoderOnlyLayer<T, Gemma2Attention<T>, Sandwich<RMSNorm<T>>,
+                                     GatedMlp<T, GeluTanh, S>, SandwichNorm, SlidingWindowMask>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Gemma2 = DecoderLM<T, Gemma2Layer<T, S>, NoAbsolutePositions, S>;
+
+/// Gemma 3 (text): Gemma 2's layer with QK-norm instead of soft-capping, and
+/// per-layer RoPE bases (local and global).
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Gemma3Layer = DecoderOnlyLayer<T, Qwen3Attention<T>, Sandwich<RMSNorm<T>>,
+                                     GatedMlp<T, GeluTanh, S>, SandwichNorm, SlidingWindowMask>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Gemma3 = DecoderLM<T, Gemma3Layer<T, S>, NoAbsolutePositions, S>;
 
 /// A layer's feed-forward when a model mixes dense and expert layers.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>

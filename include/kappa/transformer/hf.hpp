@@ -17,6 +17,8 @@
 //   phi3                    Llama<T> (or MistralSliding<T> with a sliding
 //                           window): fused qkv_proj and gate_up_proj split at
 //                           load, partial rotary, longrope
+//   gemma2, gemma3_text     Gemma2<T>, Gemma3<T> (sandwich norms, GeGLU,
+//                           sliding and global layers, soft-capping / QK-norm)
 //   mixtral, qwen2_moe      LlamaMoe<T> (experts in every layer, or as
 //                           Qwen2-MoE's mlp_only_layers/decoder_sparse_step say)
 //   bert                    Bert<T> (load_encoder)
@@ -521,7 +523,8 @@ inline MoeSizes moe_sizes(const Config& c, const std::string& model_type, Index 
     }
     for (Index i = 0; i < n_layer; ++i)
       m.sparse[static_cast<std::size_t>(i)] =
-          !dense_only[static_cast<std::size_t>(i)] && m.router.n_experts > 0 && (i + 1) % step == 0;
+          static_cast<char>(!dense_only[static_cast<std::size_t>(i)] && m.router.n_experts > 0 &&
+                            (i + 1) % step == 0);
     if (m.router.n_experts == 0) m.router = {.n_experts = 1, .top_k = 1};  // unused: all dense
   } else {  // deepseek_v2, deepseek_v3
     experts_key = "n_routed_experts";
@@ -565,7 +568,7 @@ inline MoeSizes moe_sizes(const Config& c, const std::string& model_type, Index 
     const Index first_dense = c.integer("first_k_dense_replace", 0, 0);
     const Index freq = c.integer("moe_layer_freq", 1, 1);
     for (Index i = 0; i < n_layer; ++i)
-      m.sparse[static_cast<std::size_t>(i)] = i >= first_dense && i % freq == 0;
+      m.sparse[static_cast<std::size_t>(i)] = static_cast<char>(i >= first_dense && i % freq == 0);
   }
   try {
     m.router.validate();
@@ -741,6 +744,163 @@ Qwen3<T, S> load_qwen3(const Config& c, const io::Checkpoint& ckpt) {
       [&](const detail::Weights<T>& w, Index, const std::string& p) {
         return detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
       });
+}
+
+// ---- Gemma 2 and 3 ----------------------------------------------------------------
+
+namespace detail {
+/// x rounded to the precision `dtype` stores (Gemma's embedding normalizer is
+/// sqrt(d) as a tensor of the model's dtype).
+inline double rounded_to(double x, io::Dtype dtype) {
+  switch (dtype) {
+    case io::Dtype::kBF16:
+      return static_cast<double>(static_cast<float>(Eigen::bfloat16(static_cast<float>(x))));
+    case io::Dtype::kF16:
+      return static_cast<double>(static_cast<float>(Eigen::half(static_cast<float>(x))));
+    case io::Dtype::kF64:
+      return x;
+    default:
+      return static_cast<double>(static_cast<float>(x));
+  }
+}
+
+/// (1 + w): Gemma's RMSNorm gain stored as its offset from one.
+template <Scalar T>
+RowVector<T> gemma_gain(const Weights<T>& w, const std::string& name, Index n) {
+  return (w.vec(name, n).array() + T(1)).matrix();
+}
+
+/// Which layers of a gemma2 / gemma3_text config slide: layer_types when
+/// given ("sliding_attention" / "full_attention"), else Gemma 2's even layers
+/// or Gemma 3's all but every sliding_window_pattern-th.
+inline std::vector<char> gemma_sliding_layers(const Config& c, const std::string& type,
+                                              Index n_layer) {
+  std::vector<char> sliding(static_cast<std::size_t>(n_layer), 0);
+  if (c.has("layer_types")) {
+    const nlohmann::json& v = c.json().at("layer_types");
+    if (!v.is_array() || static_cast<Index>(v.size()) != n_layer)
+      c.fail("layer_types", "must list one type per layer (" + std::to_string(n_layer) + ")");
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string t = v[i].is_string() ? v[i].get<std::string>() : std::string();
+      if (t != "sliding_attention" && t != "full_attention")
+        c.fail("layer_types", "holds " + Config::shown(v[i]) +
+                                  "; kappa knows sliding_attention and full_attention");
+      sliding[i] = static_cast<char>(t == "sliding_attention");
+    }
+    return sliding;
+  }
+  const Index pattern = type == "gemma2" ? 2 : c.integer("sliding_window_pattern", 6, 1);
+  for (Index i = 0; i < n_layer; ++i)
+    sliding[static_cast<std::size_t>(i)] =
+        static_cast<char>(type == "gemma2" ? i % 2 == 0 : (i + 1) % pattern != 0);
+  return sliding;
+}
+
+template <Scalar T, WeightStoragePolicy S, class Layer, class Model>
+Model build_gemma(const Config& c, const io::Checkpoint& ckpt) {
+  const std::string type = c.string("model_type");
+  const bool gemma3 = type == "gemma3_text";
+  const Index d = c.integer("hidden_size", std::nullopt, 1),
+              n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+              n_head = c.integer("num_attention_heads", std::nullopt, 1, kMaxHeads),
+              n_kv = c.integer("num_key_value_heads", n_head, 1, kMaxHeads),
+              d_head = c.integer("head_dim", 256, 2),
+              d_ff = c.integer("intermediate_size", std::nullopt, 1),
+              vocab = c.integer("vocab_size", std::nullopt, 1),
+              max_pos = c.integer("max_position_embeddings", 8192, 1),
+              window = c.integer("sliding_window", 4096, 1);
+  if (d_head % 2 != 0) c.fail("head_dim", "must be even for RoPE, got " + std::to_string(d_head));
+  if (n_head % n_kv != 0)
+    c.fail("num_key_value_heads",
+           "= " + std::to_string(n_kv) +
+               " must divide num_attention_heads = " + std::to_string(n_head));
+  const Index dq = c.product("num_attention_heads x head_dim", n_head, d_head),
+              dkv = c.product("num_key_value_heads x head_dim", n_kv, d_head);
+  const double eps = c.positive("rms_norm_eps", 1e-6, kMaxEpsilon);
+  const double theta = c.positive("rope_theta", 10000.0, kMaxRopeBase);
+  const double local_theta =
+      gemma3 ? c.positive("rope_local_base_freq", 10000.0, kMaxRopeBase) : theta;
+  // Gemma 3 scales the global layers' RoPE only; Gemma 2 has no scaling.
+  const RopeScaling global_scaling = parse_rope_scaling(c, max_pos);
+  const double scale =
+      1.0 / std::sqrt(c.positive("query_pre_attn_scalar", static_cast<double>(d_head), 1e12));
+  const double attn_cap = c.has("attn_logit_softcapping")
+                              ? c.positive("attn_logit_softcapping", std::nullopt, 80.0)
+                              : 0.0;
+  const double final_cap = c.has("final_logit_softcapping")
+                               ? c.positive("final_logit_softcapping", std::nullopt, 1e6)
+                               : 0.0;
+  if (gemma3 && attn_cap > 0)
+    c.fail("attn_logit_softcapping", "is set; kappa's Gemma 3 has no attention soft-capping");
+  if (!gemma3 && attn_cap == 0)
+    c.fail("attn_logit_softcapping", "is null; kappa's Gemma 2 soft-caps the scores");
+  require_activation(c, "hidden_activation", "gelu_pytorch_tanh", {"gelu_pytorch_tanh"});
+  require_false(c, "attention_bias", "kappa's Gemma attention has no biases");
+  const bool tied = c.boolean("tie_word_embeddings", true);
+  const std::vector<char> sliding = gemma_sliding_layers(c, type, n_layer);
+  const Weights<T> w(ckpt, "model.");
+  w.check("embed_tokens.weight", vocab, d);
+  if (!tied) ckpt.require_shape("lm_head.weight", {vocab, d});
+  std::vector<Layer> layers;
+  for (Index i = 0; i < n_layer; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    const RowMatrix<T> w_q = w.mat(p + "self_attn.q_proj.weight", dq, d),
+                       w_k = w.mat(p + "self_attn.k_proj.weight", dkv, d),
+                       w_v = w.mat(p + "self_attn.v_proj.weight", dkv, d),
+                       w_o = w.mat(p + "self_attn.o_proj.weight", d, dq);
+    const bool local = sliding[static_cast<std::size_t>(i)] != 0;
+    const Rope<T, RotateHalf> rope(d_head, local ? local_theta : theta,
+                                   local && gemma3 ? RopeScaling{} : global_scaling);
+    const HeadsConfig hc{.d_in = d, .n_heads = n_head, .d_head = d_head, .n_kv_heads = n_kv};
+    typename Layer::AttentionType attn = [&] {
+      if constexpr (std::same_as<typename Layer::AttentionType, Gemma2Attention<T>>) {
+        return Gemma2Attention<T>(hc, kernels::SoftCapped(attn_cap, scale), rope);
+      } else {
+        return Qwen3Attention<T>(
+            hc, kernels::Softmax{scale},
+            QkNorm<T, Rope<T, RotateHalf>>(gemma_gain(w, p + "self_attn.q_norm.weight", d_head),
+                                           gemma_gain(w, p + "self_attn.k_norm.weight", d_head),
+                                           eps, rope));
+      }
+    }();
+    attn.set_weights_from_hf(w_q, w_k, w_v, w_o);
+    const RowMatrix<T> w_gate = w.mat(p + "mlp.gate_proj.weight", d_ff, d),
+                       w_up = w.mat(p + "mlp.up_proj.weight", d_ff, d),
+                       w_down = w.mat(p + "mlp.down_proj.weight", d, d_ff);
+    GatedMlp<T, GeluTanh, S> mlp(d, d_ff);
+    mlp.set_weights(w_gate.transpose(), w_up.transpose(), w_down.transpose());
+    const auto norm = [&](const char* name) { return RMSNorm<T>(gemma_gain(w, p + name, d), eps); };
+    layers.emplace_back(std::move(attn),
+                        Sandwich<RMSNorm<T>>{norm("input_layernorm.weight"),
+                                             norm("post_attention_layernorm.weight")},
+                        Sandwich<RMSNorm<T>>{norm("pre_feedforward_layernorm.weight"),
+                                             norm("post_feedforward_layernorm.weight")},
+                        std::move(mlp), SlidingWindowMask{local ? window : max_pos});
+  }
+  std::optional<RowMatrix<T>> head;
+  if (!tied) head = ckpt.template matrix<T>("lm_head.weight", {vocab, d});
+  Model m(Embedding<T>(w.mat("embed_tokens.weight", vocab, d)), {}, std::move(layers),
+          RMSNorm<T>(gemma_gain(w, "norm.weight", d), eps), std::move(head), max_pos);
+  m.set_embedding_scale(
+      rounded_to(std::sqrt(static_cast<double>(d)), ckpt.info("model.embed_tokens.weight").dtype));
+  m.set_final_logit_softcap(final_cap);
+  return m;
+}
+}  // namespace detail
+
+/// Gemma 2 (gemma2): see architectures.hpp. The embedding scale sqrt(d) is
+/// rounded as the checkpoint's dtype rounds it, as Hugging Face computes it.
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+Gemma2<T, S> load_gemma2(const Config& c, const io::Checkpoint& ckpt) {
+  return detail::build_gemma<T, S, Gemma2Layer<T, S>, Gemma2<T, S>>(c, ckpt);
+}
+
+/// Gemma 3's text model (gemma3_text): Gemma 2's layout with QK-norm, no
+/// soft-capping, and the local layers' own RoPE base (rope_local_base_freq,
+/// unscaled) beside the global layers' (rope_theta with rope_scaling).
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+Gemma3<T, S> load_gemma3(const Config& c, const io::Checkpoint& ckpt) {
+  return detail::build_gemma<T, S, Gemma3Layer<T, S>, Gemma3<T, S>>(c, ckpt);
 }
 
 /// Mixtral and Qwen2-MoE: the LLaMA layout whose feed-forward is, layer by
@@ -1023,14 +1183,16 @@ PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 class CausalLM {
  public:
-  using Model = std::variant<Gpt2<T, S>, Llama<T, S>, MistralSliding<T, S>, DeepSeekV2<T, S>,
-                             LlamaMoe<T, S>, DeepSeekMoe<T, S>, Qwen3<T, S>>;
+  using Model =
+      std::variant<Gpt2<T, S>, Llama<T, S>, MistralSliding<T, S>, DeepSeekV2<T, S>, LlamaMoe<T, S>,
+                   DeepSeekMoe<T, S>, Qwen3<T, S>, Gemma2<T, S>, Gemma3<T, S>>;
   /// The cache of one sequence (of the loaded model's kind).
   struct Cache {
     std::variant<typename Gpt2<T, S>::Cache, typename Llama<T, S>::Cache,
                  typename MistralSliding<T, S>::Cache, typename DeepSeekV2<T, S>::Cache,
                  typename LlamaMoe<T, S>::Cache, typename DeepSeekMoe<T, S>::Cache,
-                 typename Qwen3<T, S>::Cache>
+                 typename Qwen3<T, S>::Cache, typename Gemma2<T, S>::Cache,
+                 typename Gemma3<T, S>::Cache>
         c;
     [[nodiscard]] Index length() const {
       return std::visit([](const auto& x) { return x.length(); }, c);
@@ -1145,18 +1307,22 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
     throw FormatError("kappa: " + dir.string() + ": not a model directory");
   const Config c = Config::read(dir / "config.json");
   const std::string type = c.string("model_type");
-  constexpr std::array<std::string_view, 10> kTypes = {
-      "gpt2",    "llama",     "mistral",     "qwen2", "deepseek_v2",
-      "mixtral", "qwen2_moe", "deepseek_v3", "qwen3", "phi3"};
+  constexpr std::array<std::string_view, 12> kTypes = {
+      "gpt2",      "llama",       "mistral", "qwen2", "deepseek_v2", "mixtral",
+      "qwen2_moe", "deepseek_v3", "qwen3",   "phi3",  "gemma2",      "gemma3_text"};
   if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
     if (type == "bert") c.fail("model_type", "is 'bert', an encoder-only model: use load_bert");
-    c.fail("model_type", "is " + kappa::quoted(type) +
-                             ", which kappa does not load as a causal LM (gpt2, llama, mistral, "
-                             "qwen2, qwen3, phi3, deepseek_v2, deepseek_v3, mixtral, qwen2_moe)");
+    c.fail("model_type",
+           "is " + kappa::quoted(type) +
+               ", which kappa does not load as a causal LM (gpt2, llama, mistral, "
+               "qwen2, qwen3, phi3, gemma2, gemma3_text, deepseek_v2, deepseek_v3, mixtral, "
+               "qwen2_moe)");
   }
   const io::Checkpoint ckpt(dir);
   if (type == "gpt2") return CausalLM<T, S>(load_gpt2<T, S>(c, ckpt), type);
   if (type == "qwen3") return CausalLM<T, S>(load_qwen3<T, S>(c, ckpt), type);
+  if (type == "gemma2") return CausalLM<T, S>(load_gemma2<T, S>(c, ckpt), type);
+  if (type == "gemma3_text") return CausalLM<T, S>(load_gemma3<T, S>(c, ckpt), type);
   if (type == "mixtral" || type == "qwen2_moe")
     return CausalLM<T, S>(load_llama_moe<T, S>(c, ckpt), type);
   if (type == "deepseek_v2" || type == "deepseek_v3") {

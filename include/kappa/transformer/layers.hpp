@@ -49,9 +49,21 @@ namespace kappa {
 struct PreNorm {};
 /// Norms after each residual sum (the original Transformer, BERT).
 struct PostNorm {};
+/// Norms on both sides of each sub-layer (Gemma 2 and 3's "sandwich"):
+/// H = X + N_post(Attn(N_pre(X))), Y = H + N'_post(F(N'_pre(H))). The
+/// layer's norm type is then Sandwich<N>, one {pre, post} pair per branch.
+struct SandwichNorm {};
 
 template <class P>
-concept NormPlacement = std::same_as<P, PreNorm> || std::same_as<P, PostNorm>;
+concept NormPlacement =
+    std::same_as<P, PreNorm> || std::same_as<P, PostNorm> || std::same_as<P, SandwichNorm>;
+
+/// The two norms of one branch of a SandwichNorm layer.
+template <class N>
+struct Sandwich {
+  N pre;   ///< on the branch's input
+  N post;  ///< on the sub-layer's output, before the residual sum
+};
 
 /// A norm policy: `apply(MatrixRef<T>) const` normalises each row in place
 /// (LayerNorm<T>, RMSNorm<T>).
@@ -165,9 +177,25 @@ void add_residual(const char* what, RowMatrix<T>& out, const RowMatrix<T>& r) {
 
 /// One residual sub-layer F with its norm N on the residual stream h:
 /// h = h + F(N(h)) (PreNorm) or h = N(h + F(h)) (PostNorm).
+/// The norm type a model's final norm has: N for a layer of Sandwich<N>.
+template <class N>
+struct BranchNorm {
+  using type = N;
+};
+template <class N>
+struct BranchNorm<Sandwich<N>> {
+  using type = N;
+};
+
 template <NormPlacement Placement, Scalar T, class Norm, class SubLayer>
 void residual_branch(const char* what, RowMatrix<T>& h, const Norm& norm, SubLayer&& sub_layer) {
-  if constexpr (std::same_as<Placement, PreNorm>) {
+  if constexpr (std::same_as<Placement, SandwichNorm>) {
+    RowMatrix<T> n = h;
+    norm.pre.apply(n);
+    RowMatrix<T> y = sub_layer(n);
+    norm.post.apply(y);
+    add_residual(what, h, y);
+  } else if constexpr (std::same_as<Placement, PreNorm>) {
     RowMatrix<T> n = h;
     norm.apply(n);
     add_residual(what, h, sub_layer(n));
@@ -200,7 +228,11 @@ void residual_branch(const char* what, RowMatrix<T>& h, const Norm& norm, SubLay
 template <Scalar T, class Attn, class Norm, class FFN, NormPlacement Placement = PreNorm,
           class Mask = CausalMask>
 class DecoderOnlyLayer {
-  static_assert(NormPolicy<Norm, T>, "kappa: the norm must provide apply(MatrixRef<T>) const");
+  static_assert(NormPolicy<typename detail::BranchNorm<Norm>::type, T>,
+                "kappa: the norm must provide apply(MatrixRef<T>) const");
+  static_assert(std::same_as<Placement, SandwichNorm> ==
+                    !std::same_as<typename detail::BranchNorm<Norm>::type, Norm>,
+                "kappa: a SandwichNorm layer takes Sandwich<N> norms, and only it does");
   static_assert(FeedForward<FFN, T>,
                 "kappa: the feed-forward must provide forward(ConstMatrixRef<T>) const");
   static_assert(std::same_as<Mask, CausalMask> || std::same_as<Mask, SlidingWindowMask>,
@@ -209,7 +241,9 @@ class DecoderOnlyLayer {
  public:
   using value_type = T;
   using AttentionType = Attn;
-  using NormType = Norm;
+  /// The norm of the model's final layer (N for Sandwich<N> branches).
+  using NormType = typename detail::BranchNorm<Norm>::type;
+  using BranchNormType = Norm;
   using FeedForwardType = FFN;
   using PlacementType = Placement;
   using Ops = SelfAttentionOps<Attn, Mask>;

@@ -35,6 +35,7 @@
 // as 0 rows of K and V.
 #pragma once
 
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <optional>
@@ -209,6 +210,7 @@ class DecoderLM {
   ///         beyond the learned table.
   [[nodiscard]] RowMatrix<T> embed(std::span<const TokenId> ids, Index first = 0) const {
     RowMatrix<T> x = embed_.lookup(ids);  // (N, d)
+    if (embed_scale_ != 1.0) x *= static_cast<T>(embed_scale_);
     if constexpr (detail::kHasAbsolutePositions<Positions>) {
       x += positions_.encode(x.rows(), first);
     } else {
@@ -360,8 +362,34 @@ class DecoderLM {
     } else {
       head_.multiply_transposed(h, logits);  // (N, N_T)
     }
+    if (final_cap_ > 0) {  // Gemma 2: logits <- c tanh(logits / c)
+      const T c = static_cast<T>(final_cap_);
+      logits = (c * (logits.array() / c).tanh()).matrix();
+    }
     return logits;
   }
+
+  /// Multiplies the looked-up embeddings by `s` before the first layer,
+  /// X_0 = s E[ids] (Gemma: sqrt(d) as the checkpoint's dtype rounds it);
+  /// the tied output head keeps E. \throws std::invalid_argument unless s is
+  /// finite and > 0.
+  void set_embedding_scale(double s) {
+    if (!(s > 0) || !std::isfinite(s))
+      throw std::invalid_argument("kappa: DecoderLM: the embedding scale must be finite and > 0");
+    embed_scale_ = s;
+  }
+  [[nodiscard]] double embedding_scale() const { return embed_scale_; }
+  /// Soft-caps the logits, logits <- c tanh(logits / c) (Gemma 2's
+  /// final_logit_softcapping); 0 turns it off. \throws std::invalid_argument
+  /// unless c is finite and >= 0.
+  void set_final_logit_softcap(double c) {
+    if (!(c >= 0) || !std::isfinite(c))
+      throw std::invalid_argument(
+          "kappa: DecoderLM: the final logit soft-cap must be finite "
+          "and >= 0");
+    final_cap_ = c;
+  }
+  [[nodiscard]] double final_logit_softcap() const { return final_cap_; }
   /// E_out (N_T x d) in the compute type: the separate head, or E when tied
   /// (a widened copy for non-dense storage).
   [[nodiscard]] RowMatrix<T> output_projection_dense() const {
@@ -386,6 +414,8 @@ class DecoderLM {
   Norm final_norm_;
   std::optional<RowMatrix<T>> output_;
   Index context_length_ = 0;
+  double embed_scale_ = 1.0;         // X_0 = s E[ids] (set_embedding_scale)
+  double final_cap_ = 0.0;           // logits soft-cap c; 0: none
   WeightMatrix<T, Storage> head_{};  // the output head, for non-dense storage
   bool untied_ = false;
 
