@@ -11,6 +11,7 @@
 
 #include "kappa/attention/attention.hpp"
 #include "kappa/attention/kernels.hpp"
+#include "support/reference.hpp"
 
 namespace kappa {
 namespace {
@@ -39,6 +40,45 @@ TYPED_TEST(KernelsTest, SoftmaxIsExpWithInverseSqrtScale) {
   for (std::size_t i = 0; i < x.size(); ++i)
     EXPECT_NEAR(y[i], std::exp(x[i]), 1e-6 * std::exp(x[i]));
   static_assert(ShiftInvariantKernel<kernels::Softmax>);
+}
+
+// Gemma 2's soft-capped scores: f(x) = exp(c tanh(x / c)); attention with it
+// equals softmax(c tanh(s Q K^T / c)) by the definition, causal mask too.
+TYPED_TEST(KernelsTest, SoftCappedIsSoftmaxOfCappedScores) {
+  using T = TypeParam;
+  const kernels::SoftCapped k(5.0, 0.25);
+  EXPECT_DOUBLE_EQ(k.scale_for(64), 0.25);
+  EXPECT_DOUBLE_EQ(kernels::SoftCapped(50.0).scale_for(64), 0.125);
+  EXPECT_NEAR(static_cast<double>(k(T(100))), std::exp(5.0 * std::tanh(20.0)), 1e-4);
+  const std::vector<T> x{T(-30), T(0), T(0.5), T(7)};
+  const auto y = vectorized(k, x);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(5.0 * std::tanh(static_cast<double>(x[i]) / 5.0));
+    EXPECT_NEAR(static_cast<double>(y[i]), want, 1e-5 * want);
+    EXPECT_NEAR(static_cast<double>(k(x[i])), want, 1e-5 * want);
+  }
+  static_assert(!ShiftInvariantKernel<kernels::SoftCapped>);
+  // Scores large enough that the cap matters: q, k of amplitude 3, d 8;
+  // N_Q = N_KV, so the causal mask is j <= i.
+  const RowMatrix<T> q = testing::random_matrix<T>(9, 8, 1, 3.0),
+                     kk = testing::random_matrix<T>(9, 8, 2, 3.0),
+                     v = testing::random_matrix<T>(9, 5, 3);
+  const auto f = [](long double s) { return std::exp(5.0L * std::tanh(s / 5.0L)); };
+  using Tol = testing::Tolerance<T>;
+  EXPECT_LE(
+      testing::max_scaled_error(attention(q, kk, v, k),
+                                testing::reference_attention<T>(q, kk, v, 0.25, f, false,
+                                                                [](Index, Index) { return true; }),
+                                Tol::kRel, Tol::kAbs),
+      1.0);
+  EXPECT_LE(testing::max_scaled_error(
+                attention(q, kk, v, k, CausalMask{}),
+                testing::reference_attention<T>(q, kk, v, 0.25, f, false,
+                                                [](Index i, Index j) { return j <= i; }),
+                Tol::kRel, Tol::kAbs),
+            1.0);
+  EXPECT_THROW(kernels::SoftCapped(0.0), std::invalid_argument);
+  EXPECT_THROW(kernels::SoftCapped(81.0), std::invalid_argument);
 }
 
 TYPED_TEST(KernelsTest, LinearIsIdentityWithUnitScale) {

@@ -152,3 +152,33 @@ TYPED_TEST(RopeTest, PositionsThatWouldOverflowAreRangeErrors) {
   EXPECT_THROW((kappa::Rope<T, C>(4, std::numeric_limits<double>::infinity())),
                std::invalid_argument);
 }
+
+// LongRoPE (Phi-3): theta'_i = b^(-2i/d) / e_i with the short factors up to
+// the original context L_0 and the long ones past it; cos and sin times
+// sqrt(1 + ln s / ln L_0). By hand for d_R = 4, b = 100, L_0 = 8, s = 8.
+TEST(RopeScalingRules, LongRopePicksTheFactorsByLength) {
+  kappa::RopeScaling r;
+  r.kind = kappa::RopeScaling::Kind::kLongRope;
+  r.original_context = 8;
+  r.factor = 8.0;
+  r.short_factor = {1.0, 2.0};
+  r.long_factor = {4.0, 16.0};
+  r.validate();
+  const std::vector<double> s = kappa::rope_frequencies(4, 100.0, r, 8);
+  const std::vector<double> l = kappa::rope_frequencies(4, 100.0, r, 9);
+  EXPECT_DOUBLE_EQ(s[0], 1.0);
+  EXPECT_DOUBLE_EQ(s[1], 0.1 / 2.0);
+  EXPECT_DOUBLE_EQ(l[0], 1.0 / 4.0);
+  EXPECT_DOUBLE_EQ(l[1], 0.1 / 16.0);
+  EXPECT_DOUBLE_EQ(kappa::rope_attention_factor(r), std::sqrt(1.0 + std::log(8.0) / std::log(8.0)));
+  // A sequence of 9 positions rotates position 1 by the long angles.
+  const kappa::Rope<double> rope(4, 100.0, r);
+  RowMatrix<double> x = RowMatrix<double>::Zero(9, 4);
+  x(1, 0) = 1.0;  // pairs (0, 2) and (1, 3)
+  rope.apply(x, 0);
+  EXPECT_NEAR(x(1, 0), std::sqrt(2.0) * std::cos(0.25), 1e-15);
+  EXPECT_NEAR(x(1, 2), std::sqrt(2.0) * std::sin(0.25), 1e-15);
+  // Wrong counts are named.
+  r.long_factor = {1.0};
+  EXPECT_THROW(r.validate(), std::invalid_argument);
+}

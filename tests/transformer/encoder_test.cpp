@@ -104,6 +104,33 @@ TEST(HfLoaderErrors, UnsupportedModelTypeIsNamed) {
   fs::remove_all(d);
 }
 
+// The settings of the newer families that kappa does not run name their key.
+TEST(HfLoaderErrors, UnsupportedFamilySettingsNameTheKey) {
+  const auto dir = [](const char* model, const char* tag,
+                      const std::function<void(nlohmann::json&)>& edit) {
+    return edited_copy(model, tag, edit);
+  };
+  const fs::path a =
+      dir("gemma3_text", "g3cap", [](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0; });
+  expect_error<FormatError>(a, {"config.json", "attn_logit_softcapping"});
+  const fs::path b = dir("gemma2", "g2types", [](nlohmann::json& j) {
+    j["layer_types"] = {"sliding_attention", "chunked_attention", "sliding_attention",
+                        "full_attention"};
+  });
+  expect_error<FormatError>(b, {"config.json", "layer_types", "chunked_attention"});
+  const fs::path c = dir("phi3-longrope", "factors", [](nlohmann::json& j) {
+    j["rope_scaling"]["long_factor"] = {1.0, 2.0};
+    j["rope_scaling"]["short_factor"] = {1.0, 2.0};
+  });
+  expect_error<FormatError>(c, {"config.json", "rope_scaling", "rescale factors"});
+  const fs::path e =
+      dir("qwen3", "window", [](nlohmann::json& j) { j["use_sliding_window"] = true; });
+  expect_error<FormatError>(e, {"config.json", "use_sliding_window"});
+  const fs::path f = dir("mixtral", "window", [](nlohmann::json& j) { j["sliding_window"] = 4; });
+  expect_error<FormatError>(f, {"config.json", "sliding_window"});
+  for (const fs::path& p : {a, b, c, e, f}) fs::remove_all(p);
+}
+
 // Expert layers the weights do not have name the missing tensor; router
 // settings kappa does not know name their key.
 TEST(HfLoaderErrors, MixtureOfExpertsErrorsNameTheKeyOrTensor) {
