@@ -698,5 +698,30 @@ TEST(GenerateBatch, TextPromptsEqualEachAlone) {
   }
 }
 
+// Phi-3's LongRoPE: a short prompt (below the original context of 8)
+// generating past it must give what a pass over the whole sequence gives at
+// every step, as Hugging Face's Phi-3 does by recomputing its cache once at
+// the crossing (with keys left rotated by the short factors it would not).
+TEST(GenerateLongRope, CachedGenerationCrossingTheOriginalContextEqualsRecomputing) {
+  const auto lm = hf::load_causal_lm<double>(testing::model_dir("phi3-longrope"));
+  ASSERT_EQ(lm.cache_refresh_length(), 8);
+  const std::vector<TokenId> prompt = {5, 17, 42, 9, 100};
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.eos_ids = std::vector<TokenId>{};  // never stop at an id
+  // Sampling at a high temperature, not greedy: a draw sees any change of
+  // the logits, where the argmax of this tiny model does not (it repeats one
+  // token). Without the refresh the ids part from the 7th on.
+  o.decoding = Decoding::kSample;
+  o.sampling.temperature = 4.0;
+  o.seed = 3;
+  o.cache = KvCache::kUse;
+  const Generation cached = generate_ids(lm, std::span<const TokenId>(prompt), o);
+  o.cache = KvCache::kRecompute;
+  const Generation full = generate_ids(lm, std::span<const TokenId>(prompt), o);
+  EXPECT_EQ(cached.ids, full.ids);
+  EXPECT_EQ(cached.ids.size(), 12u);
+}
+
 }  // namespace
 }  // namespace kappa

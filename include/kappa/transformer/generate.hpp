@@ -815,6 +815,8 @@ std::vector<Generation> run_generation(const Model& lm,
   std::vector<std::size_t> active;
   for (std::size_t b = 0; b < n_seq; ++b)
     if (!seqs[b].done) active.push_back(b);
+  Index refresh = 0;  // see CausalLM::cache_refresh_length()
+  if constexpr (requires { lm.cache_refresh_length(); }) refresh = lm.cache_refresh_length();
   bool first = true;
   while (!active.empty()) {
     const auto t0 = Clock::now();
@@ -826,6 +828,11 @@ std::vector<Generation> run_generation(const Model& lm,
         Sequence& s = seqs[b];
         if (first) {
           s.cache.emplace(lm.make_cache());
+          batch.push_back(s.context);
+        } else if (refresh > 0 && s.cache->length() == refresh) {
+          // The sequence crosses the model's refresh length (Phi-3's
+          // LongRoPE): run all of it again, as Hugging Face does.
+          s.cache->reset();
           batch.push_back(s.context);
         } else {
           batch.push_back({s.context.back()});

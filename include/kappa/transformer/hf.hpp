@@ -1213,6 +1213,15 @@ class CausalLM {
 
   CausalLM(Model m, std::string model_type) : m_(std::move(m)), type_(std::move(model_type)) {}
 
+  /// The cache length at which generation drops the cache and runs the
+  /// whole sequence again (0: never). Phi-3's LongRoPE switches from the
+  /// short to the long factors once the sequence passes the original context
+  /// L_0; keys cached before were rotated with the short ones, so Hugging
+  /// Face's Phi-3 recomputes the cache once when it crosses (its
+  /// prepare_inputs_for_generation), and so does kappa's generate(): the
+  /// text then equals a pass over the whole sequence at every step.
+  [[nodiscard]] Index cache_refresh_length() const { return refresh_; }
+  void set_cache_refresh_length(Index n) { refresh_ = n; }
   [[nodiscard]] const std::string& model_type() const { return type_; }
   [[nodiscard]] const Model& model() const { return m_; }
   [[nodiscard]] Index vocab_size() const {
@@ -1294,6 +1303,7 @@ class CausalLM {
   }
   Model m_;
   std::string type_;
+  Index refresh_ = 0;
 };
 
 /// Loads the decoder-only model of a Hugging Face directory (config.json +
@@ -1330,7 +1340,16 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
     if (m.any_sparse()) return CausalLM<T, S>(load_deepseek_moe<T, S>(c, ckpt), type);
     return CausalLM<T, S>(load_deepseek_v2<T, S>(c, ckpt), type);
   }
-  if ((type == "mistral" || type == "phi3") && c.has("sliding_window"))
+  if (type == "phi3") {
+    CausalLM<T, S> lm = c.has("sliding_window")
+                            ? CausalLM<T, S>(load_mistral_sliding<T, S>(c, ckpt), type)
+                            : CausalLM<T, S>(load_llama<T, S>(c, ckpt), type);
+    const LlamaSizes s = llama_sizes(c, type);
+    if (s.scaling.kind == RopeScaling::Kind::kLongRope)
+      lm.set_cache_refresh_length(s.scaling.original_context);
+    return lm;
+  }
+  if (type == "mistral" && c.has("sliding_window"))
     return CausalLM<T, S>(load_mistral_sliding<T, S>(c, ckpt), type);
   return CausalLM<T, S>(load_llama<T, S>(c, ckpt), type);
 }
