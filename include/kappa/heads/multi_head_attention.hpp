@@ -809,7 +809,8 @@ class MultiHeadAttention {
     project(xkv, w_k_, b_k_, k);  // (N_KV, H_kv d_head)
     project(xkv, w_v_, b_v_, v);  // (N_KV, H_kv d_v)
     for (std::size_t b = 0; b + 1 < q_off.size(); ++b) {
-      apply_position(ProjectionRole::kQuery, q, config_.n_heads, q_off[b], q_off[b + 1] - q_off[b], 0);
+      apply_position(ProjectionRole::kQuery, q, config_.n_heads, q_off[b], q_off[b + 1] - q_off[b],
+                     0);
       apply_position(ProjectionRole::kKey, k, h_kv, kv_off[b], kv_off[b + 1] - kv_off[b], 0);
     }
     RowMatrix<T> y(q.rows(), config_.n_heads * dv);  // (N_Q, H d_v)
