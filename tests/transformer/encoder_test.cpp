@@ -128,7 +128,13 @@ TEST(HfLoaderErrors, UnsupportedFamilySettingsNameTheKey) {
   expect_error<FormatError>(e, {"config.json", "use_sliding_window"});
   const fs::path f = dir("mixtral", "window", [](nlohmann::json& j) { j["sliding_window"] = 4; });
   expect_error<FormatError>(f, {"config.json", "sliding_window"});
-  for (const fs::path& p : {a, b, c, e, f}) fs::remove_all(p);
+  // DeepSeek-V3 as the hub ships it: FP8 weights with block scales.
+  const fs::path g = dir("deepseek_v3", "fp8", [](nlohmann::json& j) {
+    j["quantization_config"] = {
+        {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
+  });
+  expect_error<FormatError>(g, {"config.json", "quantization_config", "fp8"});
+  for (const fs::path& p : {a, b, c, e, f, g}) fs::remove_all(p);
 }
 
 // Expert layers the weights do not have name the missing tensor; router

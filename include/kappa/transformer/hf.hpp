@@ -1328,6 +1328,20 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
                "qwen2, qwen3, phi3, gemma2, gemma3_text, deepseek_v2, deepseek_v3, mixtral, "
                "qwen2_moe)");
   }
+  // Quantized checkpoints (DeepSeek-V3's block-scaled FP8, GPTQ, AWQ, ...)
+  // store weights that mean nothing without their scales: refuse them by
+  // name rather than read the raw values.
+  if (c.has("quantization_config")) {
+    const nlohmann::json& q = c.json().at("quantization_config");
+    const std::string method =
+        q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
+            ? q.at("quant_method").get<std::string>()
+            : std::string("unknown");
+    c.fail("quantization_config",
+           "is set (quant_method " + kappa::quoted(method) +
+               "); kappa reads F32, F16 and BF16 weights: use the BF16 release of the model or "
+               "dequantize it first");
+  }
   const io::Checkpoint ckpt(dir);
   if (type == "gpt2") return CausalLM<T, S>(load_gpt2<T, S>(c, ckpt), type);
   if (type == "qwen3") return CausalLM<T, S>(load_qwen3<T, S>(c, ckpt), type);
