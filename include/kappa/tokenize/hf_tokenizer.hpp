@@ -351,7 +351,7 @@ class HfTokenizer {
     if (specials == SpecialTokens::kRecognize && !added_.empty())
       encode_with_added(text, out);
     else
-      encode_segment(text, out);
+      encode_segment(text, true, out);
     if (add == AddSpecial::kYes) out.insert(out.end(), suffix_.begin(), suffix_.end());
     return out;
   }
@@ -360,6 +360,7 @@ class HfTokenizer {
   /// leaving out special tokens when `skip` is kYes. RangeError naming the
   /// first id that is not in the vocabulary.
   std::string decode(std::span<const TokenId> ids, SkipSpecial skip = SkipSpecial::kNo) const {
+    if (sp_) return sp_decode(ids, skip);
     if (skip == SkipSpecial::kNo) return model_.decode(ids);
     std::vector<TokenId> kept;
     kept.reserve(ids.size());
@@ -371,15 +372,33 @@ class HfTokenizer {
   // ---- queries ---------------------------------------------------------------
 
   /// N_T: one more than the largest id (model tokens and added tokens).
-  std::size_t vocab_size() const noexcept { return model_.vocab_size(); }
-  /// The bytes of a token (an added token's text); RangeError if none.
-  std::string token(TokenId id) const { return model_.token(id); }
-  /// The id of a token's bytes or of an added token's text.
+  std::size_t vocab_size() const noexcept { return sp_ ? sp_->pieces.size() : model_.vocab_size(); }
+  /// The bytes of a token (an added token's text); RangeError if none. In
+  /// the SentencePiece-style layout: its vocabulary string ("▁the", "<0x0A>").
+  std::string token(TokenId id) const {
+    if (!sp_) return model_.token(id);
+    if (id < 0 || static_cast<std::size_t>(id) >= sp_->pieces.size() ||
+        !sp_->present[static_cast<std::size_t>(id)])
+      throw RangeError("kappa: token id " + std::to_string(id) +
+                       " is not in the vocabulary (N_T = " + std::to_string(sp_->pieces.size()) +
+                       ")");
+    return sp_->pieces[static_cast<std::size_t>(id)];
+  }
+  /// The id of a token's bytes (the SentencePiece-style layout: its
+  /// vocabulary string) or of an added token's text.
   std::optional<TokenId> find(std::string_view token) const {
     for (const AddedToken& a : added_)
       if (a.content == token) return a.id;
+    if (sp_) {
+      const auto f = sp_->id_of.find(token);
+      if (f == sp_->id_of.end()) return std::nullopt;
+      return f->second;
+    }
     return model_.find(token);
   }
+  /// True for the SentencePiece-style layout (characters and "▁", byte
+  /// fallback), false for byte-level BPE.
+  bool is_sentencepiece() const noexcept { return sp_.has_value(); }
   /// The BOS id, if the tokenizer names one (see the file comment).
   std::optional<TokenId> bos_id() const noexcept { return bos_; }
   /// The EOS id, if the tokenizer names one.
@@ -442,14 +461,25 @@ class HfTokenizer {
     std::vector<TokenId> prefix, suffix;
     try {
       if (!root.is_object()) detail::hf_error(path, "", "expected a JSON object");
-      t.normalizer_ = check_normalizer(root, path, normalization);
-      t.read_pre_tokenizer(root, path);
-      check_decoder(root, path);
       Spec spec;
       spec.added_file = path;
-      read_added_tokens(root, path, spec);
-      t.read_model(root, path, spec);
-      t.build(spec);
+      if (is_sentencepiece_layout(root)) {
+        t.sp_.emplace();
+        t.read_sp_normalizer(root, path, normalization);
+        t.read_metaspace(root, path);
+        t.read_sp_decoder(root, path);
+        read_added_tokens(root, path, spec);
+        t.read_model(root, path, spec);
+        t.read_sp_model_options(root, path);
+        t.build_sp(spec);
+      } else {
+        t.normalizer_ = check_normalizer(root, path, normalization);
+        t.read_pre_tokenizer(root, path);
+        check_decoder(root, path);
+        read_added_tokens(root, path, spec);
+        t.read_model(root, path, spec);
+        t.build(spec);
+      }
       read_post_processor(t, root, path, prefix, suffix);
     } catch (const nlohmann::json::exception& e) {  // a type the checks above missed
       detail::hf_error(path, "",
@@ -615,9 +645,10 @@ class HfTokenizer {
     if (m.contains("type")) {
       const std::string type = detail::json_string(m, "type", path, "model");
       if (type != "BPE")
-        detail::hf_error(
-            path, "model.type",
-            kappa::quoted(type) + " is not supported (kappa loads byte-level BPE tokenizers only)");
+        detail::hf_error(path, "model.type",
+                         kappa::quoted(type) +
+                             " is not supported (kappa loads BPE tokenizers only: byte-level, or "
+                             "SentencePiece-style over characters)");
     } else if (!m.contains("vocab") || !m.contains("merges")) {
       detail::hf_error(path, "model", "missing key \"type\"");
     }
@@ -753,19 +784,581 @@ class HfTokenizer {
   TokenId checked_template_id(const nlohmann::json& v, const std::string& path,
                               const std::string& key) const {
     const TokenId id = detail::json_id(v, 0x7FFFFFFF, path, key);
-    if (static_cast<std::size_t>(id) >= model_.vocab_size() || !has_token(id))
+    if (static_cast<std::size_t>(id) >= vocab_size() || !has_token(id))
       detail::hf_error(path, key,
                        "id " + std::to_string(id) + " is not a token (vocabulary size " +
-                           std::to_string(model_.vocab_size()) + ")");
+                           std::to_string(vocab_size()) + ")");
     return id;
   }
 
   bool has_token(TokenId id) const {
     try {
-      (void)model_.token(id);
+      (void)token(id);
       return true;
     } catch (const RangeError&) {
       return false;
+    }
+  }
+
+  // ---- SentencePiece-style BPE (Llama-2, Mistral, TinyLlama, Phi-3, Gemma) -----
+
+  // One step of the SentencePiece-style normalizer (applied in order).
+  struct SpNormalizeStep {
+    bool prepend = false;  // Prepend(from) when true, else Replace(from -> to)
+    std::string from, to;
+  };
+  // One step of the decoder chain (Hugging Face's decode_chain, in order).
+  struct SpDecodeStep {
+    enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
+    std::string from, to;   // Replace; Metaspace: from = the replacement
+    char32_t strip = U' ';  // Strip's content
+    std::size_t start = 0, stop = 0;
+    bool metaspace_prepends = true;  // Metaspace: prepend_scheme != never
+  };
+  enum class PrependScheme { kFirst, kAlways, kNever };
+  struct TransparentHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  // The model and the pipeline of the SentencePiece-style layout.
+  struct SentencePieceBpe {
+    std::vector<std::string> pieces;  // id -> vocabulary string (an added token's text)
+    std::vector<bool> present;        // id -> assigned
+    std::unordered_map<std::string, TokenId, TransparentHash, std::equal_to<>> id_of;
+    std::unordered_map<std::uint64_t, std::pair<std::uint32_t, TokenId>>
+        merges;                           // (a,b) -> rank, c
+    std::array<TokenId, 256> byte_ids{};  // <0xNN> -> id, or -1
+    bool all_bytes = false;               // every <0xNN> is a token
+    bool byte_fallback = false, fuse_unk = false;
+    std::optional<TokenId> unk;
+    std::vector<SpNormalizeStep> normalize;
+    bool metaspace = false;  // a Metaspace pre-tokenizer
+    std::string replacement;
+    PrependScheme scheme = PrependScheme::kAlways;
+    bool split = true;
+    bool has_decoder = false;  // without one, Hugging Face joins the tokens with " "
+    std::vector<SpDecodeStep> decode;
+  };
+
+  static std::uint64_t pair_key(TokenId a, TokenId b) noexcept {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
+           static_cast<std::uint32_t>(b);
+  }
+
+  // The layout is SentencePiece-style when the pre-tokenizer is absent, null
+  // or Metaspace: the symbols are Unicode characters, not GPT-2's bytes.
+  static bool is_sentencepiece_layout(const nlohmann::json& root) {
+    const auto it = root.find("pre_tokenizer");
+    if (it == root.end() || it->is_null()) return true;
+    if (!it->is_object()) return false;
+    const auto type = it->find("type");
+    return type != it->end() && type->is_string() &&
+           type->get_ref<const std::string&>() == "Metaspace";
+  }
+
+  // A one-character string (Metaspace's replacement, Strip's content).
+  static char32_t one_char(const std::string& s, const std::string& path, const std::string& key) {
+    const Utf8Char c = s.empty() ? Utf8Char{0, 1, false} : decode_utf8(s, 0);
+    if (!c.valid || c.length != s.size())
+      detail::hf_error(path, key, "expected one character, got " + kappa::quoted(s));
+    return c.code_point;
+  }
+
+  void read_sp_normalizer(const nlohmann::json& root, const std::string& path,
+                          Normalization normalization) {
+    const auto it = root.find("normalizer");
+    if (it == root.end() || it->is_null()) return;
+    const auto step = [&](const nlohmann::json& n, const std::string& key) {
+      if (!n.is_object()) detail::hf_error(path, key, "expected an object");
+      const std::string type = detail::json_string(n, "type", path, key);
+      if (type == "Prepend") {
+        sp_->normalize.push_back({true, detail::json_string(n, "prepend", path, key), {}});
+      } else if (type == "Replace") {
+        const auto pattern = n.find("pattern");
+        if (pattern == n.end() || !pattern->is_object() || !pattern->contains("String"))
+          detail::hf_error(path, key + ".pattern",
+                           "only a String pattern is supported (a Regex is not)");
+        std::string from = detail::json_string(*pattern, "String", path, key + ".pattern");
+        if (from.empty()) detail::hf_error(path, key + ".pattern.String", "empty pattern");
+        sp_->normalize.push_back(
+            {false, std::move(from), detail::json_string(n, "content", path, key)});
+      } else if (type == "NFC" && normalization == Normalization::kAssumeNormalized) {
+        normalizer_ = "NFC";
+      } else {
+        detail::hf_error(path, key + ".type",
+                         kappa::quoted(type) +
+                             " is not supported (Prepend, Replace with a String pattern, and NFC "
+                             "with Normalization::kAssumeNormalized)");
+      }
+    };
+    if (it->is_object() && it->contains("type") && (*it)["type"] == "Sequence") {
+      const auto list = it->find("normalizers");
+      if (list == it->end() || !list->is_array())
+        detail::hf_error(path, "normalizer.normalizers", "expected an array");
+      for (std::size_t k = 0; k < list->size(); ++k)
+        step((*list)[k], "normalizer.normalizers[" + std::to_string(k) + "]");
+    } else {
+      step(*it, "normalizer");
+    }
+  }
+
+  void read_metaspace(const nlohmann::json& root, const std::string& path) {
+    const auto it = root.find("pre_tokenizer");
+    if (it == root.end() || it->is_null()) return;
+    const nlohmann::json& m = *it;  // a Metaspace (is_sentencepiece_layout)
+    const std::string key = "pre_tokenizer";
+    sp_->metaspace = true;
+    sp_->replacement = detail::json_string(m, "replacement", path, key);
+    (void)one_char(sp_->replacement, path, key + ".replacement");
+    sp_->scheme = read_prepend_scheme(m, path, key);
+    sp_->split = detail::json_bool(m, "split", true, path, key);
+  }
+
+  // prepend_scheme "first" / "always" / "never", or the older
+  // add_prefix_space (true: always, false: never); always by default.
+  static PrependScheme read_prepend_scheme(const nlohmann::json& m, const std::string& path,
+                                           const std::string& key) {
+    const auto s = m.find("prepend_scheme");
+    if (s != m.end() && !s->is_null()) {
+      const std::string v = detail::json_string(m, "prepend_scheme", path, key);
+      if (v == "first") return PrependScheme::kFirst;
+      if (v == "always") return PrependScheme::kAlways;
+      if (v == "never") return PrependScheme::kNever;
+      detail::hf_error(path, key + ".prepend_scheme",
+                       kappa::quoted(v) + " is not one of \"first\", \"always\", \"never\"");
+    }
+    return detail::json_bool(m, "add_prefix_space", true, path, key) ? PrependScheme::kAlways
+                                                                     : PrependScheme::kNever;
+  }
+
+  void read_sp_decoder(const nlohmann::json& root, const std::string& path) {
+    const auto it = root.find("decoder");
+    if (it == root.end() || it->is_null()) return;
+    sp_->has_decoder = true;
+    read_sp_decoder_step(*it, path, "decoder");
+  }
+
+  void read_sp_decoder_step(const nlohmann::json& d, const std::string& path,
+                            const std::string& key) {
+    if (!d.is_object()) detail::hf_error(path, key, "expected an object");
+    const std::string type = detail::json_string(d, "type", path, key);
+    SpDecodeStep step{};
+    if (type == "Sequence") {
+      const auto list = d.find("decoders");
+      if (list == d.end() || !list->is_array())
+        detail::hf_error(path, key + ".decoders", "expected an array");
+      for (std::size_t k = 0; k < list->size(); ++k)
+        read_sp_decoder_step((*list)[k], path, key + ".decoders[" + std::to_string(k) + "]");
+      return;
+    }
+    if (type == "Replace") {
+      step.kind = SpDecodeStep::Kind::kReplace;
+      const auto pattern = d.find("pattern");
+      if (pattern == d.end() || !pattern->is_object() || !pattern->contains("String"))
+        detail::hf_error(path, key + ".pattern",
+                         "only a String pattern is supported (a Regex is not)");
+      step.from = detail::json_string(*pattern, "String", path, key + ".pattern");
+      if (step.from.empty()) detail::hf_error(path, key + ".pattern.String", "empty pattern");
+      step.to = detail::json_string(d, "content", path, key);
+    } else if (type == "ByteFallback") {
+      step.kind = SpDecodeStep::Kind::kByteFallback;
+    } else if (type == "Fuse") {
+      step.kind = SpDecodeStep::Kind::kFuse;
+    } else if (type == "Strip") {
+      step.kind = SpDecodeStep::Kind::kStrip;
+      step.strip = one_char(detail::json_string(d, "content", path, key), path, key + ".content");
+      const auto count = [&](const char* name) -> std::size_t {
+        const auto v = d.find(name);
+        if (v == d.end()) detail::hf_error(path, key, std::string("missing key \"") + name + "\"");
+        if (!v->is_number_unsigned() || v->get<std::uint64_t>() > 0xFFFFFFFFu)
+          detail::hf_error(path, key + "." + name, "expected a count, got " + v->dump());
+        return static_cast<std::size_t>(v->get<std::uint64_t>());
+      };
+      step.start = count("start");
+      step.stop = count("stop");
+    } else if (type == "Metaspace") {
+      step.kind = SpDecodeStep::Kind::kMetaspace;
+      step.from = detail::json_string(d, "replacement", path, key);
+      (void)one_char(step.from, path, key + ".replacement");
+      step.metaspace_prepends = read_prepend_scheme(d, path, key) != PrependScheme::kNever;
+    } else {
+      detail::hf_error(path, key + ".type",
+                       kappa::quoted(type) +
+                           " is not supported with a SentencePiece-style layout (Replace, "
+                           "ByteFallback, Fuse, Strip, Metaspace, Sequence)");
+    }
+    sp_->decode.push_back(std::move(step));
+  }
+
+  void read_sp_model_options(const nlohmann::json& root, const std::string& path) {
+    const nlohmann::json& m = root["model"];  // read_model checked it
+    sp_->byte_fallback = detail::json_bool(m, "byte_fallback", false, path, "model");
+    sp_->fuse_unk = detail::json_bool(m, "fuse_unk", false, path, "model");
+    const auto unk = m.find("unk_token");
+    if (unk != m.end() && !unk->is_null()) {
+      const std::string u = detail::json_string(m, "unk_token", path, "model");
+      sp_unk_text_ = u;
+    }
+  }
+
+  // Builds the SentencePiece-style model: vocabulary strings as they are (the
+  // "▁" form), merges over them, <0xNN> byte tokens, the unk token.
+  void build_sp(Spec& spec) {
+    SentencePieceBpe& sp = *sp_;
+    std::size_t size = 0;
+    for (const auto& [key, id] : spec.vocab)
+      size = std::max(size, static_cast<std::size_t>(id) + 1);
+    for (const AddedToken& a : spec.added)
+      size = std::max(size, static_cast<std::size_t>(a.id) + 1);
+    sp.pieces.assign(size, std::string());
+    sp.present.assign(size, false);
+    sp.id_of.reserve(spec.vocab.size());
+    for (const auto& [key, id] : spec.vocab) {
+      const auto slot = static_cast<std::size_t>(id);
+      if (sp.present[slot]) {
+        std::string w = spec.vocab_where;
+        w.push_back('[');
+        w.append(kappa::quoted(key)).push_back(']');
+        detail::hf_error(w, "",
+                         "duplicate id " + std::to_string(id) + " (also token " +
+                             kappa::quoted(sp.pieces[slot]) + ")");
+      }
+      sp.present[slot] = true;
+      sp.pieces[slot] = std::string(key);
+      sp.id_of.emplace(std::string(key), id);
+    }
+    std::unordered_map<std::string_view, TokenId> added_by_text;
+    for (std::size_t k = 0; k < spec.added.size(); ++k) {
+      const AddedToken& a = spec.added[k];
+      const std::string key = "added_tokens[" + std::to_string(k) + "]";
+      const auto slot = static_cast<std::size_t>(a.id);
+      if (!added_by_text.emplace(a.content, a.id).second)
+        detail::hf_error(spec.added_file, key + ".content",
+                         "duplicate token " + kappa::quoted(a.content));
+      if (sp.present[slot] && sp.pieces[slot] != a.content)
+        detail::hf_error(spec.added_file, key + ".id",
+                         "id " + std::to_string(a.id) + " is also vocabulary token " +
+                             kappa::quoted(sp.pieces[slot]));
+      sp.present[slot] = true;
+      sp.pieces[slot] = a.content;
+    }
+    // Merges: (a, b) -> a+b, the last position of a repeated pair its rank.
+    std::string joined;
+    for (std::size_t k = 0; k < spec.merges.size(); ++k) {
+      const auto& [a, b] = spec.merges[k];
+      const auto id = [&](std::string_view s) {
+        const auto f = sp.id_of.find(s);
+        if (f == sp.id_of.end()) {
+          std::string both(a);
+          both.push_back(' ');
+          both.append(b);
+          detail::hf_error(spec.merges_file, spec.merge_where(k),
+                           "merge " + kappa::quoted(both) + ": token " + kappa::quoted(s) +
+                               " is not in the vocabulary");
+        }
+        return f->second;
+      };
+      joined.assign(a).append(b);
+      sp.merges[pair_key(id(a), id(b))] = {static_cast<std::uint32_t>(k), id(joined)};
+    }
+    sp.all_bytes = true;
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    for (std::size_t b = 0; b < 256; ++b) {
+      const std::string name = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      const auto f = sp.id_of.find(name);
+      sp.byte_ids[b] = f == sp.id_of.end() ? -1 : f->second;
+      sp.all_bytes = sp.all_bytes && f != sp.id_of.end();
+    }
+    if (sp_unk_text_) {
+      const auto f = sp.id_of.find(*sp_unk_text_);
+      if (f == sp.id_of.end())
+        detail::hf_error(spec.merges_file, "model.unk_token",
+                         kappa::quoted(*sp_unk_text_) + " is not in the vocabulary");
+      sp.unk = f->second;
+    }
+    added_ = std::move(spec.added);
+    special_.assign(size, false);
+    for (const AddedToken& a : added_)
+      if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
+    for (auto& group : by_first_byte_) group.clear();
+    for (std::uint32_t k = 0; k < added_.size(); ++k)
+      by_first_byte_[static_cast<unsigned char>(added_[k].content[0])].push_back(k);
+    for (auto& group : by_first_byte_)
+      std::stable_sort(group.begin(), group.end(), [&](std::uint32_t x, std::uint32_t y) {
+        return added_[x].content.size() > added_[y].content.size();
+      });
+  }
+
+  // normalize, then the Metaspace pre-tokenizer, then bpe of each word.
+  // at_start: the segment begins the text (Metaspace's prepend_scheme first).
+  void sp_encode_segment(std::string_view segment, bool at_start, std::vector<TokenId>& out) const {
+    const SentencePieceBpe& sp = *sp_;
+    std::string text(segment);
+    std::string next;
+    for (const SpNormalizeStep& n : sp.normalize) {
+      if (n.prepend) {
+        if (!text.empty()) text.insert(0, n.from);
+        continue;
+      }
+      next.clear();
+      for (std::size_t p = 0;;) {
+        const std::size_t f = text.find(n.from, p);
+        if (f == std::string::npos) {
+          next.append(text, p);
+          break;
+        }
+        next.append(text, p, f - p).append(n.to);
+        p = f + n.from.size();
+      }
+      text.swap(next);
+    }
+    if (!sp.metaspace) {
+      sp_encode_word(text, out);
+      return;
+    }
+    next.clear();
+    for (const char c : text) {
+      if (c == ' ')
+        next += sp.replacement;
+      else
+        next += c;
+    }
+    if (!next.empty() && !next.starts_with(sp.replacement) &&
+        (sp.scheme == PrependScheme::kAlways || (sp.scheme == PrependScheme::kFirst && at_start)))
+      next.insert(0, sp.replacement);
+    if (!sp.split) {
+      sp_encode_word(next, out);
+      return;
+    }
+    // Split before every replacement character (MergedWithNext).
+    std::size_t word = 0;
+    for (std::size_t p = next.find(sp.replacement, 1); p != std::string::npos;
+         p = next.find(sp.replacement, p + 1)) {
+      sp_encode_word(std::string_view(next).substr(word, p - word), out);
+      word = p;
+    }
+    sp_encode_word(std::string_view(next).substr(word), out);
+  }
+
+  // Hugging Face's BPE::merge_word and Word::merge_all: characters (a
+  // character not in the vocabulary: its <0xNN> bytes with byte_fallback,
+  // else the unk token, fused runs with fuse_unk), then merges by rank, the
+  // lowest first, leftmost on ties, with a heap. Invalid UTF-8 bytes are
+  // characters of their own (never in the vocabulary).
+  void sp_encode_word(std::string_view w, std::vector<TokenId>& out) const {
+    const SentencePieceBpe& sp = *sp_;
+    if (w.empty()) return;
+    if (ignore_merges_) {
+      if (const auto f = sp.id_of.find(w); f != sp.id_of.end()) {
+        out.push_back(f->second);
+        return;
+      }
+    }
+    struct Symbol {
+      TokenId id;
+      std::int32_t prev, next;
+      bool alive;
+    };
+    std::vector<Symbol> symbols;
+    symbols.reserve(w.size());
+    const auto add = [&](TokenId id) {
+      const auto n = static_cast<std::int32_t>(symbols.size());
+      symbols.push_back({id, n - 1, n + 1, true});
+    };
+    std::optional<TokenId> unk;  // a pending unk (fused while fuse_unk)
+    for (std::size_t i = 0; i < w.size();) {
+      const Utf8Char c = decode_utf8(w, i);
+      const std::size_t len = c.valid ? c.length : 1;
+      const std::string_view ch = w.substr(i, len);
+      i += len;
+      if (const auto f = sp.id_of.find(ch); f != sp.id_of.end()) {
+        if (unk) add(*unk);
+        unk.reset();
+        add(f->second);
+        continue;
+      }
+      if (sp.byte_fallback) {
+        bool all = true;
+        for (const char b : ch) all = all && sp.byte_ids[static_cast<unsigned char>(b)] >= 0;
+        if (all) {
+          for (const char b : ch) add(sp.byte_ids[static_cast<unsigned char>(b)]);
+          continue;
+        }
+      }
+      if (sp.unk) {
+        if (unk && !sp.fuse_unk) add(*unk);
+        unk = sp.unk;
+      }
+    }
+    if (unk) add(*unk);
+    if (symbols.empty()) return;
+    symbols.back().next = -1;
+    struct Candidate {
+      std::uint32_t rank;
+      std::int32_t pos;
+      TokenId id;
+      bool operator<(const Candidate& o) const noexcept {  // max-heap: lowest rank, then pos
+        return rank != o.rank ? rank > o.rank : pos > o.pos;
+      }
+    };
+    std::vector<Candidate> heap;
+    const auto push = [&](std::int32_t pos, TokenId a, TokenId b) {
+      const auto f = sp.merges.find(pair_key(a, b));
+      if (f == sp.merges.end()) return;
+      heap.push_back({f->second.first, pos, f->second.second});
+      std::push_heap(heap.begin(), heap.end());
+    };
+    for (std::size_t k = 0; k + 1 < symbols.size(); ++k)
+      push(static_cast<std::int32_t>(k), symbols[k].id, symbols[k + 1].id);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const Candidate top = heap.back();
+      heap.pop_back();
+      Symbol& s = symbols[static_cast<std::size_t>(top.pos)];
+      if (!s.alive || s.next < 0) continue;
+      Symbol& right = symbols[static_cast<std::size_t>(s.next)];
+      const auto f = sp.merges.find(pair_key(s.id, right.id));
+      if (f == sp.merges.end() || f->second.second != top.id) continue;  // stale
+      s.id = top.id;
+      right.alive = false;
+      s.next = right.next;
+      if (s.next >= 0) symbols[static_cast<std::size_t>(s.next)].prev = top.pos;
+      if (s.prev >= 0) push(s.prev, symbols[static_cast<std::size_t>(s.prev)].id, s.id);
+      if (s.next >= 0) push(top.pos, s.id, symbols[static_cast<std::size_t>(s.next)].id);
+    }
+    for (const Symbol& s : symbols)
+      if (s.alive) out.push_back(s.id);
+  }
+
+  // Hugging Face's decode: the tokens' strings through the decoder chain,
+  // concatenated (joined with " " when there is no decoder).
+  std::string sp_decode(std::span<const TokenId> ids, SkipSpecial skip) const {
+    const SentencePieceBpe& sp = *sp_;
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (const TokenId id : ids) {
+      if (id < 0 || static_cast<std::size_t>(id) >= sp.pieces.size() ||
+          !sp.present[static_cast<std::size_t>(id)])
+        throw RangeError("kappa: token id " + std::to_string(id) +
+                         " is not in the vocabulary (N_T = " + std::to_string(sp.pieces.size()) +
+                         ")");
+      if (skip == SkipSpecial::kYes && is_special(id)) continue;
+      tokens.push_back(sp.pieces[static_cast<std::size_t>(id)]);
+    }
+    for (const SpDecodeStep& d : sp.decode) sp_decode_step(d, tokens);
+    std::string out;
+    for (std::size_t k = 0; k < tokens.size(); ++k) {
+      if (k != 0 && !sp.has_decoder) out += ' ';
+      out += tokens[k];
+    }
+    return out;
+  }
+
+  static void replace_all(std::string& s, std::string_view from, std::string_view to) {
+    std::string out;
+    for (std::size_t p = 0;;) {
+      const std::size_t f = s.find(from, p);
+      if (f == std::string::npos) {
+        if (p == 0) return;
+        out.append(s, p);
+        break;
+      }
+      out.append(s, p, f - p).append(to);
+      p = f + from.size();
+    }
+    s.swap(out);
+  }
+
+  // The value of a <0xNN> token (Rust's u8::from_str_radix(NN, 16), which
+  // takes a leading '+'), else -1.
+  static int byte_token_value(std::string_view t) noexcept {
+    if (t.size() != 6 || !t.starts_with("<0x") || t.back() != '>') return -1;
+    const auto hex = [](char c) {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    const int lo = hex(t[4]);
+    if (lo < 0) return -1;
+    if (t[3] == '+') return lo;
+    const int hi = hex(t[3]);
+    return hi < 0 ? -1 : hi * 16 + lo;
+  }
+
+  static void sp_decode_step(const SpDecodeStep& d, std::vector<std::string>& tokens) {
+    using Kind = SpDecodeStep::Kind;
+    switch (d.kind) {
+      case Kind::kReplace:
+        for (std::string& t : tokens) replace_all(t, d.from, d.to);
+        return;
+      case Kind::kFuse: {
+        std::string all;
+        for (const std::string& t : tokens) all += t;
+        tokens.assign(1, std::move(all));
+        return;
+      }
+      case Kind::kByteFallback: {
+        // Runs of byte tokens become their bytes if valid UTF-8, else one
+        // U+FFFD per byte (as Hugging Face's ByteFallback).
+        std::vector<std::string> out;
+        std::string run;
+        std::size_t run_len = 0;
+        const auto flush = [&] {
+          if (run_len == 0) return;
+          if (is_valid_utf8(run))
+            out.push_back(run);
+          else
+            for (std::size_t k = 0; k < run_len; ++k) out.emplace_back("\xEF\xBF\xBD");
+          run.clear();
+          run_len = 0;
+        };
+        for (std::string& t : tokens) {
+          const int b = byte_token_value(t);
+          if (b >= 0) {
+            run.push_back(static_cast<char>(b));
+            ++run_len;
+            continue;
+          }
+          flush();
+          out.push_back(std::move(t));
+        }
+        flush();
+        tokens.swap(out);
+        return;
+      }
+      case Kind::kStrip:
+        for (std::string& t : tokens) {
+          std::vector<std::pair<std::size_t, char32_t>> chars;  // byte offset, character
+          for (std::size_t i = 0; i < t.size();) {
+            const Utf8Char c = decode_utf8(t, i);
+            chars.emplace_back(i, c.valid ? c.code_point : 0xFFFFFFFFu);
+            i += c.valid ? c.length : 1;
+          }
+          std::size_t start = 0, stop = chars.size();
+          for (std::size_t i = 0; i < d.start && i < chars.size() && chars[i].second == d.strip;
+               ++i)
+            start = i + 1;
+          for (std::size_t i = 0; i < d.stop && i < chars.size(); ++i) {
+            const std::size_t index = chars.size() - i - 1;
+            if (chars[index].second != d.strip) break;
+            stop = index;
+          }
+          if (start >= stop) {
+            t.clear();
+            continue;
+          }
+          const std::size_t from = chars[start].first;
+          const std::size_t to = stop == chars.size() ? t.size() : chars[stop].first;
+          t = t.substr(from, to - from);
+        }
+        return;
+      case Kind::kMetaspace:
+        for (std::size_t k = 0; k < tokens.size(); ++k)
+          replace_all(tokens[k], d.from, k == 0 && d.metaspace_prepends ? "" : " ");
+        return;
     }
   }
 
@@ -1088,6 +1681,7 @@ class HfTokenizer {
   std::optional<TokenId> find_text(const std::string& text) const {
     for (const AddedToken& a : added_)
       if (a.content == text) return a.id;
+    if (sp_) return find(text);
     if (const auto bytes = gpt2_alphabet().decode(text)) {
       if (const auto id = model_.find(*bytes); id && !model_.is_special(*id)) return id;
     }
@@ -1128,15 +1722,19 @@ class HfTokenizer {
           if (!ch.valid || !detail::is_white_space(ch.code_point)) break;
           end += ch.length;
         }
-      encode_segment(text.substr(segment, start - segment), out);
+      encode_segment(text.substr(segment, start - segment), segment == 0, out);
       out.push_back(which->id);
       segment = p = end;
     }
-    encode_segment(text.substr(segment), out);
+    encode_segment(text.substr(segment), segment == 0, out);
   }
 
-  void encode_segment(std::string_view segment, std::vector<TokenId>& out) const {
+  void encode_segment(std::string_view segment, bool at_start, std::vector<TokenId>& out) const {
     if (segment.empty()) return;
+    if (sp_) {
+      sp_encode_segment(segment, at_start, out);
+      return;
+    }
     std::string prefixed;
     if (add_prefix_space_ && segment.front() != ' ') {
       prefixed.reserve(segment.size() + 1);
@@ -1184,6 +1782,8 @@ class HfTokenizer {
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_;  // added tokens, longest first
   std::vector<TokenId> prefix_, suffix_;
   std::optional<TokenId> bos_, eos_;
+  std::optional<SentencePieceBpe> sp_;      // set: the SentencePiece-style layout
+  std::optional<std::string> sp_unk_text_;  // model.unk_token while loading
 };
 
 static_assert(Tokenizer<HfTokenizer>, "HfTokenizer must model kappa::tokenize::Tokenizer");

@@ -20,6 +20,12 @@
 //       o200k_base, and
 //       Hugging Face tokenizers' ids (@anush008/tokenizers, the native Rust
 //       binding) for GPT-2 as a tokenizer.json.
+//   node peer.cjs sp <tests/data/tokenize> <out.json>
+//       Writes Hugging Face tokenizers' ids and decodings (committed as
+//       tests/data/tokenize/sp/peer_sp.json) for the SentencePiece-style
+//       tokenizers of tests/data/tokenize/sp: the corpus files, fixed and
+//       random strings (from a fixed seed, written into the file), one long
+//       word.
 //   node peer.cjs encode <encoding> <ordinary|all-special> <file>...
 //       For each file (read as UTF-8), prints one line: tiktoken's ids,
 //       separated by spaces (for looking at one case by hand).
@@ -221,6 +227,76 @@ async function golden(dataDir, outFile) {
   console.log(`tokenize peers: ${cases.length} cases written to ${outFile}`);
 }
 
+// ---- SentencePiece-style BPE (tests/data/tokenize/sp) --------------------------
+
+const SP_LAYOUTS = ["llama", "metaspace_first", "metaspace_split", "metaspace_never", "unk_unfused"];
+/// Characters for the SentencePiece-style inputs: spaces (runs, leading,
+/// trailing), newlines, tabs, letters in and out of the vocabulary, CJK,
+/// emoji (4-byte), combining marks, "\u2581" itself, and the added tokens'
+/// and byte tokens' spellings as text.
+const SP_POOL = [
+  ..."aeinorstTHhe    \n\n\t.,'0123", "the", "ing", " the", "<s>", "</s>", "<0x41>", "<unk>",
+  0x2581, 0x00E9, 0x0301, 0x0308, 0x4E2D, 0x6587, 0x3042, 0xAC00, 0x0627, 0x1F600, 0x1F468, 0x200D,
+  0xFE0F, 0x0100, 0x01C5, 0x0416, 0x10400, 0x00A0, 0x3000, 0xFFFD, 0x10FFFD, 0x0001, 0x007F,
+].map((c) => (typeof c === "number" ? String.fromCodePoint(c) : c));
+const SP_SEED = 20261203;
+const SP_COUNT = 400;
+const SP_MAX_PARTS = 24;
+
+function spInputs(dataDir) {
+  const cases = [];
+  const corpusDir = path.join(dataDir, "corpus");
+  for (const f of fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort())
+    cases.push({ name: `corpus/${f}`, file: `corpus/${f}` });
+  const fixed = ["", " ", "  ", "a", " a", "a ", "Hello world", "Hello  world ", "\n", "<s>",
+                 "<s>Hello</s>", " <s> x", "x<s> y", "\u2581", "\u2581\u2581a", "xyzzy", " xyzzy",
+                 "\u00e9t\u00e9", "e\u0301", "\u{1F600}\u{1F600}", "\u0100\u0101"];
+  fixed.forEach((text, k) => cases.push({ name: `fixed/${k}`, text }));
+  const next = xorshift32(SP_SEED);
+  for (let k = 0; k < SP_COUNT; ++k) {
+    const n = next(SP_MAX_PARTS + 1);
+    let s = "";
+    for (let c = 0; c < n; ++c) s += SP_POOL[next(SP_POOL.length)];
+    cases.push({ name: `random/${k}`, text: s });
+  }
+  const long = xorshift32(9);
+  let word = "";
+  for (let i = 0; i < 3000; ++i) word += "etaoin \u4e2d"[long(8)];
+  cases.push({ name: "long/0", text: word });
+  return cases;
+}
+
+async function spGolden(dataDir, outFile) {
+  const { Tokenizer } = peer("@anush008/tokenizers");
+  const toks = Object.fromEntries(SP_LAYOUTS.map((l) => [l, Tokenizer.fromFile(
+    path.join(dataDir, "sp", l, "tokenizer.json"))]));
+  const lines = [];
+  for (const c of spInputs(dataDir)) {
+    const text = c.file !== undefined ? fs.readFileSync(path.join(dataDir, c.file), "utf8") : c.text;
+    const entry = { name: c.name };
+    if (c.file !== undefined) entry.file = c.file; else entry.text = c.text;
+    entry.layouts = {};
+    for (const l of SP_LAYOUTS) {
+      const ids = Array.from((await toks[l].encode(text)).getIds());  // with the template's <s>
+      entry.layouts[l] = { ids, decode: await toks[l].decode(ids, false),
+                           decode_skip: await toks[l].decode(ids, true) };
+    }
+    lines.push(JSON.stringify(entry));
+  }
+  const header = {
+    about: "Hugging Face tokenizers' ids and decodings for the SentencePiece-style tokenizers of " +
+      "tests/data/tokenize/sp (tests/tokenize/sp_bpe_test.cpp), made with tests/tokenize/peer/peer.cjs sp. " +
+      "ids: encode(text) with the post-processor's special tokens; decode: decode(ids, false); " +
+      "decode_skip: decode(ids, true). 'file' is relative to tests/data/tokenize.",
+    peers: { "@anush008/tokenizers": peerVersion("@anush008/tokenizers") },
+    random: { seed: SP_SEED, count: SP_COUNT, max_parts: SP_MAX_PARTS },
+  };
+  const body = '{"header": ' + JSON.stringify(header) + ',\n"cases": [\n' + lines.join(",\n") + "\n]}\n";
+  fs.mkdirSync(path.dirname(path.resolve(outFile)), { recursive: true });
+  writeAtomic(outFile, body);
+  console.log(`tokenize peers: ${lines.length} SentencePiece-style cases written to ${outFile}`);
+}
+
 function encode(encodingName, mode, files) {
   const enc = peer("@dqbd/tiktoken").get_encoding(encodingName);
   const lines = [];
@@ -241,10 +317,13 @@ if (require.main === module) {
     exportVocab(args[0]);
   } else if (cmd === "golden" && args.length === 2) {
     golden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
+  } else if (cmd === "sp" && args.length === 2) {
+    spGolden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
   } else if (cmd === "encode" && args.length >= 3) {
     encode(args[0], args[1], args.slice(2));
   } else {
     process.stderr.write("usage: peer.cjs export <dir> | golden <tests/data/tokenize> <out.json> | " +
+                         "sp <tests/data/tokenize> <out.json> | " +
                          "encode <encoding> <ordinary|all-special> <file>...\n");
     process.exit(2);
   }

@@ -140,10 +140,42 @@ case('normalizer_sequence', [T, 'normalizer', '"Sequence [Prepend, Replace]"'],
      edit(lambda t: t.update(normalizer={'type': 'Sequence', 'normalizers': [
          {'type': 'Prepend', 'prepend': '\u2581'},
          {'type': 'Replace', 'pattern': {'String': ' '}, 'content': '\u2581'}]})))
-case('pre_tokenizer_metaspace', [T, 'pre_tokenizer.type', '"Metaspace" is not supported'],
+# A null or Metaspace pre-tokenizer selects the SentencePiece-style layout,
+# where GPT-2's ByteLevel decoder has no place.
+case('pre_tokenizer_metaspace', [T, 'decoder.type', '"ByteLevel" is not supported with a SentencePiece'],
      edit(lambda t: t.update(pre_tokenizer={'type': 'Metaspace', 'replacement': '\u2581'})))
-case('pre_tokenizer_null', [T, 'pre_tokenizer', 'null is not supported'],
+case('pre_tokenizer_null', [T, 'decoder.type', '"ByteLevel" is not supported with a SentencePiece'],
      edit(lambda t: t.update(pre_tokenizer=None)))
+
+
+def sp(f):
+    def g(t):
+        t.update(pre_tokenizer={'type': 'Metaspace', 'replacement': '\u2581',
+                                'prepend_scheme': 'first', 'split': False},
+                 decoder={'type': 'Metaspace', 'replacement': '\u2581', 'prepend_scheme': 'first'})
+        t['model'].update(byte_fallback=True, fuse_unk=True)
+        f(t)
+    return edit(g)
+
+
+case('sp_prepend_scheme', [T, 'pre_tokenizer.prepend_scheme', '"sometimes" is not one of'],
+     sp(lambda t: t['pre_tokenizer'].update(prepend_scheme='sometimes')))
+case('sp_replacement_two_chars', [T, 'pre_tokenizer.replacement', 'expected one character'],
+     sp(lambda t: t['pre_tokenizer'].update(replacement='ab')))
+case('sp_normalizer_regex', [T, 'normalizer.normalizers[0].pattern', 'only a String pattern'],
+     sp(lambda t: t.update(normalizer={'type': 'Sequence', 'normalizers': [
+         {'type': 'Replace', 'pattern': {'Regex': ' +'}, 'content': '\u2581'}]})))
+case('sp_normalizer_nfkc', [T, 'normalizer.type', '"NFKC" is not supported'],
+     sp(lambda t: t.update(normalizer={'type': 'NFKC'})))
+case('sp_decoder_wordpiece', [T, 'decoder.decoders[1].type', '"WordPiece" is not supported'],
+     sp(lambda t: t.update(decoder={'type': 'Sequence', 'decoders': [
+         {'type': 'ByteFallback'}, {'type': 'WordPiece', 'prefix': '##'}]})))
+case('sp_strip_count', [T, 'decoder.stop', 'expected a count'],
+     sp(lambda t: t.update(decoder={'type': 'Strip', 'content': ' ', 'start': 1, 'stop': -1})))
+case('sp_unk_missing', [T, 'model.unk_token: "<unk>" is not in the vocabulary'],
+     sp(lambda t: t['model'].update(unk_token='<unk>')))
+case('sp_merge_unknown', [T, 'model.merges[2]', 'is not in the vocabulary'],
+     sp(lambda t: t['model']['merges'].append('x\u2581 y')))
 case('pre_tokenizer_no_regex', [T, 'pre_tokenizer.use_regex', 'not supported'],
      edit(lambda t: t['pre_tokenizer'].update(use_regex=False)))
 case('unknown_pattern', [T, 'pre_tokenizer.pretokenizers[0].pattern.Regex',

@@ -1,0 +1,111 @@
+// Tests of the SentencePiece-style layout of HfTokenizer (hf_tokenizer.hpp):
+// BPE over characters with byte fallback, the "▁" conventions (Llama-2's
+// normalizer, the Metaspace pre-tokenizer), the decoders.
+//
+// The expected ids and decodings are Hugging Face tokenizers' own
+// (@anush008/tokenizers, the native Rust binding), committed in
+// tests/data/tokenize/sp/peer_sp.json by tests/tokenize/peer/peer.cjs sp, for
+// the synthetic tokenizers of tests/data/tokenize/sp (make_sp_tokenizers.py;
+// README.md there). Every input, every layout: ids, decode, decode skipping
+// special tokens.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/core/error.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kappa::TokenId;
+using kappa::tokenize::AddSpecial;
+using kappa::tokenize::HfTokenizer;
+using kappa::tokenize::SkipSpecial;
+using json = nlohmann::json;
+
+const fs::path kData = fs::path(KAPPA_TEST_DATA_DIR) / "tokenize";
+const char* const kLayouts[] = {"llama", "metaspace_first", "metaspace_split", "metaspace_never",
+                                "unk_unfused"};
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const json& golden() {
+  static const json j = json::parse(read(kData / "sp" / "peer_sp.json"));
+  return j;
+}
+
+HfTokenizer load(const std::string& layout) {
+  return HfTokenizer::from_tokenizer_json((kData / "sp" / layout / "tokenizer.json").string());
+}
+
+TEST(SpBpe, MatchesHuggingFaceOnEveryInput) {
+  const json& cases = golden()["cases"];
+  ASSERT_GT(cases.size(), 400u);
+  for (const char* layout : kLayouts) {
+    SCOPED_TRACE(layout);
+    const HfTokenizer tok = load(layout);
+    EXPECT_TRUE(tok.is_sentencepiece());
+    std::size_t matched = 0, failures = 0;
+    for (const json& c : cases) {
+      const std::string text = c.contains("file") ? read(kData / c["file"].get<std::string>())
+                                                  : c["text"].get<std::string>();
+      const json& want = c["layouts"][layout];
+      const auto ids = want["ids"].get<std::vector<TokenId>>();
+      const std::vector<TokenId> got = tok.encode(text);
+      const bool ok = got == ids && tok.decode(ids) == want["decode"].get<std::string>() &&
+                      tok.decode(ids, SkipSpecial::kYes) == want["decode_skip"].get<std::string>();
+      if (ok) {
+        ++matched;
+        continue;
+      }
+      if (++failures > 5) continue;
+      ADD_FAILURE() << c["name"].get<std::string>() << ": text " << json(text).dump()
+                    << "\n got ids  " << json(got).dump() << "\n want ids " << json(ids).dump()
+                    << "\n got decode  " << json(tok.decode(ids)).dump() << "\n want decode "
+                    << want["decode"].dump() << "\n got skip  "
+                    << json(tok.decode(ids, SkipSpecial::kYes)).dump() << "\n want skip "
+                    << want["decode_skip"].dump();
+    }
+    EXPECT_EQ(matched, cases.size());
+  }
+}
+
+TEST(SpBpe, LlamaLayoutBasics) {
+  const HfTokenizer tok = load("llama");
+  EXPECT_EQ(tok.bos_id(), std::optional<TokenId>(1));
+  EXPECT_EQ(tok.prefix_ids(), std::vector<TokenId>{1});
+  EXPECT_EQ(tok.token(3 + 0x0A), "<0x0A>");
+  EXPECT_EQ(tok.find("<0x0A>"), std::optional<TokenId>(3 + 0x0A));
+  // A character outside the vocabulary: its UTF-8 bytes as <0xNN>.
+  const std::vector<TokenId> ids = tok.encode("\xe2\x82\xac", AddSpecial::kNo);  // U+20AC
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(std::vector<TokenId>(ids.end() - 3, ids.end()),
+            (std::vector<TokenId>{3 + 0xE2, 3 + 0x82, 3 + 0xAC}));
+  EXPECT_EQ(tok.decode(ids), "\xe2\x82\xac");
+  // An incomplete byte sequence decodes to one U+FFFD per byte, as HF's ByteFallback.
+  EXPECT_EQ(tok.decode(std::vector<TokenId>{3 + 0xE2, 3 + 0x82}), "\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_THROW((void)tok.decode(std::vector<TokenId>{100000}), kappa::RangeError);
+}
+
+TEST(SpBpe, DirectoryWithTokenizerConfig) {
+  const HfTokenizer tok = HfTokenizer::from_directory((kData / "sp" / "llama").string());
+  EXPECT_EQ(tok.bos_id(), std::optional<TokenId>(1));
+  EXPECT_EQ(tok.eos_id(), std::optional<TokenId>(2));
+  EXPECT_EQ(tok.prefix_ids(), std::vector<TokenId>{1});
+  EXPECT_TRUE(tok.suffix_ids().empty());
+}
+
+}  // namespace
