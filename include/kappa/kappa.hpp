@@ -32,6 +32,7 @@
 #include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
 #include "kappa/tokenize/word_tokenizer.hpp"
+#include "kappa/tokenize/wordpiece.hpp"
 
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
