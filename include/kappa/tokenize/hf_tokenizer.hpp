@@ -828,9 +828,10 @@ class HfTokenizer {
     std::vector<bool> present;        // id -> assigned
     std::unordered_map<std::string, TokenId, TransparentHash, std::equal_to<>> id_of;
     std::unordered_map<std::uint64_t, std::pair<std::uint32_t, TokenId>>
-        merges;                           // (a,b) -> rank, c
-    std::array<TokenId, 256> byte_ids{};  // <0xNN> -> id, or -1
-    bool all_bytes = false;               // every <0xNN> is a token
+        merges;                            // (a,b) -> rank, c
+    std::array<TokenId, 256> byte_ids{};   // <0xNN> -> id, or -1
+    std::array<TokenId, 128> ascii_ids{};  // an ASCII character's id, or -1 (a shortcut of id_of)
+    bool all_bytes = false;                // every <0xNN> is a token
     bool byte_fallback = false, fuse_unk = false;
     std::optional<TokenId> unk;
     std::vector<SpNormalizeStep> normalize;
@@ -839,6 +840,7 @@ class HfTokenizer {
     PrependScheme scheme = PrependScheme::kAlways;
     bool split = true;
     bool has_decoder = false;  // without one, Hugging Face joins the tokens with " "
+    std::string separator;     // "▁" when words may be merged apart (sp_encode_word)
     std::vector<SpDecodeStep> decode;
   };
 
@@ -1078,6 +1080,11 @@ class HfTokenizer {
                          kappa::quoted(*sp_unk_text_) + " is not in the vocabulary");
       sp.unk = f->second;
     }
+    sp.separator = sp_separator(sp);
+    for (std::size_t c = 0; c < 128; ++c) {
+      const auto f = sp.id_of.find(std::string(1, static_cast<char>(c)));
+      sp.ascii_ids[c] = f == sp.id_of.end() ? -1 : f->second;
+    }
     added_ = std::move(spec.added);
     special_.assign(size, false);
     for (const AddedToken& a : added_)
@@ -1089,6 +1096,25 @@ class HfTokenizer {
       std::stable_sort(group.begin(), group.end(), [&](std::uint32_t x, std::uint32_t y) {
         return added_[x].content.size() > added_[y].content.size();
       });
+  }
+
+  // The character spaces become (Metaspace's replacement, or the normalizer's
+  // Replace of " "), when it is a token and no token has another character
+  // right before it; else "" (then words are merged whole).
+  static std::string sp_separator(const SentencePieceBpe& sp) {
+    std::string sep = sp.replacement;
+    if (!sp.metaspace)
+      for (const SpNormalizeStep& n : sp.normalize)
+        if (!n.prepend && n.from == " ") sep = n.to;
+    if (sep.empty() || decode_utf8(sep, 0).length != sep.size() || !decode_utf8(sep, 0).valid ||
+        !sp.id_of.contains(sep))
+      return {};
+    for (const auto& [key, id] : sp.id_of) {
+      for (std::size_t p = key.find(sep, 1); p != std::string::npos;
+           p = key.find(sep, p + sep.size()))
+        if (p < sep.size() || key.compare(p - sep.size(), sep.size(), sep) != 0) return {};
+    }
+    return sep;
   }
 
   // normalize, then the Metaspace pre-tokenizer, then bpe of each word.
@@ -1156,13 +1182,53 @@ class HfTokenizer {
         return;
       }
     }
-    struct Symbol {
-      TokenId id;
-      std::int32_t prev, next;
-      bool alive;
-    };
-    std::vector<Symbol> symbols;
-    symbols.reserve(w.size());
+    if (sp.separator.empty()) {
+      SpScratch scratch;
+      sp_merge_word(w, out, scratch);
+      return;
+    }
+    // No token has a character other than the separator ("▁") before a
+    // separator (checked when loading): no merge crosses the start of a
+    // "▁" run that follows another character, so the pieces between such
+    // points merge independently, each as Hugging Face merges the whole. The
+    // heap then stays as small as a word (Llama-2's layout makes the whole
+    // text one word).
+    SpScratch scratch;
+    const std::string& sep = sp.separator;
+    std::size_t start = 0;
+    for (std::size_t p = w.find(sep, 1); p != std::string_view::npos;
+         p = w.find(sep, p + sep.size())) {
+      if (p >= sep.size() && w.compare(p - sep.size(), sep.size(), sep) == 0) continue;
+      sp_merge_word(w.substr(start, p - start), out, scratch);
+      start = p;
+    }
+    sp_merge_word(w.substr(start), out, scratch);
+  }
+
+  struct SpSymbol {
+    TokenId id;
+    std::int32_t prev, next;
+    bool alive;
+  };
+  struct SpCandidate {
+    std::uint32_t rank;
+    std::int32_t pos;
+    TokenId id;
+    bool operator<(const SpCandidate& o) const noexcept {  // max-heap: lowest rank, then pos
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  struct SpScratch {
+    std::vector<SpSymbol> symbols;
+    std::vector<SpCandidate> heap;
+  };
+
+  // Hugging Face's merge_word + merge_all on one word (see sp_encode_word).
+  void sp_merge_word(std::string_view w, std::vector<TokenId>& out, SpScratch& scratch) const {
+    const SentencePieceBpe& sp = *sp_;
+    if (w.empty()) return;
+    std::vector<SpSymbol>& symbols = scratch.symbols;
+    symbols.clear();
     const auto add = [&](TokenId id) {
       const auto n = static_cast<std::int32_t>(symbols.size());
       symbols.push_back({id, n - 1, n + 1, true});
@@ -1173,6 +1239,12 @@ class HfTokenizer {
       const std::size_t len = c.valid ? c.length : 1;
       const std::string_view ch = w.substr(i, len);
       i += len;
+      if (const auto b = static_cast<unsigned char>(ch[0]); b < 128 && sp.ascii_ids[b] >= 0) {
+        if (unk) add(*unk);
+        unk.reset();
+        add(sp.ascii_ids[b]);
+        continue;
+      }
       if (const auto f = sp.id_of.find(ch); f != sp.id_of.end()) {
         if (unk) add(*unk);
         unk.reset();
@@ -1195,15 +1267,8 @@ class HfTokenizer {
     if (unk) add(*unk);
     if (symbols.empty()) return;
     symbols.back().next = -1;
-    struct Candidate {
-      std::uint32_t rank;
-      std::int32_t pos;
-      TokenId id;
-      bool operator<(const Candidate& o) const noexcept {  // max-heap: lowest rank, then pos
-        return rank != o.rank ? rank > o.rank : pos > o.pos;
-      }
-    };
-    std::vector<Candidate> heap;
+    std::vector<SpCandidate>& heap = scratch.heap;
+    heap.clear();
     const auto push = [&](std::int32_t pos, TokenId a, TokenId b) {
       const auto f = sp.merges.find(pair_key(a, b));
       if (f == sp.merges.end()) return;
@@ -1214,11 +1279,11 @@ class HfTokenizer {
       push(static_cast<std::int32_t>(k), symbols[k].id, symbols[k + 1].id);
     while (!heap.empty()) {
       std::pop_heap(heap.begin(), heap.end());
-      const Candidate top = heap.back();
+      const SpCandidate top = heap.back();
       heap.pop_back();
-      Symbol& s = symbols[static_cast<std::size_t>(top.pos)];
+      SpSymbol& s = symbols[static_cast<std::size_t>(top.pos)];
       if (!s.alive || s.next < 0) continue;
-      Symbol& right = symbols[static_cast<std::size_t>(s.next)];
+      SpSymbol& right = symbols[static_cast<std::size_t>(s.next)];
       const auto f = sp.merges.find(pair_key(s.id, right.id));
       if (f == sp.merges.end() || f->second.second != top.id) continue;  // stale
       s.id = top.id;
@@ -1228,7 +1293,7 @@ class HfTokenizer {
       if (s.prev >= 0) push(s.prev, symbols[static_cast<std::size_t>(s.prev)].id, s.id);
       if (s.next >= 0) push(top.pos, s.id, symbols[static_cast<std::size_t>(s.next)].id);
     }
-    for (const Symbol& s : symbols)
+    for (const SpSymbol& s : symbols)
       if (s.alive) out.push_back(s.id);
   }
 
