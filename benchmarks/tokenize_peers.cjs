@@ -15,7 +15,9 @@
 //   HF        @anush008/tokenizers: Hugging Face tokenizers' native Rust
 //             binding, with a GPT-2 tokenizer.json built in memory from
 //             encoder.json + vocab.bpe (as tests/tokenize/peer/peer.cjs
-//             does). Its BPE keeps a word cache.
+//             does). Its BPE keeps a word cache. Also the SentencePiece-style
+//             tokenizers: tests/data/tokenize/sp/llama and, with
+//             KAPPA_LLAMA2_TOKENIZER_DIR set, Llama-2's own tokenizer.json.
 // Inputs: tests/data/tokenize/bench/{english,cjk}.txt repeated (whole
 // copies) to at least 1 MiB, exactly as bench_tokenize builds them.
 // Each figure is the median MB/s (10^6 bytes) of N timed runs (default 5)
@@ -109,6 +111,20 @@ async function main() {
     }
     tt.free();
   }
+  // SentencePiece-style BPE: HF alone (tiktoken has none), on the committed
+  // synthetic Llama-2-layout tokenizer and on Llama-2's own tokenizer.json
+  // when KAPPA_LLAMA2_TOKENIZER_DIR names its directory (as for bench_tokenize).
+  const sp = [["sp synthetic", "SpSynthetic", path.join(root, "tests", "data", "tokenize", "sp", "llama", "tokenizer.json")]];
+  if (process.env.KAPPA_LLAMA2_TOKENIZER_DIR)
+    sp.push(["llama-2", "Llama2", path.join(process.env.KAPPA_LLAMA2_TOKENIZER_DIR, "tokenizer.json")]);
+  for (const [enc, benchName, file] of sp) {
+    const tok = Tokenizer.fromFile(file);
+    for (const which of ["english", "cjk"]) {
+      const { text, bytes } = inputs[which];
+      const hfRate = await measure(() => tok.encode(text), bytes);
+      rows.push({ enc, which, benchName: `BM_Encode_${benchName}_${which === "cjk" ? "Cjk" : "English"}`, ttRate: null, hfRate });
+    }
+  }
   let kappa = {};
   if (benchBinary) {
     const out = execFileSync(benchBinary, ["--benchmark_filter=BM_Encode_", `--benchmark_repetitions=${reps}`,
@@ -123,7 +139,7 @@ async function main() {
   console.log("|---|---|---:|---:|---:|---:|");
   for (const r of rows) {
     const k = kappa[r.benchName];
-    const best = Math.max(r.ttRate, r.hfRate ?? 0);
+    const best = Math.max(r.ttRate ?? 0, r.hfRate ?? 0);
     console.log(`| ${r.enc} | ${r.which} | ${f(k)} | ${f(r.ttRate)} | ${f(r.hfRate)} | ${k ? (k / best).toFixed(2) + "x" : "-"} |`);
   }
 }
