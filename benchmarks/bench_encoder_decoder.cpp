@@ -16,38 +16,26 @@
 // self-attention cache. GB/s of the CrossCache step beside a plain read of
 // the same bytes; the Recompute step's projections as GFLOP/s beside Eigen's
 // GEMM of their shape (N_src x d) x (d x 2d).
+//
+// The random weights, the token list, the thread setting and the ceilings are
+// those of bench_models_common.hpp (shared with bench_models and bench_moe).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <vector>
 
-#include "bench_common.hpp"
-#include "kappa/core/threading.hpp"
-#include "kappa/transformer/architectures.hpp"
+#include "bench_models_common.hpp"
 
 namespace {
 
 using kappa::Index;
 using kappa::RowMatrix;
 using kappa::RowVector;
+using kappa_bench::fill;
 
 constexpr Index kD = 512, kHeads = 8, kLayers = 6, kFfn = 2048, kVocab = 32000, kSrc = 512,
                 kPrefix = 32;
-
-/// Uniform(-a, a) from a counter-based hash: fast, deterministic.
-RowMatrix<float> fill(Index r, Index c, std::uint64_t seed, float a = 0.02f) {
-  RowMatrix<float> m(r, c);
-  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (Index i = 0; i < m.size(); ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    m.data()[i] = a * (static_cast<float>(s >> 40) / static_cast<float>(1 << 23) - 1.0f);
-  }
-  return m;
-}
 
 kappa::MultiHeadAttention<float> attention(std::uint64_t seed) {
   kappa::MultiHeadAttention<float> a({.d_in = kD, .n_heads = kHeads});
@@ -94,12 +82,6 @@ const RowMatrix<float>& memory() {
   static const RowMatrix<float> m = fill(kSrc, kD, 7, 1.0f);  // M (N_src, d)
   return m;
 }
-std::vector<kappa::TokenId> prefix() {
-  std::vector<kappa::TokenId> ids;
-  for (Index i = 0; i < kPrefix; ++i)
-    ids.push_back(static_cast<kappa::TokenId>((i * 7919 + 13) % kVocab));
-  return ids;
-}
 
 /// Bytes a cached step reads: per layer the self-attention (4 d^2 + 4 d),
 /// W^Q, W^O of the cross-attention (2 d^2 + 2 d), the feed-forward (2 d ffn +
@@ -113,11 +95,11 @@ double step_bytes(Index t) {
 
 template <bool kRecompute>
 void decode_step(benchmark::State& st) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
+  const kappa_bench::ArgThreads threads(st);
   const auto& m = base();
   auto cache = m.make_cache();
   m.set_memory(memory(), cache);
-  (void)m.decode_cached(prefix(), cache);
+  (void)m.decode_cached(kappa_bench::spread_tokens(kPrefix, kVocab), cache);
   const kappa::TokenId next = 42;
   for (auto _ : st) {
     if constexpr (kRecompute) m.set_memory(memory(), cache);  // K, V of M again, as before
@@ -136,7 +118,6 @@ void decode_step(benchmark::State& st) {
   std::size_t cross = 0;
   for (const auto& c : cache) cross += c.memory().bytes();
   st.counters["cross_cache_MB"] = static_cast<double>(cross) / 1e6;
-  kappa::set_num_threads(1);
 }
 
 void BM_EncDec_DecodeStep_CrossCache(benchmark::State& st) {
@@ -148,34 +129,18 @@ void BM_EncDec_DecodeStep_Recompute(benchmark::State& st) {
 /// Ceiling of the cached step: a plain read of the bytes it reads.
 void BM_Ceiling_Read_EncDecStep(benchmark::State& st) {
   kappa_bench::memory_read(st, static_cast<std::size_t>(step_bytes(kPrefix + 1)),
-                           static_cast<int>(st.range(0)));
+                           kappa_bench::arg_threads(st));
 }
 /// What Recompute pays per layer: Eigen GEMM M [W^K W^V], (N_src x d) x (d x 2d).
 void BM_Ceiling_Gemm_MemoryKV(benchmark::State& st) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
-  const RowMatrix<float> w = fill(kD, 2 * kD, 9);
-  RowMatrix<float> kv(kSrc, 2 * kD);
-  for (auto _ : st) {
-    kv.noalias() = memory() * w;
-    benchmark::DoNotOptimize(kv.data());
-  }
-  st.counters["GFLOP/s"] = benchmark::Counter(4.0 * kSrc * kD * kD * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
-  kappa::set_num_threads(1);
+  kappa_bench::gemm_ceiling(st, memory(), fill(kD, 2 * kD, 9));
 }
 
-BENCHMARK(BM_EncDec_DecodeStep_CrossCache)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_EncDec_DecodeStep_Recompute)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_Ceiling_Read_EncDecStep)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Ceiling_Gemm_MemoryKV)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+using kappa_bench::on_1_and_2_threads;
+BENCHMARK(BM_EncDec_DecodeStep_CrossCache)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_EncDec_DecodeStep_Recompute)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Ceiling_Read_EncDecStep)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Ceiling_Gemm_MemoryKV)->Apply(on_1_and_2_threads);
 
 }  // namespace
 

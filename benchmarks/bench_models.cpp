@@ -12,41 +12,29 @@
 //   prefill (GEMM-bound): GFLOP/s of the model (2 x parameters x tokens) beside
 //     Eigen's GEMM of the model's most common shape (128 x d) x (d x 4d);
 //   decode (memory-bound: every weight is read once per token): weight bytes
-//     read per second beside a memcpy of the same number of bytes.
-// Each benchmark also reports the process's peak resident memory (MB).
-// PyTorch's numbers for the same shapes come from benchmarks/torch_models.py.
+//     read per second beside a memcpy and a plain read (sum) of the same
+//     number of bytes.
+// The prefill and decode benchmarks also report the process's peak resident
+// memory (MB). The loops, counters and ceilings shared with bench_moe and
+// bench_encoder_decoder are in bench_models_common.hpp. PyTorch's numbers for
+// the same shapes come from benchmarks/torch_models.py.
 #include <benchmark/benchmark.h>
 
-#include <sys/resource.h>
-
 #include <chrono>
-#include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <vector>
 
-#include "bench_common.hpp"
-#include "kappa/core/threading.hpp"
-#include "kappa/transformer/architectures.hpp"
+#include "bench_models_common.hpp"
 
 namespace {
 
 using kappa::Index;
 using kappa::RowMatrix;
 using kappa::RowVector;
+using kappa_bench::fill;
 
-/// Uniform(-a, a) from a counter-based hash: fast, deterministic.
-RowMatrix<float> fill(Index r, Index c, std::uint64_t seed, float a = 0.02f) {
-  RowMatrix<float> m(r, c);
-  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (Index i = 0; i < m.size(); ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    m.data()[i] = a * (static_cast<float>(s >> 40) / static_cast<float>(1 << 23) - 1.0f);
-  }
-  return m;
-}
 RowVector<float> ones(Index n) {
   return RowVector<float>::Ones(n);
 }
@@ -108,71 +96,25 @@ kappa::Llama<float, kappa::Bf16Weights>& llama_bf16() {
   return *m;
 }
 
-double peak_mb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
-}
-
-std::vector<kappa::TokenId> prompt(Index n, Index vocab) {
-  std::vector<kappa::TokenId> ids;
-  for (Index i = 0; i < n; ++i) ids.push_back(static_cast<kappa::TokenId>((i * 7919 + 13) % vocab));
-  return ids;
-}
-
-/// Flops of a prefill of `tokens` with LogitsFor::kLast: 2 x (layer
-/// parameters) per token (the attention scores are not counted), plus the
-/// output head once.
-template <class M>
-double prefill_flops(const M& m, Index tokens) {
-  double layer_params = 0;
-  for (const auto& l : m.layers())
-    layer_params += static_cast<double>(l.weight_bytes()) / sizeof(float);
-  return 2.0 * layer_params * static_cast<double>(tokens) +
-         2.0 * static_cast<double>(m.vocab_size() * m.d_model());
-}
-
 constexpr Index kPrompt = 128;
+const kappa::TokenId kNext = 42;  // the token every decode step decodes
 
+/// A prefill of a 128-token prompt; GFLOP/s count 2 x all the layers'
+/// parameters per token.
 template <class M>
 void prefill(benchmark::State& st, M& m) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
-  const auto ids = prompt(kPrompt, m.vocab_size());
-  auto cache = m.make_cache();
-  for (auto _ : st) {
-    cache.reset();
-    benchmark::DoNotOptimize(m.forward_cached(ids, cache, kappa::LogitsFor::kLast).data());
-  }
-  st.counters["tokens/s"] =
-      benchmark::Counter(kPrompt, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(prefill_flops(m, kPrompt) * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["peak_MB"] = peak_mb();
-  kappa::set_num_threads(1);
+  kappa_bench::run_prefill(
+      st, m, kappa_bench::spread_tokens(kPrompt, m.vocab_size()),
+      kappa_bench::prefill_flops(m, kPrompt, [](const auto& l) { return l.weight_bytes(); }));
 }
 
-/// One decode step after a prompt of 128 tokens (the cache is rolled back to
-/// 128 after each step, so every step sees the same length).
+/// One decode step (token 42) after a prompt of 128 tokens (the cache is
+/// rolled back to 128 after each step, so every step sees the same length).
 template <class M>
 void decode(benchmark::State& st, M& m) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
-  const auto ids = prompt(kPrompt, m.vocab_size());
-  auto cache = m.make_cache();
-  (void)m.forward_cached(ids, cache, kappa::LogitsFor::kLast);
-  const kappa::TokenId next = 42;
-  for (auto _ : st) {
-    benchmark::DoNotOptimize(
-        m.forward_cached(std::span<const kappa::TokenId>(&next, 1), cache, kappa::LogitsFor::kLast)
-            .data());
-    cache.truncate(kPrompt);
-  }
-  st.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.decode_bytes()) * 1e-9,
-                                           benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["read_MB"] = static_cast<double>(m.decode_bytes()) / 1e6;
-  st.counters["cache_MB"] = static_cast<double>(cache.bytes()) / 1e6;
-  st.counters["peak_MB"] = peak_mb();
-  kappa::set_num_threads(1);
+  kappa_bench::run_decode(st, m, kappa_bench::spread_tokens(kPrompt, m.vocab_size()),
+                          std::span<const kappa::TokenId>(&kNext, 1),
+                          kappa_bench::CacheCounter::kYes);
 }
 
 void BM_Model_Prefill_Gpt2Small(benchmark::State& st) {
@@ -200,14 +142,13 @@ void BM_Model_Decode_Llama1B_Bf16(benchmark::State& st) {
 template <class M>
 void decode_split(benchmark::State& st, M& m) {
   using Clock = std::chrono::steady_clock;
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
-  const auto ids = prompt(kPrompt, m.vocab_size());
+  const kappa_bench::ArgThreads threads(st);
+  const auto ids = kappa_bench::spread_tokens(kPrompt, m.vocab_size());
   auto cache = m.make_cache();
   (void)m.forward_cached(ids, cache, kappa::LogitsFor::kLast);
-  const kappa::TokenId next = 42;
   double t_attn = 0, t_ffn = 0, t_logits = 0;
   for (auto _ : st) {
-    RowMatrix<float> x = m.embed(std::span<const kappa::TokenId>(&next, 1), kPrompt);
+    RowMatrix<float> x = m.embed(std::span<const kappa::TokenId>(&kNext, 1), kPrompt);
     for (std::size_t l = 0; l < m.layers().size(); ++l) {
       const auto& layer = m.layers()[l];
       const auto t0 = Clock::now();
@@ -233,7 +174,6 @@ void decode_split(benchmark::State& st, M& m) {
   st.counters["ffn_ms"] = 1e3 * t_ffn / n;
   st.counters["logits_ms"] = 1e3 * t_logits / n;
   st.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
-  kappa::set_num_threads(1);
 }
 void BM_Model_DecodeSplit_Gpt2Small(benchmark::State& st) {
   decode_split(st, gpt2());
@@ -244,78 +184,34 @@ void BM_Model_DecodeSplit_Gpt2Small_Bf16(benchmark::State& st) {
 
 /// Ceiling for decode: a memcpy of the GPT-2 weights' bytes.
 void BM_Ceiling_Copy_Gpt2Weights(benchmark::State& st) {
-  kappa_bench::memory_copy(st, gpt2().decode_bytes(), static_cast<int>(st.range(0)));
+  kappa_bench::memory_copy(st, gpt2().decode_bytes(), kappa_bench::arg_threads(st));
 }
 /// Ceiling for decode: a plain read (sum) of the GPT-2 weights' bytes.
 void BM_Ceiling_Read_Gpt2Weights(benchmark::State& st) {
-  kappa_bench::memory_read(st, gpt2().decode_bytes(), static_cast<int>(st.range(0)));
+  kappa_bench::memory_read(st, gpt2().decode_bytes(), kappa_bench::arg_threads(st));
 }
 /// Ceiling for prefill: Eigen GEMM (128 x d) x (d x 4d), d = 768.
 void BM_Ceiling_Gemm_128x768x3072(benchmark::State& st) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
-  const RowMatrix<float> a = fill(kPrompt, 768, 1), b = fill(768, 3072, 2);
-  RowMatrix<float> c(kPrompt, 3072);
-  for (auto _ : st) {
-    c.noalias() = a * b;
-    benchmark::DoNotOptimize(c.data());
-  }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * kPrompt * 768 * 3072 * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
-  kappa::set_num_threads(1);
+  kappa_bench::gemm_ceiling(st, fill(kPrompt, 768, 1), fill(768, 3072, 2));
 }
 
-BENCHMARK(BM_Model_Prefill_Gpt2Small)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Model_Decode_Gpt2Small)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Model_Decode_Gpt2Small_Bf16)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_Model_DecodeSplit_Gpt2Small_Bf16)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_Ceiling_Read_Gpt2Weights)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_Ceiling_Gemm_128x768x3072)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+using kappa_bench::on_1_and_2_threads;
+BENCHMARK(BM_Model_Prefill_Gpt2Small)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Model_Decode_Gpt2Small)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Model_Decode_Gpt2Small_Bf16)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Model_DecodeSplit_Gpt2Small_Bf16)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Ceiling_Read_Gpt2Weights)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Ceiling_Gemm_128x768x3072)->Apply(on_1_and_2_threads);
 
 // The 1B model needs 4.4 GB and a few seconds per iteration: only on request.
 const bool kLarge = [] {
   const char* e = std::getenv("KAPPA_BENCH_LARGE");
   if (e != nullptr && e[0] == '1') {
-    BENCHMARK(BM_Model_Prefill_Llama1B)
-        ->Arg(1)
-        ->Arg(2)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    BENCHMARK(BM_Model_Decode_Llama1B)
-        ->Arg(1)
-        ->Arg(2)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    BENCHMARK(BM_Model_Decode_Llama1B_Bf16)
-        ->Arg(1)
-        ->Arg(2)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    BENCHMARK(BM_Model_Prefill_Llama1B)->Apply(on_1_and_2_threads);
+    BENCHMARK(BM_Model_Decode_Llama1B)->Apply(on_1_and_2_threads);
+    BENCHMARK(BM_Model_Decode_Llama1B_Bf16)->Apply(on_1_and_2_threads);
     return true;
   }
   return false;

@@ -30,44 +30,31 @@
 // dense model of the same active parameters per token (the same attention
 // and a dense SwiGLU of width k x d_expert (+ the shared width)):
 // BM_Dense_Prefill_*. GFLOP/s count 2 x active parameters x tokens.
+//
+// The prefill and decode loops, their counters and the random weights and
+// token lists are those of bench_models_common.hpp.
 #include <benchmark/benchmark.h>
-
-#include <sys/resource.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
-#include "bench_common.hpp"
-#include "kappa/core/threading.hpp"
-#include "kappa/transformer/architectures.hpp"
+#include "bench_models_common.hpp"
 
 namespace {
 
 using kappa::Index;
 using kappa::RowMatrix;
 using kappa::RowVector;
+using kappa_bench::fill;
 
 const bool kLarge = [] {
   const char* e = std::getenv("KAPPA_BENCH_LARGE");
   return e != nullptr && e[0] == '1';
 }();
 
-/// Uniform(-a, a) from a counter-based hash: fast, deterministic.
-RowMatrix<float> fill(Index r, Index c, std::uint64_t seed, float a = 0.02f) {
-  RowMatrix<float> m(r, c);
-  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (Index i = 0; i < m.size(); ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    m.data()[i] = a * (static_cast<float>(s >> 40) / static_cast<float>(1 << 23) - 1.0f);
-  }
-  return m;
-}
 kappa::RMSNorm<float> norm(Index d) {
   return kappa::RMSNorm<float>(RowVector<float>::Ones(d), 1e-6);
 }
@@ -95,6 +82,17 @@ const V2LiteShape kV2Lite =
 
 // ---- models (layer 0 of V2Lite dense, as first_k_dense_replace = 1) -------------
 
+/// rc.n_experts SwiGLU experts of width f (seeds seed + 10 + 3e) behind a
+/// router of weights fill(d, n_experts, seed + 5, 0.2).
+kappa::MixtureOfExperts<float> mixture(Index d, Index f, const kappa::RouterConfig& rc,
+                                       std::uint64_t seed) {
+  std::vector<kappa::SwiGlu<float>> experts;
+  for (Index e = 0; e < rc.n_experts; ++e)
+    experts.push_back(swiglu(d, f, seed + 10 + 3 * static_cast<std::uint64_t>(e)));
+  return kappa::MixtureOfExperts<float>(std::move(experts), rc,
+                                        fill(d, rc.n_experts, seed + 5, 0.2f));
+}
+
 kappa::LlamaAttention<float> llama_attention(const MixtralShape& s, std::uint64_t seed) {
   const Index dq = s.heads * s.d_head, dkv = s.kv_heads * s.d_head;
   kappa::LlamaAttention<float> a(
@@ -113,13 +111,10 @@ std::unique_ptr<kappa::LlamaMoe<float>> make_mixtral(bool sparse) {
     const auto seed = static_cast<std::uint64_t>(1000 * l);
     kappa::SwiGluOrExperts<float> ffn = swiglu(1, 1, 0);
     if (sparse) {
-      kappa::RouterConfig rc{
-          .n_experts = s.experts, .top_k = s.top_k, .weights = kappa::TopKWeights::kRenormalized};
-      std::vector<kappa::SwiGlu<float>> experts;
-      for (Index e = 0; e < s.experts; ++e)
-        experts.push_back(swiglu(s.d, s.d_expert, seed + 10 + 3 * static_cast<std::uint64_t>(e)));
-      ffn = kappa::MixtureOfExperts<float>(std::move(experts), rc,
-                                           fill(s.d, s.experts, seed + 5, 0.2f));
+      ffn = mixture(
+          s.d, s.d_expert,
+          {.n_experts = s.experts, .top_k = s.top_k, .weights = kappa::TopKWeights::kRenormalized},
+          seed);
     } else {
       ffn = swiglu(s.d, s.top_k * s.d_expert, seed + 10);
     }
@@ -161,12 +156,7 @@ std::unique_ptr<kappa::DeepSeekMoe<float>> make_v2lite(bool sparse) {
     if (l == 0) {
       ffn = swiglu(s.d, s.d_dense, seed + 10);
     } else if (sparse) {
-      kappa::RouterConfig rc{.n_experts = s.experts, .top_k = s.top_k};
-      std::vector<kappa::SwiGlu<float>> experts;
-      for (Index e = 0; e < s.experts; ++e)
-        experts.push_back(swiglu(s.d, s.d_expert, seed + 10 + 3 * static_cast<std::uint64_t>(e)));
-      kappa::MixtureOfExperts<float> moe(std::move(experts), rc,
-                                         fill(s.d, s.experts, seed + 5, 0.2f));
+      auto moe = mixture(s.d, s.d_expert, {.n_experts = s.experts, .top_k = s.top_k}, seed);
       moe.set_shared(swiglu(s.d, s.d_shared, seed + 7));
       ffn = std::move(moe);
     } else {
@@ -213,86 +203,32 @@ kappa::DeepSeekMoe<float>& v2lite_dense() {
 
 // ---- the measurements -----------------------------------------------------------
 
-double peak_mb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
-}
-
-/// n token ids spread over the vocabulary (a fixed pseudo-random list).
-std::vector<kappa::TokenId> tokens(Index n, Index vocab, std::uint64_t seed) {
-  std::vector<kappa::TokenId> ids;
-  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (Index i = 0; i < n; ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    ids.push_back(static_cast<kappa::TokenId>(s % static_cast<std::uint64_t>(vocab)));
-  }
-  return ids;
-}
-
 constexpr Index kPrompt = 128;
 constexpr Index kDecodeTokens = 64;  // the tokens decode steps cycle through
 
-/// 2 x the active parameters (decode_bytes / sizeof(float)) per token, plus
-/// the output head once (LogitsFor::kLast).
-template <class M>
-double prefill_flops(const M& m, Index tokens) {
-  double layer_params = 0;
-  for (const auto& l : m.layers())
-    layer_params += static_cast<double>(l.decode_bytes()) / sizeof(float);
-  return 2.0 * layer_params * static_cast<double>(tokens) +
-         2.0 * static_cast<double>(m.vocab_size() * m.d_model());
-}
-
+/// A prefill of a 128-token prompt (a fixed random list); GFLOP/s count 2 x
+/// the active parameters (decode_bytes / sizeof(float)) per token.
 template <class M>
 void prefill(benchmark::State& st, M& m) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
-  const auto ids = tokens(kPrompt, m.vocab_size(), 1);
-  auto cache = m.make_cache();
-  for (auto _ : st) {
-    cache.reset();
-    benchmark::DoNotOptimize(m.forward_cached(ids, cache, kappa::LogitsFor::kLast).data());
-  }
-  st.counters["tokens/s"] =
-      benchmark::Counter(kPrompt, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(prefill_flops(m, kPrompt) * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["peak_MB"] = peak_mb();
-  kappa::set_num_threads(1);
+  kappa_bench::run_prefill(
+      st, m, kappa_bench::random_tokens(kPrompt, m.vocab_size(), 1),
+      kappa_bench::prefill_flops(m, kPrompt, [](const auto& l) { return l.decode_bytes(); }));
 }
 
 /// One decode step after a 128-token prompt, the cache rolled back each step;
 /// step i decodes token i mod 64 of a fixed random list.
 template <class M>
 void decode(benchmark::State& st, M& m) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
-  const auto ids = tokens(kPrompt, m.vocab_size(), 1);
-  const auto next = tokens(kDecodeTokens, m.vocab_size(), 2);
-  auto cache = m.make_cache();
-  (void)m.forward_cached(ids, cache, kappa::LogitsFor::kLast);
-  std::size_t i = 0;
-  for (auto _ : st) {
-    benchmark::DoNotOptimize(m.forward_cached(std::span<const kappa::TokenId>(&next[i], 1), cache,
-                                              kappa::LogitsFor::kLast)
-                                 .data());
-    cache.truncate(kPrompt);
-    i = (i + 1) % next.size();
-  }
-  st.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.decode_bytes()) * 1e-9,
-                                           benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["read_MB"] = static_cast<double>(m.decode_bytes()) / 1e6;
-  st.counters["peak_MB"] = peak_mb();
-  kappa::set_num_threads(1);
+  kappa_bench::run_decode(st, m, kappa_bench::random_tokens(kPrompt, m.vocab_size(), 1),
+                          kappa_bench::random_tokens(kDecodeTokens, m.vocab_size(), 2),
+                          kappa_bench::CacheCounter::kNo);
 }
 
 /// The feed-forward of the model's last layer (an expert layer) on one row
 /// at a time (64 random rows in turn): the mixture's decode path alone.
 template <class M>
 void moe_layer_decode(benchmark::State& st, M& m) {
-  kappa::set_num_threads(static_cast<int>(st.range(0)));
+  const kappa_bench::ArgThreads threads(st);
   const auto& ffn = m.layers().back().feed_forward();
   const RowMatrix<float> rows = fill(kDecodeTokens, m.d_model(), 77, 1.0f);
   Index i = 0;
@@ -304,73 +240,36 @@ void moe_layer_decode(benchmark::State& st, M& m) {
   st.counters["GB/s"] = benchmark::Counter(static_cast<double>(ffn.decode_bytes()) * 1e-9,
                                            benchmark::Counter::kIsIterationInvariantRate);
   st.counters["read_MB"] = static_cast<double>(ffn.decode_bytes()) / 1e6;
-  kappa::set_num_threads(1);
 }
 
-void BM_Moe_Prefill_Mixtral(benchmark::State& st) {
-  prefill(st, mixtral());
-}
-void BM_Moe_Decode_Mixtral(benchmark::State& st) {
-  decode(st, mixtral());
-}
-void BM_Ceiling_Read_Mixtral(benchmark::State& st) {
-  kappa_bench::memory_read(st, mixtral().decode_bytes(), static_cast<int>(st.range(0)));
-}
-void BM_MoeLayer_Decode_Mixtral(benchmark::State& st) {
-  moe_layer_decode(st, mixtral());
-}
-void BM_Ceiling_ReadLayer_Mixtral(benchmark::State& st) {
-  kappa_bench::memory_read(st, mixtral().layers().back().feed_forward().decode_bytes(),
-                           static_cast<int>(st.range(0)));
-}
-void BM_Dense_Prefill_Mixtral(benchmark::State& st) {
-  prefill(st, mixtral_dense());
-}
-void BM_Dense_Decode_Mixtral(benchmark::State& st) {
-  decode(st, mixtral_dense());
-}
-
-void BM_Moe_Prefill_V2Lite(benchmark::State& st) {
-  prefill(st, v2lite());
-}
-void BM_Moe_Decode_V2Lite(benchmark::State& st) {
-  decode(st, v2lite());
-}
-void BM_Ceiling_Read_V2Lite(benchmark::State& st) {
-  kappa_bench::memory_read(st, v2lite().decode_bytes(), static_cast<int>(st.range(0)));
-}
-void BM_MoeLayer_Decode_V2Lite(benchmark::State& st) {
-  moe_layer_decode(st, v2lite());
-}
-void BM_Ceiling_ReadLayer_V2Lite(benchmark::State& st) {
-  kappa_bench::memory_read(st, v2lite().layers().back().feed_forward().decode_bytes(),
-                           static_cast<int>(st.range(0)));
-}
-void BM_Dense_Prefill_V2Lite(benchmark::State& st) {
-  prefill(st, v2lite_dense());
-}
-void BM_Dense_Decode_V2Lite(benchmark::State& st) {
-  decode(st, v2lite_dense());
+/// The benchmarks of one model, BM_<what>_<name>, each on 1 and 2 threads:
+/// `sparse` the mixture, `dense` its dense counterpart. Registered in this
+/// order so that each model is built once (see Resident).
+template <class M>
+void register_model(const std::string& name, M& (*sparse)(), M& (*dense)()) {
+  const auto add = [&name](const std::string& what, auto fn) {
+    benchmark::RegisterBenchmark(("BM_" + what + "_" + name).c_str(), fn)
+        ->Apply(kappa_bench::on_1_and_2_threads);
+  };
+  add("Moe_Decode", [sparse](benchmark::State& st) { decode(st, sparse()); });
+  add("Ceiling_Read", [sparse](benchmark::State& st) {
+    kappa_bench::memory_read(st, sparse().decode_bytes(), kappa_bench::arg_threads(st));
+  });
+  add("MoeLayer_Decode", [sparse](benchmark::State& st) { moe_layer_decode(st, sparse()); });
+  add("Ceiling_ReadLayer", [sparse](benchmark::State& st) {
+    kappa_bench::memory_read(st, sparse().layers().back().feed_forward().decode_bytes(),
+                             kappa_bench::arg_threads(st));
+  });
+  add("Moe_Prefill", [sparse](benchmark::State& st) { prefill(st, sparse()); });
+  add("Dense_Prefill", [dense](benchmark::State& st) { prefill(st, dense()); });
+  add("Dense_Decode", [dense](benchmark::State& st) { decode(st, dense()); });
 }
 
-// Registered in this order so that each model is built once (see Resident).
-#define KAPPA_MOE_BENCH(fn) \
-  BENCHMARK(fn)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()
-KAPPA_MOE_BENCH(BM_Moe_Decode_Mixtral);
-KAPPA_MOE_BENCH(BM_Ceiling_Read_Mixtral);
-KAPPA_MOE_BENCH(BM_MoeLayer_Decode_Mixtral);
-KAPPA_MOE_BENCH(BM_Ceiling_ReadLayer_Mixtral);
-KAPPA_MOE_BENCH(BM_Moe_Prefill_Mixtral);
-KAPPA_MOE_BENCH(BM_Dense_Prefill_Mixtral);
-KAPPA_MOE_BENCH(BM_Dense_Decode_Mixtral);
-KAPPA_MOE_BENCH(BM_Moe_Decode_V2Lite);
-KAPPA_MOE_BENCH(BM_Ceiling_Read_V2Lite);
-KAPPA_MOE_BENCH(BM_MoeLayer_Decode_V2Lite);
-KAPPA_MOE_BENCH(BM_Ceiling_ReadLayer_V2Lite);
-KAPPA_MOE_BENCH(BM_Moe_Prefill_V2Lite);
-KAPPA_MOE_BENCH(BM_Dense_Prefill_V2Lite);
-KAPPA_MOE_BENCH(BM_Dense_Decode_V2Lite);
-#undef KAPPA_MOE_BENCH
+[[maybe_unused]] const bool kRegistered = [] {
+  register_model("Mixtral", mixtral, mixtral_dense);
+  register_model("V2Lite", v2lite, v2lite_dense);
+  return true;
+}();
 
 }  // namespace
 
