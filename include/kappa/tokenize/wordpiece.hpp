@@ -75,36 +75,68 @@ struct BertNormalizerOptions {
 
 namespace detail {
 
-/// The BERT category of cp: 1 punctuation, 2 other (C*), 3 Mn, 0 anything else.
-inline std::uint8_t bert_category(char32_t cp) noexcept {
-  const auto* end = std::end(kBertCategories);
+/// Per-code-point flags of the Basic Multilingual Plane, built once from
+/// the tables: bits 0-1 the BERT category (1 punctuation, 2 other, 3 Mn),
+/// then "has a decomposition", "nonzero combining class", "lowercase
+/// differs", White_Space. Code points above U+FFFF go to the tables.
+struct BertFlags {
+  static constexpr std::uint8_t kDecomposes = 4, kCombining = 8, kLower = 16, kSpace = 32;
+  std::array<std::uint8_t, 0x10000> flags{};
+  BertFlags() {
+    for (const BertRange& r : kBertCategories)
+      for (std::uint32_t c = r.first; c <= r.last && c < 0x10000; ++c) flags[c] = r.value;
+    for (const BertRange& r : kBertCombiningClasses)
+      for (std::uint32_t c = r.first; c <= r.last && c < 0x10000; ++c) flags[c] |= kCombining;
+    for (const BertDecomposition& d : kBertDecompositions)
+      if (d.cp < 0x10000) flags[d.cp] |= kDecomposes;
+    for (const auto& m : kBertLowercase)
+      if (m[0] < 0x10000) flags[m[0]] |= kLower;
+    for (char32_t c = 0; c < 0x10000; ++c)
+      if (char_class(c) == CharClass::kSpace) flags[c] |= kSpace;
+  }
+};
+
+/// The flags of BMP code point cp (precondition: cp < 0x10000).
+inline std::uint8_t bmp_flags(char32_t cp) noexcept {
+  static const BertFlags table;
+  return table.flags[cp];
+}
+
+/// The value of the range holding cp in a sorted range table, else 0.
+template <std::size_t N>
+std::uint8_t range_value(const BertRange (&table)[N], char32_t cp) noexcept {
   const auto* it =
-      std::upper_bound(std::begin(kBertCategories), end, std::uint32_t{cp},
+      std::upper_bound(std::begin(table), std::end(table), std::uint32_t{cp},
                        [](std::uint32_t c, const BertRange& r) { return c < r.first; });
-  if (it == std::begin(kBertCategories)) return 0;
+  if (it == std::begin(table)) return 0;
   --it;
   return cp <= it->last ? it->value : std::uint8_t{0};
+}
+
+/// The BERT category of cp: 1 punctuation, 2 other (Cc Cf Co Cs), 3 Mn, 0
+/// anything else.
+inline std::uint8_t bert_category(char32_t cp) noexcept {
+  if (cp < 0x10000) return static_cast<std::uint8_t>(bmp_flags(cp) & 3);
+  return range_value(kBertCategories, cp);
 }
 
 /// The canonical combining class of cp.
 inline std::uint8_t combining_class(char32_t cp) noexcept {
-  if (cp < 0x300) return 0;
-  const auto* it = std::upper_bound(
-      std::begin(kBertCombiningClasses), std::end(kBertCombiningClasses), std::uint32_t{cp},
-      [](std::uint32_t c, const BertRange& r) { return c < r.first; });
-  if (it == std::begin(kBertCombiningClasses)) return 0;
-  --it;
-  return cp <= it->last ? it->value : std::uint8_t{0};
+  if (cp < 0x300 || (cp < 0x10000 && (bmp_flags(cp) & BertFlags::kCombining) == 0)) return 0;
+  return range_value(kBertCombiningClasses, cp);
 }
 
 /// Rust's char::is_whitespace (White_Space) plus tab, LF, CR.
 inline bool bert_is_whitespace(char32_t cp) noexcept {
-  return cp == '\t' || cp == '\n' || cp == '\r' || char_class(cp) == CharClass::kSpace;
+  if (cp < 128) return cp == ' ' || (cp >= '\t' && cp <= '\r');
+  if (cp < 0x10000) return (bmp_flags(cp) & BertFlags::kSpace) != 0;
+  return char_class(cp) == CharClass::kSpace;
 }
 
 /// HF's is_control: a character of a category Cc, Cf, Co, Cs, except tab, LF, CR.
 inline bool bert_is_control(char32_t cp) noexcept {
   if (cp == '\t' || cp == '\n' || cp == '\r') return false;
+  if (cp < 128) return cp < 32 || cp == 127;
   return bert_category(cp) == 2;
 }
 
@@ -126,16 +158,16 @@ inline bool bert_is_punctuation(char32_t cp) noexcept {
 
 /// Appends the full canonical decomposition of cp (Hangul arithmetically).
 inline void nfd_append(std::u32string& out, char32_t cp) {
-  constexpr char32_t kS = 0xAC00, kL = 0x1100, kV = 0x1161, kT = 0x11A7;
-  constexpr char32_t kTCount = 28, kNCount = 21 * 28, kSCount = 19 * 21 * 28;
-  if (cp >= kS && cp < kS + kSCount) {
-    const char32_t s = cp - kS;
-    out += static_cast<char32_t>(kL + s / kNCount);
-    out += static_cast<char32_t>(kV + (s % kNCount) / kTCount);
-    if (s % kTCount != 0) out += static_cast<char32_t>(kT + s % kTCount);
+  constexpr char32_t kHangulS = 0xAC00, kHangulL = 0x1100, kHangulV = 0x1161, kHangulT = 0x11A7;
+  constexpr char32_t kHangulTCount = 28, kHangulNCount = 21 * 28, kHangulSCount = 19 * 21 * 28;
+  if (cp >= kHangulS && cp < kHangulS + kHangulSCount) {
+    const char32_t s = cp - kHangulS;
+    out += static_cast<char32_t>(kHangulL + s / kHangulNCount);
+    out += static_cast<char32_t>(kHangulV + (s % kHangulNCount) / kHangulTCount);
+    if (s % kHangulTCount != 0) out += static_cast<char32_t>(kHangulT + s % kHangulTCount);
     return;
   }
-  if (cp < 0xC0) {
+  if (cp < 0xC0 || (cp < 0x10000 && (bmp_flags(cp) & BertFlags::kDecomposes) == 0)) {
     out += cp;
     return;
   }
@@ -155,6 +187,10 @@ inline void nfd_append(std::u32string& out, char32_t cp) {
 inline void lowercase_append(std::u32string& out, char32_t cp) {
   if (cp < 128) {
     out += (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
+    return;
+  }
+  if (cp < 0x10000 && (bmp_flags(cp) & BertFlags::kLower) == 0) {
+    out += cp;
     return;
   }
   if (cp == 0x130) {
@@ -223,7 +259,7 @@ inline std::string bert_normalize(std::string_view text, const BertNormalizerOpt
     }
     a.clear();
     for (const char32_t cp : d)
-      if (detail::bert_category(cp) != 3) a += cp;
+      if (cp < 0x300 || detail::bert_category(cp) != 3) a += cp;
   }
   if (options.lowercase) {
     std::u32string l;
