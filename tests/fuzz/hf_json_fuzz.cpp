@@ -7,9 +7,14 @@
 // as an in-memory file (memfd) so the real path-taking API runs. Properties:
 //   * loading either succeeds or throws kappa::FormatError (never another
 //     exception type, a crash or a sanitizer report);
-//   * a tokenizer that loads round-trips a few fixed strings
-//     (decode(encode(x)) == x without added specials) and gives ids inside
-//     its vocabulary;
+//   * a tokenizer that loads gives ids inside its vocabulary for a few fixed
+//     strings, decodes them, and round-trips them (decode(encode(x)) == x
+//     without added specials) when HfTokenizer::round_trips() says Hugging
+//     Face's own tokenizer does: byte-level BPE without add_prefix_space,
+//     and the SentencePiece-style layout only in Llama-2's exact pipeline
+//     (elsewhere HF itself loses text: <unk>, Metaspace's leading space, no
+//     decoder joining tokens with " "; kappa follows HF, tested against it in
+//     tests/tokenize/sp_bpe_test.cpp);
 //   * a config that parses gives sizes inside the bounds the parser states.
 
 #include <cstddef>
@@ -35,7 +40,9 @@ void tokenizer_json(const std::string& path) {
       for (const kappa::TokenId id : ids)
         KAPPA_FUZZ_CHECK(id >= 0 && static_cast<std::size_t>(id) < tok.vocab_size(),
                          "an id outside the vocabulary");
-      KAPPA_FUZZ_CHECK(tok.decode(ids) == text, "decode(encode(x)) != x");
+      const std::string back = tok.decode(ids);
+      (void)tok.decode(ids, kappa::tokenize::SkipSpecial::kYes);
+      if (tok.round_trips()) KAPPA_FUZZ_CHECK(back == text, "decode(encode(x)) != x");
     }
   } catch (const kappa::FormatError&) {
   }

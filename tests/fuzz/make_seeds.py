@@ -271,6 +271,45 @@ def main():
             o[path[-1]] = "@DEEP@"
         return edit
 
+    # SentencePiece-style BPE (Llama-2's layout and Metaspace): a small
+    # vocabulary with all 256 byte tokens (the committed ones of
+    # tests/data/tokenize/sp are larger than the fuzzer's MAX_LEN).
+    sp_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        sp_vocab["<0x%02X>" % b] = len(sp_vocab)
+    for piece in ["\u2581", "H", "e", "l", "o", "w", "r", "d", "a", "b", "ll", "llo", "\u2581w",
+                  "\u2581wo", "He", "Hello", "\u2581\u2581"]:
+        sp_vocab[piece] = len(sp_vocab)
+    sp_merges = ["l l", "ll o", "\u2581 w", "\u2581w o", "H e", "He llo", "\u2581 \u2581"]
+    sp_added = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                 "normalized": False, "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])]
+    sp_decoder = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    sp_llama = {
+        "version": "1.0", "added_tokens": sp_added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None,
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": sp_decoder,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True,
+                  "byte_fallback": True, "vocab": sp_vocab, "merges": sp_merges}}
+    write("hf_json", "sp_llama", b"\x00" + json.dumps(sp_llama).encode())
+    sp_meta = json.loads(json.dumps(sp_llama))
+    sp_meta["normalizer"] = None
+    sp_meta["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                                "prepend_scheme": "first", "split": True}
+    sp_meta["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                          "split": True}
+    sp_meta["model"]["merges"] = [m.split(" ") for m in sp_merges]
+    sp_meta["model"]["ignore_merges"] = True
+    write("hf_json", "sp_metaspace", b"\x00" + json.dumps(sp_meta).encode())
     write("hf_json", "deep_normalizer",
           b"\x00" + with_placeholder(gpt2, put(["normalizer"]), nested(200)).encode())
     write("hf_json", "deep_at_limit",  # 127 + the root object = 128: parses

@@ -105,7 +105,10 @@ TEST(SpBpe, LlamaLayoutBasics) {
   const HfTokenizer tok = load("llama");
   EXPECT_EQ(tok.bos_id(), std::optional<TokenId>(1));
   EXPECT_EQ(tok.prefix_ids(), std::vector<TokenId>{1});
-  EXPECT_EQ(tok.token(3 + 0x0A), "<0x0A>");
+  EXPECT_EQ(tok.piece(3 + 0x0A), "<0x0A>");
+  EXPECT_EQ(tok.token(3 + 0x0A), "\n");  // the bytes it stands for
+  EXPECT_EQ(tok.token(*tok.find("\u2581the")), " the");
+  EXPECT_EQ(tok.token(1), "<s>");
   EXPECT_EQ(tok.find("<0x0A>"), std::optional<TokenId>(3 + 0x0A));
   // A character outside the vocabulary: its UTF-8 bytes as <0xNN>.
   const std::vector<TokenId> ids = tok.encode("\xe2\x82\xac", AddSpecial::kNo);  // U+20AC

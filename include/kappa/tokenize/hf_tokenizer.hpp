@@ -253,6 +253,49 @@ inline bool is_white_space(char32_t cp) noexcept {
   return char_class(cp) == CharClass::kSpace;
 }
 
+// One step of the SentencePiece-style normalizer (applied in order).
+struct SpNormalizeStep {
+  bool prepend = false;  // Prepend(from) when true, else Replace(from -> to)
+  std::string from, to;
+};
+// One step of the decoder chain (Hugging Face's decode_chain, in order).
+struct SpDecodeStep {
+  enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
+  std::string from, to;   // Replace; Metaspace: from = the replacement
+  char32_t strip = U' ';  // Strip's content
+  std::size_t start = 0, stop = 0;
+  bool metaspace_prepends = true;  // Metaspace: prepend_scheme != never
+};
+enum class PrependScheme { kFirst, kAlways, kNever };
+struct TransparentHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+// The model and the pipeline of the SentencePiece-style layout.
+struct SentencePieceBpe {
+  std::vector<std::string> pieces;  // id -> vocabulary string (an added token's text)
+  std::vector<bool> present;        // id -> assigned
+  std::unordered_map<std::string, TokenId, TransparentHash, std::equal_to<>> id_of;
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, TokenId>> merges;  // (a,b) -> rank, c
+  std::array<TokenId, 256> byte_ids{};   // <0xNN> -> id, or -1
+  std::array<TokenId, 128> ascii_ids{};  // an ASCII character's id, or -1 (a shortcut of id_of)
+  bool all_bytes = false;                // every <0xNN> is a token
+  bool byte_fallback = false, fuse_unk = false;
+  std::optional<TokenId> unk;
+  std::vector<SpNormalizeStep> normalize;
+  bool metaspace = false;  // a Metaspace pre-tokenizer
+  std::string replacement;
+  PrependScheme scheme = PrependScheme::kAlways;
+  bool split = true;
+  bool has_decoder = false;  // without one, Hugging Face joins the tokens with " "
+  std::string separator;     // "▁" when words may be merged apart (sp_encode_word)
+  std::string space;         // the character spaces become ("▁"), or ""
+  bool round_trips = false;  // see HfTokenizer::round_trips()
+  std::vector<SpDecodeStep> decode;
+};
+
 }  // namespace detail
 
 /// The tokenizer of a Hugging Face model directory (see the file comment):
@@ -374,8 +417,23 @@ class HfTokenizer {
   /// N_T: one more than the largest id (model tokens and added tokens).
   std::size_t vocab_size() const noexcept { return sp_ ? sp_->pieces.size() : model_.vocab_size(); }
   /// The bytes of a token (an added token's text); RangeError if none. In
-  /// the SentencePiece-style layout: its vocabulary string ("▁the", "<0x0A>").
+  /// the SentencePiece-style layout, what the token stands for in text: a
+  /// byte token `<0xNN>` its byte, any other its vocabulary string with "▁"
+  /// as a space ("▁the" -> " the"; decode() of a whole sequence may also
+  /// strip the first space, as the decoder says). piece(id) is the string.
   std::string token(TokenId id) const {
+    if (!sp_) return model_.token(id);
+    std::string t = piece(id);
+    if (is_special(id)) return t;
+    const int b = byte_token_value(t);
+    if (b >= 0 && sp_->byte_ids[static_cast<std::size_t>(b)] == id)
+      return std::string(1, static_cast<char>(b));
+    if (!sp_->space.empty()) replace_all(t, sp_->space, " ");
+    return t;
+  }
+  /// The vocabulary string of a token ("▁the", "<0x0A>", an added token's
+  /// text); for byte-level BPE the same as token(id). RangeError if none.
+  std::string piece(TokenId id) const {
     if (!sp_) return model_.token(id);
     if (id < 0 || static_cast<std::size_t>(id) >= sp_->pieces.size() ||
         !sp_->present[static_cast<std::size_t>(id)])
@@ -384,8 +442,8 @@ class HfTokenizer {
                        ")");
     return sp_->pieces[static_cast<std::size_t>(id)];
   }
-  /// The id of a token's bytes (the SentencePiece-style layout: its
-  /// vocabulary string) or of an added token's text.
+  /// The id of a token's bytes (the SentencePiece-style layout: of its
+  /// vocabulary string, piece(id)) or of an added token's text.
   std::optional<TokenId> find(std::string_view token) const {
     for (const AddedToken& a : added_)
       if (a.content == token) return a.id;
@@ -399,6 +457,17 @@ class HfTokenizer {
   /// True for the SentencePiece-style layout (characters and "▁", byte
   /// fallback), false for byte-level BPE.
   bool is_sentencepiece() const noexcept { return sp_.has_value(); }
+  /// True if decode(encode(x, AddSpecial::kNo, SpecialTokens::kAsText)) == x
+  /// holds, as Hugging Face's own tokenizer behaves: for byte-level BPE
+  /// without add_prefix_space, every byte string; for the SentencePiece-style
+  /// layout only with Llama-2's pipeline exactly (Prepend + Replace of " ",
+  /// byte fallback with all 256 byte tokens, decoder Replace, ByteFallback,
+  /// Fuse, Strip of one leading space, no merge of byte tokens), every valid
+  /// UTF-8 text without the "▁" character. Hugging Face loses text in the
+  /// other layouts: <unk> without byte fallback, the leading space of " x"
+  /// with Metaspace (the prepended "▁" and the decoder's strip cannot tell
+  /// them apart), "▁" typed in the text (decoded as a space).
+  bool round_trips() const noexcept { return sp_ ? sp_->round_trips : !add_prefix_space_; }
   /// The BOS id, if the tokenizer names one (see the file comment).
   std::optional<TokenId> bos_id() const noexcept { return bos_; }
   /// The EOS id, if the tokenizer names one.
@@ -793,7 +862,7 @@ class HfTokenizer {
 
   bool has_token(TokenId id) const {
     try {
-      (void)token(id);
+      (void)piece(id);
       return true;
     } catch (const RangeError&) {
       return false;
@@ -802,47 +871,10 @@ class HfTokenizer {
 
   // ---- SentencePiece-style BPE (Llama-2, Mistral, TinyLlama, Phi-3, Gemma) -----
 
-  // One step of the SentencePiece-style normalizer (applied in order).
-  struct SpNormalizeStep {
-    bool prepend = false;  // Prepend(from) when true, else Replace(from -> to)
-    std::string from, to;
-  };
-  // One step of the decoder chain (Hugging Face's decode_chain, in order).
-  struct SpDecodeStep {
-    enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
-    std::string from, to;   // Replace; Metaspace: from = the replacement
-    char32_t strip = U' ';  // Strip's content
-    std::size_t start = 0, stop = 0;
-    bool metaspace_prepends = true;  // Metaspace: prepend_scheme != never
-  };
-  enum class PrependScheme { kFirst, kAlways, kNever };
-  struct TransparentHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
-  // The model and the pipeline of the SentencePiece-style layout.
-  struct SentencePieceBpe {
-    std::vector<std::string> pieces;  // id -> vocabulary string (an added token's text)
-    std::vector<bool> present;        // id -> assigned
-    std::unordered_map<std::string, TokenId, TransparentHash, std::equal_to<>> id_of;
-    std::unordered_map<std::uint64_t, std::pair<std::uint32_t, TokenId>>
-        merges;                            // (a,b) -> rank, c
-    std::array<TokenId, 256> byte_ids{};   // <0xNN> -> id, or -1
-    std::array<TokenId, 128> ascii_ids{};  // an ASCII character's id, or -1 (a shortcut of id_of)
-    bool all_bytes = false;                // every <0xNN> is a token
-    bool byte_fallback = false, fuse_unk = false;
-    std::optional<TokenId> unk;
-    std::vector<SpNormalizeStep> normalize;
-    bool metaspace = false;  // a Metaspace pre-tokenizer
-    std::string replacement;
-    PrependScheme scheme = PrependScheme::kAlways;
-    bool split = true;
-    bool has_decoder = false;  // without one, Hugging Face joins the tokens with " "
-    std::string separator;     // "▁" when words may be merged apart (sp_encode_word)
-    std::vector<SpDecodeStep> decode;
-  };
+  using SpNormalizeStep = detail::SpNormalizeStep;
+  using SpDecodeStep = detail::SpDecodeStep;
+  using PrependScheme = detail::PrependScheme;
+  using SentencePieceBpe = detail::SentencePieceBpe;
 
   static std::uint64_t pair_key(TokenId a, TokenId b) noexcept {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
@@ -1049,7 +1081,7 @@ class HfTokenizer {
     // Merges: (a, b) -> a+b, the last position of a repeated pair its rank.
     std::string joined;
     for (std::size_t k = 0; k < spec.merges.size(); ++k) {
-      const auto& [a, b] = spec.merges[k];
+      const std::string_view a = spec.merges[k].first, b = spec.merges[k].second;
       const auto id = [&](std::string_view s) {
         const auto f = sp.id_of.find(s);
         if (f == sp.id_of.end()) {
@@ -1080,7 +1112,12 @@ class HfTokenizer {
                          kappa::quoted(*sp_unk_text_) + " is not in the vocabulary");
       sp.unk = f->second;
     }
+    sp.space = sp.replacement;
+    if (!sp.metaspace)
+      for (const SpNormalizeStep& n : sp.normalize)
+        if (!n.prepend && n.from == " ") sp.space = n.to;
     sp.separator = sp_separator(sp);
+    sp.round_trips = sp_round_trips(sp, spec);
     for (std::size_t c = 0; c < 128; ++c) {
       const auto f = sp.id_of.find(std::string(1, static_cast<char>(c)));
       sp.ascii_ids[c] = f == sp.id_of.end() ? -1 : f->second;
@@ -1096,6 +1133,36 @@ class HfTokenizer {
       std::stable_sort(group.begin(), group.end(), [&](std::uint32_t x, std::uint32_t y) {
         return added_[x].content.size() > added_[y].content.size();
       });
+  }
+
+  // Llama-2's pipeline exactly (see round_trips()).
+  static bool sp_round_trips(const SentencePieceBpe& sp, const Spec& spec) {
+    using Kind = SpDecodeStep::Kind;
+    if (!sp.byte_fallback || !sp.all_bytes || sp.metaspace || sp.normalize.size() != 2 ||
+        sp.decode.size() != 4)
+      return false;
+    const std::string sep = sp.normalize[0].prepend ? sp.normalize[0].from : sp.normalize[1].from;
+    const SpNormalizeStep& r = sp.normalize[0].prepend ? sp.normalize[1] : sp.normalize[0];
+    const bool one_prepend = sp.normalize[0].prepend != sp.normalize[1].prepend;
+    if (!one_prepend || r.from != " " || r.to != sep || sep.empty() ||
+        sep.find(' ') != std::string::npos)
+      return false;
+    const SpDecodeStep* d = sp.decode.data();
+    if (d[0].kind != Kind::kReplace || d[0].from != sep || d[0].to != " " ||
+        d[1].kind != Kind::kByteFallback || d[2].kind != Kind::kFuse || d[3].kind != Kind::kStrip ||
+        d[3].strip != U' ' || d[3].start != 1 || d[3].stop != 0 ||
+        std::count(sep.begin(), sep.end(), ' ') != 0 || decode_utf8(sep, 0).length != sep.size())
+      return false;
+    // Only the 256 byte tokens decode as bytes, and no merge joins one.
+    for (std::size_t id = 0; id < sp.pieces.size(); ++id) {
+      if (!sp.present[id]) continue;
+      const int b = byte_token_value(sp.pieces[id]);
+      if (b >= 0 && sp.byte_ids[static_cast<std::size_t>(b)] != static_cast<TokenId>(id))
+        return false;
+    }
+    for (const auto& [a, b] : spec.merges)
+      if (byte_token_value(a) >= 0 || byte_token_value(b) >= 0) return false;
+    return true;
   }
 
   // The character spaces become (Metaspace's replacement, or the normalizer's
