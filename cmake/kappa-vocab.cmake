@@ -94,6 +94,12 @@ if(KAPPA_NODE_EXECUTABLE AND KAPPA_NPM_EXECUTABLE)
     COMMAND "${CMAKE_COMMAND}" -E env "KAPPA_TOKENIZE_PEERS=${kappa_peer_dir}"
             "${KAPPA_NODE_EXECUTABLE}" "${kappa_peer_src}/peer.cjs" golden
             "${PROJECT_SOURCE_DIR}/tests/data/tokenize" "${kappa_peer_dir}/peer_ids.json"
+    # WordPiece (BERT): tests/tokenize/peer/wordpiece_peer.cjs, compared byte for byte.
+    COMMAND "${CMAKE_COMMAND}" -E env "KAPPA_TOKENIZE_PEERS=${kappa_peer_dir}"
+            "${KAPPA_NODE_EXECUTABLE}" "${kappa_peer_src}/wordpiece_peer.cjs" golden
+            "${PROJECT_SOURCE_DIR}/tests/data/tokenize" "${kappa_peer_dir}/wordpiece_peer_ids.json"
+    COMMAND "${CMAKE_COMMAND}" -E compare_files "${kappa_peer_dir}/wordpiece_peer_ids.json"
+            "${PROJECT_SOURCE_DIR}/tests/data/tokenize/wordpiece/peer_ids.json"
     COMMAND "${CMAKE_COMMAND}" "-DSOURCE_DIR=${PROJECT_SOURCE_DIR}" "-DPEER_DIR=${kappa_peer_dir}"
             "-DVOCAB_DIR=${KAPPA_VOCAB_DIR}" "-DFILES=${kappa_vocab_files_arg}"
             -P "${kappa_peer_src}/compare.cmake"
