@@ -37,7 +37,12 @@
 // Text that is not UTF-8: every invalid byte reads as U+FFFD (which
 // clean_text then removes). Where kappa differs from HF on purpose: decode
 // of an id outside the vocabulary is a RangeError (HF skips it), a vocabulary
-// with a repeated token is a FormatError (HF keeps the last id).
+// with a repeated token is a FormatError (HF keeps the last id). Not
+// supported: added tokens with lstrip, rstrip, single_word or normalized set
+// (a FormatError naming the key; BERT's files set none), other normalizers,
+// pre-tokenizers and decoders (FormatError), a pair template; a
+// tokenizer.json's truncation and padding are ignored (encode returns every
+// id, as HF's encode with both off).
 #pragma once
 
 #include <algorithm>
