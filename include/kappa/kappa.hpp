@@ -31,6 +31,7 @@
 #include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
+#include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/word_tokenizer.hpp"
 #include "kappa/tokenize/wordpiece.hpp"
 

@@ -1,0 +1,941 @@
+// kappa/tokenize/unigram.hpp - the Unigram language-model tokenizer (T5,
+// ALBERT, XLNet) as Hugging Face tokenizers defines it in tokenizer.json.
+//
+// A Unigram vocabulary T holds pieces with log-probabilities s(t). A
+// pre-token w (a word after the normalizer and the Metaspace pre-tokenizer)
+// is segmented into the pieces t_1 ... t_k with w = t_1 ... t_k that
+// maximize sum_j s(t_j) (Viterbi over the lattice of the pieces that start
+// at each character boundary). A character that starts no piece of its own
+// length is an unknown piece of score min_t s(t) - 10. Ties keep the first
+// candidate in the order HF visits them: end positions are filled from the
+// earliest start, and a later candidate replaces an earlier one only when
+// its score is strictly greater. Consecutive unknown pieces fuse into one
+// (fuse_unk); a piece not in T becomes its bytes' `<0xNN>` pieces when
+// byte_fallback is on and every such piece exists, else the unknown id.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/core/error.hpp"
+#include "kappa/core/json.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/unicode.hpp"
+#include "kappa/tokenize/utf8.hpp"
+#include "kappa/tokenize/wordpiece.hpp"
+
+namespace kappa::tokenize {
+
+namespace unigram_detail {
+
+/// Transparent string hash for heterogeneous lookup.
+struct Hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+
+/// Decodes standard base64 (with or without padding); nullopt on a bad
+/// character.
+inline std::optional<std::string> base64_decode(std::string_view in) {
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (const char ch : in) {
+    int v = -1;
+    if (ch >= 'A' && ch <= 'Z')
+      v = ch - 'A';
+    else if (ch >= 'a' && ch <= 'z')
+      v = ch - 'a' + 26;
+    else if (ch >= '0' && ch <= '9')
+      v = ch - '0' + 52;
+    else if (ch == '+')
+      v = 62;
+    else if (ch == '/')
+      v = 63;
+    else if (ch == '=')
+      break;
+    else if (ch == '\n' || ch == '\r')
+      continue;
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xFFu));
+    }
+  }
+  return out;
+}
+
+/// A lattice position: the best path ending here.
+struct Node {
+  double score;       ///< the best path's total score
+  std::size_t start;  ///< byte where its last piece starts
+  TokenId id;         ///< that piece's id
+  bool set;           ///< whether any path ends here
+};
+
+}  // namespace unigram_detail
+
+/// SentencePiece's precompiled character map (the `precompiled_charsmap`
+/// of a tokenizer.json's Precompiled normalizer): a little-endian uint32
+/// byte size n of a double-array trie (darts-clone units), the trie, then
+/// the NUL-terminated replacement strings the trie's values point into.
+class PrecompiledCharsmap {
+ public:
+  PrecompiledCharsmap() = default;
+
+  /// Parses the decoded blob. \throws FormatError naming `source`.
+  PrecompiledCharsmap(std::string_view blob, const std::string& source) {
+    if (blob.size() < 4) throw FormatError("kappa: " + source + ": charsmap shorter than 4 bytes");
+    std::uint32_t n = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+      n |= static_cast<std::uint32_t>(static_cast<unsigned char>(blob[i])) << (8 * i);
+    if (n % 4 != 0 || n > blob.size() - 4 || n == 0)
+      throw FormatError("kappa: " + source + ": charsmap trie size " + std::to_string(n) +
+                        " does not fit the " + std::to_string(blob.size()) + "-byte blob");
+    units_.resize(n / 4);
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      std::uint32_t v = 0;
+      for (std::size_t i = 0; i < 4; ++i)
+        v |= static_cast<std::uint32_t>(static_cast<unsigned char>(blob[4 + 4 * u + i])) << (8 * i);
+      units_[u] = v;
+    }
+    normalized_.assign(blob.substr(4 + n));
+  }
+
+  bool empty() const noexcept { return units_.empty(); }
+
+  /// The replacement of `chunk`: the trie's first (shortest) prefix match of
+  /// chunk's bytes, as spm_precompiled's transform (which HF calls) takes
+  /// it; nullopt when no prefix of chunk is a key.
+  std::optional<std::string_view> transform(std::string_view chunk) const {
+    if (units_.empty()) return std::nullopt;
+    std::size_t pos = offset(units_[0]);
+    for (const char c : chunk) {
+      if (c == '\0') return std::nullopt;  // as spm_precompiled: a NUL ends the key
+      const auto label = static_cast<std::uint32_t>(static_cast<unsigned char>(c));
+      pos ^= label;
+      if (pos >= units_.size()) return std::nullopt;
+      const std::uint32_t unit = units_[pos];
+      if ((unit & ((1u << 31) | 0xFFu)) != label) return std::nullopt;
+      pos ^= offset(unit);
+      if (((unit >> 8) & 1u) != 0) {
+        if (pos >= units_.size()) return std::nullopt;
+        const std::size_t value = units_[pos] & ((1u << 31) - 1);
+        if (value >= normalized_.size()) return std::nullopt;
+        const std::string_view rest = std::string_view(normalized_).substr(value);
+        return rest.substr(0, std::min(rest.find('\0'), rest.size()));
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  static std::size_t offset(std::uint32_t unit) noexcept {
+    const std::uint32_t off = (unit >> 10) << ((unit & (1u << 9)) >> 6);
+    return off;
+  }
+  std::vector<std::uint32_t> units_;
+  std::string normalized_;
+};
+
+/// One normalizer step of a Unigram tokenizer.json.
+struct UnigramNormalizerStep {
+  enum class Kind { kPrecompiled, kReplace, kStrip, kLowercase };
+  Kind kind = Kind::kLowercase;
+  std::string pattern;      ///< Replace: the string pattern
+  std::string content;      ///< Replace: its replacement
+  bool strip_left = false;  ///< Strip
+  bool strip_right = false;
+  PrecompiledCharsmap charsmap;  ///< Precompiled
+};
+
+/// One decoder step.
+struct UnigramDecoderStep {
+  enum class Kind { kMetaspace, kByteFallback, kFuse, kReplace, kStrip };
+  Kind kind = Kind::kMetaspace;
+  std::string pattern, content;     ///< Replace
+  std::size_t start = 0, stop = 0;  ///< Strip: characters of `content`
+  bool prepend = true;              ///< Metaspace: prepend_scheme != never
+};
+
+/// The Metaspace prefix scheme.
+enum class UnigramPrependScheme { kAlways, kFirst, kNever };
+
+/// The parts of a Unigram tokenizer.json.
+struct UnigramConfig {
+  std::vector<std::pair<std::string, double>> pieces;  ///< the model's vocab
+  std::optional<TokenId> unk_id;
+  bool byte_fallback = false;
+  bool fuse_unk = true;
+  std::vector<UnigramNormalizerStep> normalizer;
+  bool whitespace_split = false;  ///< WhitespaceSplit before Metaspace
+  bool metaspace = false;         ///< a Metaspace pre-tokenizer
+  UnigramPrependScheme prepend_scheme = UnigramPrependScheme::kAlways;
+  bool split = true;                                      ///< Metaspace's split
+  std::vector<TokenId> template_prefix, template_suffix;  ///< TemplateProcessing single
+  std::vector<UnigramDecoderStep> decoder;
+  bool has_decoder = false;
+  /// added tokens: content, id, special
+  std::vector<std::tuple<std::string, TokenId, bool>> added;
+};
+
+/// Unigram tokenizer (Hugging Face tokenizers' model "Unigram").
+class UnigramTokenizer {
+ public:
+  /// Builds from a config. \throws FormatError naming `source`.
+  explicit UnigramTokenizer(UnigramConfig config, const std::string& source = "Unigram")
+      : config_(std::move(config)) {
+    if (config_.pieces.empty()) throw FormatError("kappa: " + source + ": model.vocab: empty");
+    min_score_ = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < config_.pieces.size(); ++i) {
+      const auto& [piece, score] = config_.pieces[i];
+      ids_.try_emplace(piece, static_cast<TokenId>(i));
+      min_score_ = std::min(min_score_, score);
+      max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
+    }
+    if (!config_.unk_id)
+      throw FormatError("kappa: " + source + ": model.unk_id: missing (HF requires it to encode)");
+    if (*config_.unk_id < 0 || static_cast<std::size_t>(*config_.unk_id) >= config_.pieces.size())
+      throw FormatError("kappa: " + source + ": model.unk_id: " + std::to_string(*config_.unk_id) +
+                        " outside the vocabulary of " + std::to_string(config_.pieces.size()));
+    n_tokens_ = config_.pieces.size();
+    for (const auto& [content, id, special] : config_.added) {
+      if (id < 0) throw FormatError("kappa: " + source + ": added_tokens: negative id");
+      const auto uid = static_cast<std::size_t>(id);
+      n_tokens_ = std::max(n_tokens_, uid + 1);
+      if (special) special_ids_.push_back(id);
+      if (uid >= config_.pieces.size()) extra_[id] = content;
+    }
+    for (const TokenId id : config_.template_prefix) check_id(id, source);
+    for (const TokenId id : config_.template_suffix) check_id(id, source);
+    if (config_.byte_fallback) {
+      byte_ids_.assign(256, -1);
+      for (int b = 0; b < 256; ++b) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+        const auto it = ids_.find(std::string_view(buf));
+        if (it != ids_.end()) byte_ids_[static_cast<std::size_t>(b)] = it->second;
+      }
+    }
+  }
+
+  /// Loads a Hugging Face tokenizer.json whose model type is "Unigram".
+  /// \throws FormatError naming the file and the key.
+  static UnigramTokenizer from_tokenizer_json(const std::string& path) {
+    return from_json(read_json_file(path), path);
+  }
+
+  /// As from_tokenizer_json() on a parsed document; `source` names it.
+  static UnigramTokenizer from_json(const nlohmann::json& j, const std::string& source) {
+    const auto fail = [&](const std::string& key, const std::string& what) -> void {
+      throw FormatError("kappa: " + source + ": " + key + ": " + what);
+    };
+    if (!j.is_object()) fail("(top level)", "not a JSON object");
+    const auto get = [](const nlohmann::json& o, const char* k) -> const nlohmann::json* {
+      if (!o.is_object()) return nullptr;
+      const auto it = o.find(k);
+      return (it == o.end() || it->is_null()) ? nullptr : &*it;
+    };
+    const auto type_of = [&](const nlohmann::json& o, const std::string& key) -> std::string {
+      if (!o.is_object()) fail(key, "not a JSON object");
+      const nlohmann::json* t = get(o, "type");
+      if (t == nullptr || !t->is_string()) fail(key + ".type", "missing or not a string");
+      return t->get<std::string>();
+    };
+    const auto flag = [&](const nlohmann::json& o, const char* k, const std::string& key,
+                          bool dflt) -> bool {
+      const nlohmann::json* v = get(o, k);
+      if (v == nullptr) return dflt;
+      if (!v->is_boolean()) fail(key + "." + k, "not true or false");
+      return v->get<bool>();
+    };
+    const auto str = [&](const nlohmann::json& o, const char* k, const std::string& key,
+                         const std::string& dflt) -> std::string {
+      const nlohmann::json* v = get(o, k);
+      if (v == nullptr) return dflt;
+      if (!v->is_string()) fail(key + "." + k, "not a string");
+      return v->get<std::string>();
+    };
+    const auto id_of = [&](const nlohmann::json& v, const std::string& key) -> TokenId {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+          v.get<std::int64_t>() > std::numeric_limits<TokenId>::max())
+        fail(key, "not a token id");
+      return static_cast<TokenId>(v.get<std::int64_t>());
+    };
+    UnigramConfig c;
+    const nlohmann::json* model = get(j, "model");
+    if (model == nullptr) fail("model", "missing");
+    const std::string mtype = type_of(*model, "model");
+    if (mtype != "Unigram") fail("model.type", kappa::quoted(mtype) + " is not \"Unigram\"");
+    const nlohmann::json* vocab = get(*model, "vocab");
+    if (vocab == nullptr || !vocab->is_array()) fail("model.vocab", "missing or not an array");
+    c.pieces.reserve(vocab->size());
+    for (std::size_t i = 0; i < vocab->size(); ++i) {
+      const nlohmann::json& e = (*vocab)[i];
+      const std::string key = "model.vocab[" + std::to_string(i) + "]";
+      if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
+        fail(key, "not a [piece, score] pair");
+      c.pieces.emplace_back(e[0].get<std::string>(), e[1].get<double>());
+    }
+    if (const nlohmann::json* u = get(*model, "unk_id")) c.unk_id = id_of(*u, "model.unk_id");
+    c.byte_fallback = flag(*model, "byte_fallback", "model", false);
+    // normalizer
+    const auto add_norm = [&](const nlohmann::json& n, const std::string& key, auto& self) -> void {
+      const std::string t = type_of(n, key);
+      UnigramNormalizerStep s;
+      if (t == "Sequence") {
+        const nlohmann::json* list = get(n, "normalizers");
+        if (list == nullptr || !list->is_array()) fail(key + ".normalizers", "not an array");
+        for (std::size_t i = 0; i < list->size(); ++i)
+          self((*list)[i], key + ".normalizers[" + std::to_string(i) + "]", self);
+        return;
+      }
+      if (t == "Precompiled") {
+        const std::string b64 = str(n, "precompiled_charsmap", key, "");
+        if (b64.empty()) return;  // HF: an empty charsmap normalizes nothing
+        const auto blob = unigram_detail::base64_decode(b64);
+        if (!blob) fail(key + ".precompiled_charsmap", "not base64");
+        s.kind = UnigramNormalizerStep::Kind::kPrecompiled;
+        s.charsmap = PrecompiledCharsmap(*blob, source + ": " + key + ".precompiled_charsmap");
+      } else if (t == "Replace") {
+        const nlohmann::json* p = get(n, "pattern");
+        if (p == nullptr || get(*p, "String") == nullptr)
+          fail(key + ".pattern", "only a String pattern is supported");
+        s.kind = UnigramNormalizerStep::Kind::kReplace;
+        s.pattern = str(*p, "String", key + ".pattern", "");
+        s.content = str(n, "content", key, "");
+        if (s.pattern.empty()) fail(key + ".pattern.String", "empty");
+      } else if (t == "Strip") {
+        s.kind = UnigramNormalizerStep::Kind::kStrip;
+        s.strip_left = flag(n, "strip_left", key, true);
+        s.strip_right = flag(n, "strip_right", key, true);
+      } else if (t == "Lowercase") {
+        s.kind = UnigramNormalizerStep::Kind::kLowercase;
+      } else {
+        fail(key + ".type", kappa::quoted(t) + " is not supported for Unigram");
+      }
+      c.normalizer.push_back(std::move(s));
+    };
+    if (const nlohmann::json* n = get(j, "normalizer")) add_norm(*n, "normalizer", add_norm);
+    // pre-tokenizer
+    const auto add_pre = [&](const nlohmann::json& p, const std::string& key, auto& self) -> void {
+      const std::string t = type_of(p, key);
+      if (t == "Sequence") {
+        const nlohmann::json* list = get(p, "pretokenizers");
+        if (list == nullptr || !list->is_array()) fail(key + ".pretokenizers", "not an array");
+        for (std::size_t i = 0; i < list->size(); ++i)
+          self((*list)[i], key + ".pretokenizers[" + std::to_string(i) + "]", self);
+      } else if (t == "WhitespaceSplit") {
+        if (c.metaspace) fail(key, "WhitespaceSplit after Metaspace is not supported");
+        c.whitespace_split = true;
+      } else if (t == "Metaspace") {
+        if (c.metaspace) fail(key, "a second Metaspace");
+        c.metaspace = true;
+        if (str(p, "replacement", key, "\xE2\x96\x81") != "\xE2\x96\x81")
+          fail(key + ".replacement", "only U+2581 is supported");
+        if (get(p, "prepend_scheme") != nullptr) {
+          const std::string s = str(p, "prepend_scheme", key, "always");
+          if (s == "always")
+            c.prepend_scheme = UnigramPrependScheme::kAlways;
+          else if (s == "first")
+            c.prepend_scheme = UnigramPrependScheme::kFirst;
+          else if (s == "never")
+            c.prepend_scheme = UnigramPrependScheme::kNever;
+          else
+            fail(key + ".prepend_scheme", kappa::quoted(s) + " is not always, first or never");
+        } else {
+          c.prepend_scheme = flag(p, "add_prefix_space", key, true) ? UnigramPrependScheme::kAlways
+                                                                    : UnigramPrependScheme::kNever;
+        }
+        c.split = flag(p, "split", key, true);
+      } else {
+        fail(key + ".type", kappa::quoted(t) + " is not supported for Unigram");
+      }
+    };
+    if (const nlohmann::json* p = get(j, "pre_tokenizer")) add_pre(*p, "pre_tokenizer", add_pre);
+    // added tokens
+    if (const nlohmann::json* a = get(j, "added_tokens")) {
+      if (!a->is_array()) fail("added_tokens", "not an array");
+      for (std::size_t i = 0; i < a->size(); ++i) {
+        const std::string key = "added_tokens[" + std::to_string(i) + "]";
+        const nlohmann::json& e = (*a)[i];
+        const nlohmann::json* id = get(e, "id");
+        if (id == nullptr) fail(key + ".id", "missing");
+        const std::string content = str(e, "content", key, "");
+        if (content.empty()) fail(key + ".content", "missing or empty");
+        c.added.emplace_back(content, id_of(*id, key + ".id"), flag(e, "special", key, false));
+      }
+    }
+    // post-processor
+    if (const nlohmann::json* pp = get(j, "post_processor")) {
+      const std::string t = type_of(*pp, "post_processor");
+      if (t != "TemplateProcessing")
+        fail("post_processor.type", kappa::quoted(t) + " is not supported");
+      const nlohmann::json* single = get(*pp, "single");
+      if (single == nullptr || !single->is_array()) fail("post_processor.single", "not an array");
+      const nlohmann::json* specials = get(*pp, "special_tokens");
+      bool seen_a = false;
+      for (std::size_t i = 0; i < single->size(); ++i) {
+        const std::string key = "post_processor.single[" + std::to_string(i) + "]";
+        const nlohmann::json& e = (*single)[i];
+        if (get(e, "Sequence") != nullptr) {
+          if (seen_a) fail(key, "a second sequence");
+          seen_a = true;
+        } else if (const nlohmann::json* sp = get(e, "SpecialToken")) {
+          const std::string name = str(*sp, "id", key + ".SpecialToken", "");
+          const nlohmann::json* def = specials ? get(*specials, name.c_str()) : nullptr;
+          const nlohmann::json* ids = def ? get(*def, "ids") : nullptr;
+          if (ids == nullptr || !ids->is_array())
+            fail("post_processor.special_tokens", kappa::quoted(name) + " missing or without ids");
+          for (const auto& v : *ids)
+            (seen_a ? c.template_suffix : c.template_prefix)
+                .push_back(id_of(v, "post_processor.special_tokens." + name));
+        } else {
+          fail(key, "neither Sequence nor SpecialToken");
+        }
+      }
+    }
+    // decoder
+    const auto add_dec = [&](const nlohmann::json& d, const std::string& key, auto& self) -> void {
+      const std::string t = type_of(d, key);
+      UnigramDecoderStep s;
+      if (t == "Sequence") {
+        const nlohmann::json* list = get(d, "decoders");
+        if (list == nullptr || !list->is_array()) fail(key + ".decoders", "not an array");
+        for (std::size_t i = 0; i < list->size(); ++i)
+          self((*list)[i], key + ".decoders[" + std::to_string(i) + "]", self);
+        return;
+      }
+      if (t == "Metaspace") {
+        s.kind = UnigramDecoderStep::Kind::kMetaspace;
+        if (str(d, "replacement", key, "\xE2\x96\x81") != "\xE2\x96\x81")
+          fail(key + ".replacement", "only U+2581 is supported");
+        if (get(d, "prepend_scheme") != nullptr)
+          s.prepend = str(d, "prepend_scheme", key, "always") != "never";
+        else
+          s.prepend = flag(d, "add_prefix_space", key, true);
+      } else if (t == "ByteFallback") {
+        s.kind = UnigramDecoderStep::Kind::kByteFallback;
+      } else if (t == "Fuse") {
+        s.kind = UnigramDecoderStep::Kind::kFuse;
+      } else if (t == "Replace") {
+        const nlohmann::json* p = get(d, "pattern");
+        if (p == nullptr || get(*p, "String") == nullptr)
+          fail(key + ".pattern", "only a String pattern is supported");
+        s.kind = UnigramDecoderStep::Kind::kReplace;
+        s.pattern = str(*p, "String", key + ".pattern", "");
+        s.content = str(d, "content", key, "");
+        if (s.pattern.empty()) fail(key + ".pattern.String", "empty");
+      } else if (t == "Strip") {
+        s.kind = UnigramDecoderStep::Kind::kStrip;
+        s.content = str(d, "content", key, " ");
+        const auto num = [&](const char* k) -> std::size_t {
+          const nlohmann::json* v = get(d, k);
+          if (v == nullptr) return 0;
+          if (!v->is_number_unsigned()) fail(key + "." + k, "not a count");
+          return v->get<std::size_t>();
+        };
+        s.start = num("start");
+        s.stop = num("stop");
+      } else {
+        fail(key + ".type", kappa::quoted(t) + " is not supported for Unigram");
+      }
+      c.decoder.push_back(std::move(s));
+    };
+    if (const nlohmann::json* d = get(j, "decoder")) {
+      c.has_decoder = true;
+      add_dec(*d, "decoder", add_dec);
+    }
+    return UnigramTokenizer(std::move(c), source);
+  }
+
+  /// encode(text) with the post-processor's special tokens when
+  /// `add_special_tokens`.
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const {
+    std::vector<TokenId> out;
+    if (add_special_tokens)
+      out.insert(out.end(), config_.template_prefix.begin(), config_.template_prefix.end());
+    // Split on added tokens (leftmost, longest), the text between them runs
+    // through normalizer, pre-tokenizer and model.
+    std::size_t start = 0, i = 0;
+    while (i < text.size()) {
+      const auto [len, id] = added_at(text, i);
+      if (len == 0) {
+        ++i;
+        continue;
+      }
+      encode_segment(text.substr(start, i - start), start == 0, out);
+      out.push_back(id);
+      i += len;
+      start = i;
+    }
+    encode_segment(text.substr(start), start == 0, out);
+    if (add_special_tokens)
+      out.insert(out.end(), config_.template_suffix.begin(), config_.template_suffix.end());
+    return out;
+  }
+
+  /// Encodes with the post-processor's special tokens (HF's default).
+  std::vector<TokenId> encode(std::string_view text) const { return encode(text, true); }
+
+  /// HF's decode: ids to pieces (special ones dropped when
+  /// `skip_special_tokens`), then the decoder.
+  /// \throws RangeError naming an id outside the vocabulary.
+  std::string decode(std::span<const TokenId> ids, bool skip_special_tokens) const {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (const TokenId id : ids) {
+      if (skip_special_tokens && is_special(id)) continue;
+      tokens.push_back(token(id));
+    }
+    if (!config_.has_decoder) {
+      std::string s;
+      for (std::size_t k = 0; k < tokens.size(); ++k) {
+        if (k != 0) s += ' ';
+        s += tokens[k];
+      }
+      return s;
+    }
+    for (const UnigramDecoderStep& d : config_.decoder) apply_decoder(d, tokens);
+    std::string s;
+    for (const std::string& t : tokens) s += t;
+    return s;
+  }
+
+  /// Decodes keeping special tokens.
+  std::string decode(std::span<const TokenId> ids) const { return decode(ids, false); }
+
+  /// N_T: the model's pieces and any added token above them.
+  std::size_t vocab_size() const noexcept { return n_tokens_; }
+
+  /// The piece of `id`. \throws RangeError naming the id and the size.
+  std::string token(TokenId id) const {
+    if (id >= 0 && static_cast<std::size_t>(id) < config_.pieces.size())
+      return config_.pieces[static_cast<std::size_t>(id)].first;
+    const auto it = extra_.find(id);
+    if (it != extra_.end()) return it->second;
+    throw RangeError("kappa: Unigram token id " + std::to_string(id) + " outside [0, " +
+                     std::to_string(n_tokens_) + ")");
+  }
+
+  /// The id of a piece or an added token.
+  std::optional<TokenId> find(std::string_view piece) const {
+    for (const auto& [content, id, special] : config_.added)
+      if (content == piece) return id;
+    const auto it = ids_.find(piece);
+    if (it == ids_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  std::optional<TokenId> token_to_id(std::string_view t) const { return find(t); }
+  std::string id_to_token(TokenId id) const { return token(id); }
+  TokenId unk_id() const noexcept { return *config_.unk_id; }
+  bool is_special(TokenId id) const noexcept {
+    return std::find(special_ids_.begin(), special_ids_.end(), id) != special_ids_.end();
+  }
+  /// The score s(t) of piece `id` (a model piece).
+  double score(TokenId id) const { return config_.pieces.at(static_cast<std::size_t>(id)).second; }
+  const UnigramConfig& config() const noexcept { return config_; }
+
+  /// The normalizer's output for `text` (no added-token split).
+  std::string normalize(std::string_view text) const {
+    std::string s(text);
+    for (const UnigramNormalizerStep& n : config_.normalizer) s = apply_normalizer(n, s);
+    return s;
+  }
+
+  /// The model alone: the Viterbi segmentation of one pre-token `word`,
+  /// appended to `out` as ids (byte fallback and unk applied).
+  void encode_word(std::string_view word, std::vector<TokenId>& out) const {
+    if (word.empty()) return;
+    const std::size_t n = word.size();
+    using Node = unigram_detail::Node;
+    std::vector<Node> best(n + 1, Node{0.0, 0, 0, false});
+    best[0].set = true;
+    const double unk_score = min_score_ - 10.0;
+    std::size_t at = 0;
+    while (at < n) {
+      const double here = best[at].score;
+      const std::size_t mblen = char_len(word, at);
+      bool single = false;
+      const std::size_t max_len = std::min(max_piece_bytes_, n - at);
+      for (std::size_t len = 1; len <= max_len; ++len) {
+        const auto it = ids_.find(word.substr(at, len));
+        if (it == ids_.end()) continue;
+        Node& target = best[at + len];
+        const double cand = config_.pieces[static_cast<std::size_t>(it->second)].second + here;
+        if (!target.set || cand > target.score) target = Node{cand, at, it->second, true};
+        if (len == mblen) single = true;
+      }
+      if (!single) {
+        Node& target = best[at + mblen];
+        const double cand = unk_score + here;
+        if (!target.set || cand > target.score) target = Node{cand, at, *config_.unk_id, true};
+      }
+      at += mblen;
+    }
+    // Backtrack: pieces (start, end, id), unk runs fused.
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    std::size_t end = n;
+    std::size_t unk_end = 0;
+    bool in_unk = false;
+    while (end > 0) {
+      const Node& node = best[end];
+      if (config_.fuse_unk && node.id == *config_.unk_id) {
+        if (!in_unk) unk_end = end;
+        in_unk = true;
+      } else {
+        if (in_unk) spans.emplace_back(end, unk_end);
+        in_unk = false;
+        spans.emplace_back(node.start, end);
+      }
+      end = node.start;
+    }
+    if (in_unk) spans.emplace_back(0, unk_end);
+    std::reverse(spans.begin(), spans.end());
+    for (const auto& [from, to] : spans) {
+      const std::string_view piece = word.substr(from, to - from);
+      const auto f = ids_.find(piece);
+      if (f != ids_.end()) {
+        out.push_back(f->second);
+        continue;
+      }
+      if (config_.byte_fallback) {
+        bool all = true;
+        for (const char ch : piece)
+          if (byte_ids_[static_cast<unsigned char>(ch)] < 0) all = false;
+        if (all) {
+          for (const char ch : piece) out.push_back(byte_ids_[static_cast<unsigned char>(ch)]);
+          continue;
+        }
+      }
+      out.push_back(*config_.unk_id);
+    }
+  }
+
+ private:
+  static std::size_t char_len(std::string_view s, std::size_t i) noexcept {
+    return decode_utf8(s, i).length;
+  }
+
+  void check_id(TokenId id, const std::string& source) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= n_tokens_)
+      throw FormatError("kappa: " + source + ": post_processor: id " + std::to_string(id) +
+                        " outside the vocabulary of " + std::to_string(n_tokens_));
+  }
+
+  std::pair<std::size_t, TokenId> added_at(std::string_view text, std::size_t i) const {
+    std::pair<std::size_t, TokenId> best{0, 0};
+    for (const auto& [content, id, special] : config_.added)
+      if (content.size() > best.first && text.substr(i, content.size()) == content)
+        best = {content.size(), id};
+    return best;
+  }
+
+  static std::string replace_all(std::string_view s, std::string_view pat, std::string_view with) {
+    std::string out;
+    std::size_t i = 0;
+    while (true) {
+      const std::size_t f = s.find(pat, i);
+      if (f == std::string_view::npos) break;
+      out.append(s.substr(i, f - i));
+      out.append(with);
+      i = f + pat.size();
+    }
+    out.append(s.substr(i));
+    return out;
+  }
+
+  // Grapheme_Cluster_Break = Control (approximately: Cc, Zl, Zp, Cf).
+  static bool is_control(char32_t cp) noexcept {
+    return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0xAD || cp == 0x61C || cp == 0x180E ||
+           cp == 0x200B || cp == 0x200E || cp == 0x200F || (cp >= 0x2028 && cp <= 0x202E) ||
+           (cp >= 0x2060 && cp <= 0x206F) || cp == 0xFEFF || (cp >= 0xFFF0 && cp <= 0xFFFB) ||
+           (cp >= 0x1BCA0 && cp <= 0x1BCA3) || (cp >= 0x1D173 && cp <= 0x1D17A) || cp == 0xE0001;
+  }
+
+  // Extended_Pictographic, approximately (the emoji blocks).
+  static bool is_pictographic(char32_t cp) noexcept {
+    return (cp >= 0x1F000 && cp <= 0x1FAFF) || (cp >= 0x2600 && cp <= 0x27BF) ||
+           (cp >= 0x2300 && cp <= 0x23FF) || cp == 0xA9 || cp == 0xAE || cp == 0x203C ||
+           cp == 0x2049 || (cp >= 0x2190 && cp <= 0x21FF) || (cp >= 0x2B00 && cp <= 0x2BFF);
+  }
+
+  // End of the extended grapheme cluster starting at i: UAX #29's rules for
+  // CR LF, controls, Extend and SpacingMark (`\p{M}`, ZWJ, ZWNJ, variation
+  // selectors, emoji modifiers, tags), ZWJ emoji sequences and regional
+  // indicator pairs. Hangul jamo sequences and Prepend are not joined (the
+  // charsmap is consulted per character there, as for any cluster of 6 bytes
+  // or more).
+  static std::size_t cluster_end(std::string_view s, std::size_t i) {
+    const Utf8Char first = decode_utf8(s, i);
+    std::size_t j = i + first.length;
+    if (!first.valid) return j;
+    if (first.code_point == U'\r') {
+      if (j < s.size() && s[j] == '\n') ++j;
+      return j;
+    }
+    if (is_control(first.code_point)) return j;
+    bool pictographic = is_pictographic(first.code_point);
+    if (first.code_point >= 0x1F1E6 && first.code_point <= 0x1F1FF && j < s.size()) {
+      const Utf8Char c = decode_utf8(s, j);
+      if (c.valid && c.code_point >= 0x1F1E6 && c.code_point <= 0x1F1FF) j += c.length;
+    }
+    while (j < s.size()) {
+      const Utf8Char c = decode_utf8(s, j);
+      if (!c.valid) break;
+      const char32_t cp = c.code_point;
+      const bool extend = char_class(cp) == CharClass::kMark || (cp >= 0xFE00 && cp <= 0xFE0F) ||
+                          cp == 0x200C || (cp >= 0x1F3FB && cp <= 0x1F3FF) ||
+                          (cp >= 0xE0020 && cp <= 0xE007F) || (cp >= 0xE0100 && cp <= 0xE01EF);
+      if (extend) {
+        j += c.length;
+      } else if (cp == 0x200D) {
+        j += c.length;
+        if (pictographic && j < s.size()) {
+          const Utf8Char n = decode_utf8(s, j);
+          if (n.valid && is_pictographic(n.code_point)) j += n.length;
+        }
+      } else {
+        break;
+      }
+    }
+    return j;
+  }
+
+  static std::string apply_normalizer(const UnigramNormalizerStep& n, std::string_view s) {
+    switch (n.kind) {
+      case UnigramNormalizerStep::Kind::kReplace:
+        return replace_all(s, n.pattern, n.content);
+      case UnigramNormalizerStep::Kind::kLowercase: {
+        std::u32string buf;
+        std::string out;
+        out.reserve(s.size());
+        for (std::size_t i = 0; i < s.size();) {
+          const Utf8Char c = decode_utf8(s, i);
+          if (!c.valid || c.code_point < 0x80) {
+            const char ch = s[i];
+            out.push_back(ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch - 'A' + 'a') : ch);
+          } else {
+            buf.clear();
+            detail::lowercase_append(buf, c.code_point);
+            for (const char32_t cp : buf) append_utf8(out, cp);
+          }
+          i += c.length;
+        }
+        return out;
+      }
+      case UnigramNormalizerStep::Kind::kStrip: {
+        std::size_t b = 0, e = s.size();
+        if (n.strip_left)
+          while (b < e) {
+            const Utf8Char c = decode_utf8(s, b);
+            if (!c.valid || !detail::bert_is_whitespace(c.code_point)) break;
+            b += c.length;
+          }
+        if (n.strip_right)
+          while (e > b) {
+            std::size_t k = e - 1;
+            while (k > b && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+            const Utf8Char c = decode_utf8(s, k);
+            if (!c.valid || !detail::bert_is_whitespace(c.code_point)) break;
+            e = k;
+          }
+        return std::string(s.substr(b, e - b));
+      }
+      case UnigramNormalizerStep::Kind::kPrecompiled: {
+        std::string out;
+        out.reserve(s.size());
+        for (std::size_t i = 0; i < s.size();) {
+          const std::size_t g_end = cluster_end(s, i);
+          const std::string_view g = s.substr(i, g_end - i);
+          if (g.size() < 6) {
+            if (const auto r = n.charsmap.transform(g)) {
+              out.append(*r);
+              i = g_end;
+              continue;
+            }
+          }
+          for (std::size_t k = 0; k < g.size();) {
+            const std::size_t len = char_len(g, k);
+            const std::string_view part = g.substr(k, len);
+            if (const auto r = n.charsmap.transform(part))
+              out.append(*r);
+            else
+              out.append(part);
+            k += len;
+          }
+          i = g_end;
+        }
+        return out;
+      }
+    }
+    return std::string(s);
+  }
+
+  // One segment between added tokens: normalizer, pre-tokenizer, model.
+  void encode_segment(std::string_view text, bool at_start, std::vector<TokenId>& out) const {
+    if (text.empty()) return;
+    const std::string norm = normalize(text);
+    static constexpr std::string_view kMeta = "\xE2\x96\x81";
+    const auto meta = [&](std::string_view word, bool first) {
+      if (word.empty()) return;
+      std::string w = replace_all(word, " ", kMeta);
+      const bool prepend = (config_.prepend_scheme == UnigramPrependScheme::kAlways ||
+                            (config_.prepend_scheme == UnigramPrependScheme::kFirst && first)) &&
+                           w.compare(0, kMeta.size(), kMeta) != 0;
+      if (prepend) w.insert(0, kMeta);
+      if (!config_.split) {
+        encode_word(w, out);
+        return;
+      }
+      // split before every "▁" (MergedWithNext)
+      std::size_t b = 0;
+      for (std::size_t k = kMeta.size(); k + kMeta.size() <= w.size();) {
+        if (std::string_view(w).substr(k, kMeta.size()) == kMeta) {
+          encode_word(std::string_view(w).substr(b, k - b), out);
+          b = k;
+          k += kMeta.size();
+        } else {
+          ++k;
+        }
+      }
+      encode_word(std::string_view(w).substr(b), out);
+    };
+    const auto word = [&](std::string_view w, bool first) {
+      if (config_.metaspace)
+        meta(w, first);
+      else
+        encode_word(w, out);
+    };
+    if (!config_.whitespace_split) {
+      word(norm, at_start);
+      return;
+    }
+    const std::string_view sv(norm);
+    std::size_t i = 0;
+    while (i < sv.size()) {
+      std::size_t b = i;
+      while (b < sv.size()) {
+        const Utf8Char c = decode_utf8(sv, b);
+        if (!c.valid || !detail::bert_is_whitespace(c.code_point)) break;
+        b += c.length;
+      }
+      std::size_t e = b;
+      while (e < sv.size()) {
+        const Utf8Char c = decode_utf8(sv, e);
+        if (c.valid && detail::bert_is_whitespace(c.code_point)) break;
+        e += c.length;
+      }
+      if (e > b) word(sv.substr(b, e - b), at_start && b == 0);
+      i = e;
+    }
+  }
+
+  static void apply_decoder(const UnigramDecoderStep& d, std::vector<std::string>& tokens) {
+    switch (d.kind) {
+      case UnigramDecoderStep::Kind::kMetaspace:
+        for (std::size_t k = 0; k < tokens.size(); ++k) {
+          std::string out;
+          const std::string& t = tokens[k];
+          for (std::size_t i = 0; i < t.size();) {
+            if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
+              if (!(k == 0 && d.prepend)) out.push_back(' ');
+              i += 3;
+            } else {
+              out.push_back(t[i]);
+              ++i;
+            }
+          }
+          tokens[k] = std::move(out);
+        }
+        break;
+      case UnigramDecoderStep::Kind::kReplace:
+        for (std::string& t : tokens) t = replace_all(t, d.pattern, d.content);
+        break;
+      case UnigramDecoderStep::Kind::kFuse: {
+        std::string all;
+        for (const std::string& t : tokens) all += t;
+        tokens.clear();
+        tokens.push_back(std::move(all));
+        break;
+      }
+      case UnigramDecoderStep::Kind::kStrip:
+        for (std::string& t : tokens) {
+          std::size_t b = 0, e = t.size();
+          for (std::size_t k = 0;
+               k < d.start && b < e && t.compare(b, d.content.size(), d.content) == 0; ++k)
+            b += d.content.size();
+          for (std::size_t k = 0; k < d.stop && e >= b + d.content.size() &&
+                                  t.compare(e - d.content.size(), d.content.size(), d.content) == 0;
+               ++k)
+            e -= d.content.size();
+          t = t.substr(b, e - b);
+        }
+        break;
+      case UnigramDecoderStep::Kind::kByteFallback: {
+        std::vector<std::string> out;
+        std::string bytes;
+        std::size_t pending = 0;
+        const auto flush = [&] {
+          if (pending == 0) return;
+          if (is_valid_utf8(bytes)) {
+            out.push_back(bytes);
+          } else {
+            for (std::size_t k = 0; k < pending; ++k) out.emplace_back("\xEF\xBF\xBD");
+          }
+          bytes.clear();
+          pending = 0;
+        };
+        for (std::string& t : tokens) {
+          const auto hex = [](char ch) -> int {
+            if (ch >= '0' && ch <= '9') return ch - '0';
+            if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+            if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+            return -1;
+          };
+          if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) >= 0 &&
+              hex(t[4]) >= 0) {
+            bytes.push_back(static_cast<char>(hex(t[3]) * 16 + hex(t[4])));
+            ++pending;
+          } else {
+            flush();
+            out.push_back(std::move(t));
+          }
+        }
+        flush();
+        tokens = std::move(out);
+        break;
+      }
+    }
+  }
+
+  UnigramConfig config_;
+  std::unordered_map<std::string, TokenId, unigram_detail::Hash, std::equal_to<>> ids_;
+  std::unordered_map<TokenId, std::string> extra_;
+  std::vector<TokenId> special_ids_;
+  std::vector<TokenId> byte_ids_;
+  double min_score_ = 0.0;
+  std::size_t max_piece_bytes_ = 0;
+  std::size_t n_tokens_ = 0;
+};
+
+}  // namespace kappa::tokenize

@@ -1,0 +1,262 @@
+#!/usr/bin/env node
+// Unigram (T5, ALBERT style) beside Hugging Face tokenizers
+// (@anush008/tokenizers, the native Rust binding pinned in package-lock.json
+// here). Runs only when asked; tests/tokenize/unigram_test.cpp reads what it
+// wrote, committed under tests/data/tokenize/unigram/.
+//
+//   node unigram_peer.cjs make <tests/data/tokenize>
+//       Writes tests/data/tokenize/unigram/<config>/tokenizer.json for every
+//       configuration of CONFIGS: a synthetic Unigram vocabulary made from the
+//       corpus files (every substring of up to 8 characters of every word,
+//       "▁"-prefixed at word starts, scored by log frequency rounded to
+//       quarters so that many segmentations tie) and a SentencePiece charsmap
+//       (a darts-clone double-array trie built here, with full-width ASCII,
+//       spaces, ligatures, a two-character key and an empty replacement).
+//   node unigram_peer.cjs golden <tests/data/tokenize> <out.json>
+//       For every input (the corpus files, random strings, fixed cases) and
+//       every configuration: HF's ids with and without the template and HF's
+//       decode of both (skip_special_tokens true, false).
+"use strict";
+const fs = require("fs");
+const path = require("path");
+
+const peersDir = process.env.KAPPA_TOKENIZE_PEERS || __dirname;
+const peer = (name) => require(require.resolve(name, { paths: [peersDir] }));
+const META = "\u2581";
+
+function xorshift32(seed) {
+  let x = seed >>> 0 || 1;
+  return (n) => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x % n; };
+}
+
+// ---- the charsmap: keys -> replacements, as a darts-clone double array ----
+function charsmapRules() {
+  const rules = [];
+  for (let c = 0xFF01; c <= 0xFF5E; ++c) rules.push([String.fromCodePoint(c), String.fromCodePoint(c - 0xFEE0)]);
+  rules.push(["\u00A0", " "], ["\u3000", " "], ["\t", " "], ["\n", " "], ["\r", ""], ["\u200B", ""],
+             ["\uFB01", "fi"], ["\uFB02", "fl"], ["\u2460", "1"], ["\u2461", "2"], ["\u2026", "..."],
+             ["e\u0301", "\u00E9"], ["\u2126", "\u03A9"], ["\u212B", "\u00C5"], ["\u00BD", "1\u20442"],
+             ["\u2160", "I"], ["\u00C5", "A\u030A"], ["\u3002", "."]);
+  return rules;
+}
+
+function buildCharsmap(rules) {
+  // byte trie
+  const root = { kids: new Map(), value: -1 };
+  let pool = Buffer.alloc(0);
+  for (const [key, rep] of rules) {
+    const value = pool.length;
+    pool = Buffer.concat([pool, Buffer.from(rep, "utf8"), Buffer.from([0])]);
+    let n = root;
+    for (const b of Buffer.from(key, "utf8")) {
+      if (!n.kids.has(b)) n.kids.set(b, { kids: new Map(), value: -1 });
+      n = n.kids.get(b);
+    }
+    n.value = value;
+  }
+  const units = [0];
+  const used = new Set([0]);
+  const bases = new Set();
+  const put = (pos, v) => { while (units.length <= pos) units.push(0); units[pos] = v >>> 0; used.add(pos); };
+  const queue = [[root, 0, 0]];
+  while (queue.length) {
+    const [node, pos, label] = queue.shift();
+    const labels = [...node.kids.keys()];
+    if (node.value >= 0) labels.push(0);
+    if (labels.length === 0) throw new Error("leaf without value");
+    let base = 1;
+    while (bases.has(base) || labels.some((l) => used.has(base ^ l))) ++base;
+    bases.add(base);
+    const offset = pos ^ base;
+    if (offset >= (1 << 21)) throw new Error("offset too large");
+    put(pos, (offset << 10) | (node.value >= 0 ? 1 << 8 : 0) | label);
+    for (const l of labels) used.add(base ^ l);
+    if (node.value >= 0) put(base, (0x80000000 | node.value) >>> 0);
+    for (const [l, kid] of node.kids) queue.push([kid, base ^ l, l]);
+  }
+  const trie = Buffer.alloc(units.length * 4);
+  units.forEach((u, i) => trie.writeUInt32LE(u >>> 0, i * 4));
+  const head = Buffer.alloc(4);
+  head.writeUInt32LE(trie.length, 0);
+  return Buffer.concat([head, trie, pool]).toString("base64");
+}
+
+// ---- the vocabulary ----
+const SPECIALS = ["<pad>", "</s>", "<unk>", "<s>"];
+
+function buildVocab(dataDir) {
+  const corpusDir = path.join(dataDir, "corpus");
+  const counts = new Map();
+  let total = 0;
+  for (const f of fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort()) {
+    const text = fs.readFileSync(path.join(corpusDir, f), "utf8");
+    for (const w of text.split(/\s+/).filter((w) => w.length > 0)) {
+      const chars = [...(META + w)];
+      for (let i = 0; i < chars.length; ++i)
+        for (let n = 1; n <= 8 && i + n <= chars.length; ++n) {
+          const s = chars.slice(i, i + n).join("");
+          if (s === META + "" && n === 1) { counts.set(s, (counts.get(s) || 0) + 1); total++; continue; }
+          counts.set(s, (counts.get(s) || 0) + 1);
+          ++total;
+        }
+    }
+  }
+  for (const c of "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'\"-()") {
+    if (!counts.has(c)) { counts.set(c, 1); ++total; }
+  }
+  const entries = [...counts.entries()].filter(([s, c]) => c >= 2 || [...s].length === 1 ||
+                                                 (s.startsWith(META) && [...s].length <= 4));
+  entries.sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  const kept = entries.slice(0, 4000);
+  const vocab = SPECIALS.map((s) => [s, 0.0]);
+  for (const [s, c] of kept) vocab.push([s, Math.round(4 * Math.log(c / total)) / 4 - 0.25 * ([...s].length > 4 ? 1 : 0)]);
+  return vocab;
+}
+
+function byteVocab(vocab) {
+  const out = vocab.slice(0, SPECIALS.length);
+  for (let b = 0; b < 256; ++b) out.push(["<0x" + b.toString(16).toUpperCase().padStart(2, "0") + ">", 0.0]);
+  const have = new Set(out.map((e) => e[0]));
+  for (const e of vocab.slice(SPECIALS.length)) if (!have.has(e[0])) out.push(e);
+  return out;
+}
+
+function addedTokens(vocab) {
+  return SPECIALS.map((t) => ({ id: vocab.findIndex((e) => e[0] === t), content: t, single_word: false,
+    lstrip: false, rstrip: false, normalized: false, special: true }));
+}
+
+function template(prefix, suffix, vocab) {
+  const id = (t) => vocab.findIndex((e) => e[0] === t);
+  const special = {};
+  for (const t of [...prefix, ...suffix]) special[t] = { id: t, ids: [id(t)], tokens: [t] };
+  return {
+    type: "TemplateProcessing",
+    single: [...prefix.map((t) => ({ SpecialToken: { id: t, type_id: 0 } })), { Sequence: { id: "A", type_id: 0 } },
+             ...suffix.map((t) => ({ SpecialToken: { id: t, type_id: 0 } }))],
+    pair: [...prefix.map((t) => ({ SpecialToken: { id: t, type_id: 0 } })), { Sequence: { id: "A", type_id: 0 } },
+           { Sequence: { id: "B", type_id: 1 } }, ...suffix.map((t) => ({ SpecialToken: { id: t, type_id: 1 } }))],
+    special_tokens: special,
+  };
+}
+
+const CONFIG_NAMES = ["t5", "albert", "bytes", "first"];
+
+function configs(dataDir) {
+  const vocab = buildVocab(dataDir);
+  const bytes = byteVocab(vocab);
+  const charsmap = buildCharsmap(charsmapRules());
+  const precompiled = { type: "Precompiled", precompiled_charsmap: charsmap };
+  const wsMeta = (scheme) => ({ type: "Sequence", pretokenizers: [{ type: "WhitespaceSplit" },
+    { type: "Metaspace", replacement: META, prepend_scheme: scheme, split: true }] });
+  const base = (v, rest) => ({ version: "1.0", truncation: null, padding: null, added_tokens: addedTokens(v), ...rest,
+    model: { type: "Unigram", unk_id: 2, vocab: v, byte_fallback: rest.byte_fallback || false } });
+  const t = {};
+  t.t5 = base(vocab, { normalizer: precompiled, pre_tokenizer: wsMeta("always"),
+    post_processor: template([], ["</s>"], vocab),
+    decoder: { type: "Metaspace", replacement: META, prepend_scheme: "always", split: true } });
+  t.albert = base(vocab, { normalizer: { type: "Sequence", normalizers: [
+      { type: "Replace", pattern: { String: "``" }, content: "\"" },
+      { type: "Replace", pattern: { String: "''" }, content: "\"" },
+      { type: "Lowercase" }, precompiled] },
+    pre_tokenizer: wsMeta("always"), post_processor: template(["<s>"], ["</s>"], vocab),
+    decoder: { type: "Metaspace", replacement: META, prepend_scheme: "always", split: true } });
+  t.bytes = base(bytes, { byte_fallback: true,
+    normalizer: { type: "Sequence", normalizers: [{ type: "Strip", strip_left: true, strip_right: true },
+      { type: "Replace", pattern: { String: "  " }, content: " " }] },
+    pre_tokenizer: { type: "Metaspace", replacement: META, prepend_scheme: "always", split: false },
+    post_processor: null,
+    decoder: { type: "Sequence", decoders: [{ type: "Replace", pattern: { String: META }, content: " " },
+      { type: "ByteFallback" }, { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] } });
+  t.first = base(vocab, { normalizer: null,
+    pre_tokenizer: { type: "Metaspace", replacement: META, prepend_scheme: "first", split: true },
+    post_processor: null,
+    decoder: { type: "Metaspace", replacement: META, prepend_scheme: "first", split: true } });
+  for (const k of Object.keys(t)) delete t[k].byte_fallback;
+  return t;
+}
+
+function make(dataDir) {
+  const t = configs(dataDir);
+  for (const name of CONFIG_NAMES) {
+    const dir = path.join(dataDir, "unigram", name);
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify(t[name]) + "\n");
+  }
+  console.log(`unigram peer: ${CONFIG_NAMES.length} tokenizers written`);
+}
+
+const POOL = [
+  ..."abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789      \t\n\r.,!?;:'\"()[]{}<>-_#@$%^&*/\\|~`+=",
+  "the", "The", "ing", "tion", "ent", " the ", "``", "''", "</s>", "<s>", "<unk>", "<pad>", "\u2581", "\u2581\u2581",
+  0xE9, 0xC9, 0xE8, 0xF1, 0xFC, 0xC5, 0xE7, 0xDF, 0x130, 0x3A3, 0x3C3, 0x301, 0x308, 0x300,
+  0x4E2D, 0x6587, 0x5B57, 0x3042, 0x30AB, 0xAC00, 0x627, 0x644, 0x5D0, 0x915, 0x93F, 0x20000,
+  0x3000, 0xA0, 0x200B, 0x200D, 0xFEFF, 0xFFFD, 0x1F600, 0x1F44D, 0x1F3FD, 0x2019, 0x2026, 0x3002,
+  0xFF01, 0xFF21, 0xFF41, 0xFF10, 0xFF5E, 0xFB01, 0xFB02, 0x2460, 0x2461, 0x2126, 0x212B, 0xBD, 0x2160,
+  0x10348, 0xE000, 0x1F1FA, 0x1F1F8, 0xFE0F,
+].map((c) => (typeof c === "number" ? String.fromCodePoint(c) : c));
+const RANDOM_SEED = 20261225;
+const RANDOM_COUNT = 500;
+const RANDOM_MAX_ITEMS = 30;
+
+function inputs(dataDir) {
+  const cases = [];
+  const corpusDir = path.join(dataDir, "corpus");
+  for (const f of fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort())
+    cases.push({ name: `corpus/${f}`, file: `corpus/${f}` });
+  const next = xorshift32(RANDOM_SEED);
+  for (let k = 0; k < RANDOM_COUNT; ++k) {
+    const n = next(RANDOM_MAX_ITEMS + 1);
+    let s = "";
+    for (let c = 0; c < n; ++c) s += POOL[next(POOL.length)];
+    cases.push({ name: `random/${k}`, text: s });
+  }
+  const fixed = [
+    "", " ", "   ", "\t\n  \r\n", "Hello, World!", "Hello  World", " leading and trailing ",
+    "Ｈｅｌｌｏ　Ｗｏｒｌｄ！", "ﬁne ﬂow ① ② … Ω Å ½ Ⅰ", "cafe\u0301 cafe\u0301s e\u0301", "``quoted'' text",
+    "hello</s>world <s> x <unk>y<pad>", "\u2581hello \u2581\u2581 world\u2581", "a".repeat(100), "ab".repeat(1500),
+    "\u4E2D\u6587\u5B57\u6BCD\u3068\u3072\u3089\u304C\u306A \uD55C\uAD6D\uC5B4",
+    "\u{1F600}\u{1F44D}\u{1F3FD} \u{1F1FA}\u{1F1F8} \u{1F468}\u200D\u{1F469}\u200D\u{1F467} emoji!!",
+    "\u{10348}\u{10348} zzzz qqqq \uE000", "x\u200By\u200Bz", "tab\there\nnew line\r\nend",
+  ];
+  fixed.forEach((text, k) => cases.push({ name: `fixed/${k}`, text }));
+  return cases;
+}
+
+async function golden(dataDir, outFile) {
+  const { Tokenizer } = peer("@anush008/tokenizers");
+  const cases = inputs(dataDir);
+  const tokenizers = {};
+  for (const name of CONFIG_NAMES)
+    tokenizers[name] = Tokenizer.fromString(fs.readFileSync(path.join(dataDir, "unigram", name, "tokenizer.json"), "utf8"));
+  const out = [];
+  for (const c of cases) {
+    const text = c.file !== undefined ? fs.readFileSync(path.join(dataDir, c.file), "utf8") : c.text;
+    const entry = { name: c.name };
+    if (c.file !== undefined) entry.file = c.file; else entry.text = c.text;
+    for (const [name, t] of Object.entries(tokenizers)) {
+      const ids = Array.from((await t.encode(text)).getIds());
+      const plain = Array.from((await t.encode(text, null, { addSpecialTokens: false })).getIds());
+      entry[name] = { ids, plain, decode_skip: await t.decode(ids, true), decode: await t.decode(plain, false) };
+    }
+    out.push(JSON.stringify(entry));
+  }
+  const header = {
+    about: "Hugging Face tokenizers' Unigram ids and decodings for tests/tokenize/unigram_test.cpp, made by " +
+      "tests/tokenize/peer/unigram_peer.cjs golden. 'file' is relative to tests/data/tokenize; per configuration " +
+      "(tests/data/tokenize/unigram/<config>/tokenizer.json): ids (encode, with the template), plain " +
+      "(add_special_tokens false), decode_skip (decode(ids, true)), decode (decode(plain, false)).",
+    peer: { "@anush008/tokenizers": JSON.parse(fs.readFileSync(require.resolve("@anush008/tokenizers/package.json", { paths: [peersDir] }), "utf8")).version },
+    configs: CONFIG_NAMES,
+    random: { seed: RANDOM_SEED, count: RANDOM_COUNT, max_items: RANDOM_MAX_ITEMS },
+  };
+  fs.writeFileSync(outFile, '{"header": ' + JSON.stringify(header) + ',\n"cases": [\n' + out.join(",\n") + "\n]}\n");
+  console.log(`unigram peer: ${cases.length} cases written to ${outFile}`);
+}
+
+if (require.main === module) {
+  const [cmd, ...args] = process.argv.slice(2);
+  if (cmd === "make" && args.length === 1) make(args[0]);
+  else if (cmd === "golden" && args.length === 2) golden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
+  else { process.stderr.write("usage: unigram_peer.cjs make <tests/data/tokenize> | golden <tests/data/tokenize> <out.json>\n"); process.exit(2); }
+}
