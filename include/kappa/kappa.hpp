@@ -30,6 +30,7 @@
 #include "kappa/tokenize/char_tokenizer.hpp"
 #include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
 #include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/word_tokenizer.hpp"
