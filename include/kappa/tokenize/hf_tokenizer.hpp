@@ -1,7 +1,9 @@
 // kappa/tokenize/hf_tokenizer.hpp - the tokenizer of a Hugging Face model
 // directory: tokenizer.json (byte-level BPE, as Llama-3, Qwen2, GPT-2 and most
-// current models ship it) or GPT-2's vocab.json + merges.txt, with the
-// BOS/EOS settings of tokenizer_config.json and special_tokens_map.json.
+// current models ship it, or SentencePiece-style BPE with byte fallback, as
+// Llama-2, Mistral-7B, TinyLlama, Phi-3 and Gemma do) or GPT-2's vocab.json +
+// merges.txt, with the BOS/EOS settings of tokenizer_config.json and
+// special_tokens_map.json.
 //
 // encode(text) = prefix ++ concat over segments s of text of bpe(pieces(s)) ++ suffix,
 // where the added tokens of tokenizer.json ("<|begin_of_text|>", ...) cut
@@ -10,7 +12,7 @@
 // pre-tokenizer's split pattern; bpe is BpeModel's merge loop (bpe.hpp);
 // prefix/suffix are the BOS/EOS ids the tokenizer adds (see "BOS and EOS").
 //
-// Supported tokenizer.json (anything else is a FormatError that names the
+// Supported byte-level tokenizer.json (anything else is a FormatError that names the
 // file, the key and what was found):
 //   normalizer     null or absent. NFC (Qwen2 ships it) only with
 //                  Normalization::kAssumeNormalized: kappa does not
@@ -39,6 +41,43 @@
 //                  before / after $A of "single"), RobertaProcessing,
 //                  BertProcessing (cls before, sep after), or a Sequence of
 //                  these.
+//
+// SentencePiece-style BPE (the layout when pre_tokenizer is null, absent or
+// Metaspace), exactly as Hugging Face tokenizers (0.22) runs it:
+//   normalizer     null, Prepend, Replace with a String pattern, or a Sequence
+//                  of these (Llama-2's Sequence [Prepend("▁"), Replace(" ",
+//                  "▁")]); NFC as above. It runs on each segment between added
+//                  tokens (so Prepend puts a "▁" before each).
+//   pre_tokenizer  null: the normalized segment is one word. Metaspace
+//                  {replacement, prepend_scheme first / always / never (or the
+//                  older add_prefix_space), split}: spaces become the
+//                  replacement, which is put in front unless the segment
+//                  starts with it (always; first: only for the segment at the
+//                  start of the text), and with split each replacement
+//                  character starts a new word.
+//   model          BPE over characters: vocabulary strings as they are ("▁the",
+//                  "<0x0A>"), merges in either layout; each character is its
+//                  token, else with byte_fallback its UTF-8 bytes as <0xNN>
+//                  tokens (if all 256 needed are there), else unk_token (runs
+//                  fused into one with fuse_unk; dropped without unk_token);
+//                  then the adjacent pair of lowest merge rank is merged,
+//                  leftmost on ties, until none is left (a heap: O(n log n)).
+//                  ignore_merges: a word that is a token is that token. A byte
+//                  of invalid UTF-8 is a character of its own (byte fallback).
+//                  unk_token must be in the vocabulary (Hugging Face fails at
+//                  encoding time instead).
+//   decoder        Sequence of Replace (String pattern), ByteFallback (runs
+//                  of <0xNN> tokens to their bytes; a run that is not valid
+//                  UTF-8 becomes one U+FFFD per byte), Fuse, Strip {content,
+//                  start, stop}, Metaspace (the replacement as a space; in the
+//                  first token dropped unless prepend_scheme is never); null
+//                  joins the tokens with " ", as Hugging Face does.
+// Added tokens with normalized: true are matched in the raw text like the
+// others (Hugging Face matches them after normalizing; the Llama-2 / Mistral
+// files mark theirs normalized: false). round_trips() says whether
+// decode(encode(x)) == x holds (it does not in most SentencePiece-style
+// layouts, for Hugging Face either). token(id) is the text a token stands
+// for, piece(id) its vocabulary string.
 //
 // ignore_merges: with true (Llama-3) a piece that is itself in the vocabulary
 // is emitted as that id; with false the merges alone decide. The two differ
@@ -299,7 +338,8 @@ struct SentencePieceBpe {
 }  // namespace detail
 
 /// The tokenizer of a Hugging Face model directory (see the file comment):
-/// byte-level BPE with one of the known split patterns, chosen at run time.
+/// byte-level BPE with one of the known split patterns, chosen at run time,
+/// or SentencePiece-style BPE over characters with byte fallback.
 class HfTokenizer {
  public:
   /// The split pattern, one alternative per known pre-tokenizer.
@@ -1429,7 +1469,8 @@ class HfTokenizer {
       case Kind::kFuse: {
         std::string all;
         for (const std::string& t : tokens) all += t;
-        tokens.assign(1, std::move(all));
+        tokens.clear();
+        tokens.push_back(std::move(all));
         return;
       }
       case Kind::kByteFallback: {
