@@ -471,7 +471,7 @@ class HfTokenizer {
     if (!sp_->space.empty()) replace_all(t, sp_->space, " ");
     return t;
   }
-  /// The vocabulary string of a token ("▁the", "<0x0A>", an added token's
+  /// The vocabulary string of a token (`▁the`, `<0x0A>`, an added token's
   /// text); for byte-level BPE the same as token(id). RangeError if none.
   std::string piece(TokenId id) const {
     if (!sp_) return model_.token(id);
@@ -504,7 +504,7 @@ class HfTokenizer {
   /// byte fallback with all 256 byte tokens, decoder Replace, ByteFallback,
   /// Fuse, Strip of one leading space, no merge of byte tokens), every valid
   /// UTF-8 text without the "▁" character. Hugging Face loses text in the
-  /// other layouts: <unk> without byte fallback, the leading space of " x"
+  /// other layouts: `<unk>` without byte fallback, the leading space of " x"
   /// with Metaspace (the prepended "▁" and the decoder's strip cannot tell
   /// them apart), "▁" typed in the text (decoded as a space).
   bool round_trips() const noexcept { return sp_ ? sp_->round_trips : !add_prefix_space_; }
