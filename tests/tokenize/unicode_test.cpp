@@ -90,6 +90,19 @@ TEST(Unicode, CharClassesFromTheCharacterDatabase) {
   EXPECT_EQ(tk::char_class(0x110000), CharClass::kOther);
 }
 
+// Scripts added in Unicode 16 (tiktoken and HF tokenizers use 16): their
+// letters are letters, not punctuation (the tables were Unicode 15 before).
+TEST(Unicode, LettersOfUnicode16Scripts) {
+  EXPECT_STREQ(tk::detail::kUnicodeVersion, "16.0.0");
+  EXPECT_EQ(tk::char_class(0x10D50), CharClass::kLu);      // Garay capital letter a
+  EXPECT_EQ(tk::char_class(0x10D70), CharClass::kLl);      // Garay small letter a
+  EXPECT_EQ(tk::char_class(0x10D40), CharClass::kNumber);  // Garay digit zero
+  EXPECT_EQ(tk::char_class(0x105C0), CharClass::kLo);      // Todhri letter a
+  EXPECT_EQ(tk::char_class(0x16D43), CharClass::kLo);      // Kirat Rai letter a
+  EXPECT_EQ(tk::char_class(0x16D40), CharClass::kLm);      // Kirat Rai sign anusvara
+  EXPECT_EQ(tk::char_class(0x113B8), CharClass::kMark);    // Tulu-Tigalari vowel sign aa
+}
+
 TEST(Unicode, CaseInsensitiveContractionLetters) {
   EXPECT_TRUE(tk::folds_to(U's', 's'));
   EXPECT_TRUE(tk::folds_to(U'S', 's'));
