@@ -38,6 +38,12 @@
 //   BM_Split_WordPiece_{English,Cjk}   BertNormalizer + BertPreTokenizer
 //                      alone: the rate encode cannot exceed (its ceiling in
 //                      this binary), the rest is the WordPiece lookups.
+//
+// Unigram (tests/data/tokenize/unigram/t5: synthetic pieces, a Precompiled
+// charsmap, WhitespaceSplit + Metaspace, `</s>` appended):
+//   BM_Encode_Unigram_{English,Cjk}     encode; Hugging Face tokenizers' rate
+//                      on the same bytes: benchmarks/unigram_peers.cjs;
+//   BM_Normalize_Unigram_{English,Cjk}  the Precompiled normalizer alone.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -49,6 +55,7 @@
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/wordpiece.hpp"
 
 namespace {
@@ -324,6 +331,44 @@ BENCHMARK(BM_Encode_WordPiece_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Encode_WordPiece_Cjk)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Split_WordPiece_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Split_WordPiece_Cjk)->Unit(benchmark::kMillisecond);
+
+// ---- Unigram (T5 layout, synthetic) -------------------------------------------
+
+const tk::UnigramTokenizer* unigram(benchmark::State& s) {
+  return load<tk::UnigramTokenizer>(
+      [] {
+        return tk::UnigramTokenizer::from_tokenizer_json(
+            source("tests/data/tokenize/unigram/t5/tokenizer.json"));
+      },
+      s);
+}
+void BM_Encode_Unigram_English(benchmark::State& s) {
+  encode(s, unigram(s), "english");
+}
+void BM_Encode_Unigram_Cjk(benchmark::State& s) {
+  encode(s, unigram(s), "cjk");
+}
+void unigram_normalize(benchmark::State& state, const std::string& which) {
+  const tk::UnigramTokenizer* tok = unigram(state);
+  if (tok == nullptr) return;
+  const std::string& t = text(which);
+  for (auto _ : state) {
+    std::string out = tok->normalize(t);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(t.size()) * 1e-6,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+void BM_Normalize_Unigram_English(benchmark::State& s) {
+  unigram_normalize(s, "english");
+}
+void BM_Normalize_Unigram_Cjk(benchmark::State& s) {
+  unigram_normalize(s, "cjk");
+}
+BENCHMARK(BM_Encode_Unigram_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode_Unigram_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Normalize_Unigram_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Normalize_Unigram_Cjk)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -15,10 +15,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -207,9 +209,8 @@ class UnigramTokenizer {
     min_score_ = std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < config_.pieces.size(); ++i) {
       const auto& [piece, score] = config_.pieces[i];
-      ids_.try_emplace(piece, static_cast<TokenId>(i));
+      ids_.insert_or_assign(piece, static_cast<TokenId>(i));  // HF: the last of duplicates
       min_score_ = std::min(min_score_, score);
-      max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
     }
     if (!config_.unk_id)
       throw FormatError("kappa: " + source + ": model.unk_id: missing (HF requires it to encode)");
@@ -217,6 +218,7 @@ class UnigramTokenizer {
       throw FormatError("kappa: " + source + ": model.unk_id: " + std::to_string(*config_.unk_id) +
                         " outside the vocabulary of " + std::to_string(config_.pieces.size()));
     n_tokens_ = config_.pieces.size();
+    build_trie();
     for (const auto& [content, id, special] : config_.added) {
       if (id < 0) throw FormatError("kappa: " + source + ": added_tokens: negative id");
       const auto uid = static_cast<std::size_t>(id);
@@ -576,13 +578,18 @@ class UnigramTokenizer {
       const double here = best[at].score;
       const std::size_t mblen = char_len(word, at);
       bool single = false;
-      const std::size_t max_len = std::min(max_piece_bytes_, n - at);
-      for (std::size_t len = 1; len <= max_len; ++len) {
-        const auto it = ids_.find(word.substr(at, len));
-        if (it == ids_.end()) continue;
-        Node& target = best[at + len];
-        const double cand = config_.pieces[static_cast<std::size_t>(it->second)].second + here;
-        if (!target.set || cand > target.score) target = Node{cand, at, it->second, true};
+      // The pieces that start here, shortest first (HF's trie order).
+      std::size_t node = 0;
+      for (std::size_t k = at; k < n; ++k) {
+        const std::int32_t next = child(node, static_cast<unsigned char>(word[k]));
+        if (next < 0) break;
+        node = static_cast<std::size_t>(next);
+        const TokenId id = trie_ids_[node];
+        if (id < 0) continue;
+        const std::size_t len = k + 1 - at;
+        Node& target = best[k + 1];
+        const double cand = config_.pieces[static_cast<std::size_t>(id)].second + here;
+        if (!target.set || cand > target.score) target = Node{cand, at, id, true};
         if (len == mblen) single = true;
       }
       if (!single) {
@@ -592,7 +599,7 @@ class UnigramTokenizer {
       }
       at += mblen;
     }
-    // Backtrack: pieces (start, end, id), unk runs fused.
+    // Backtrack: pieces (start, end), unk runs fused.
     std::vector<std::pair<std::size_t, std::size_t>> spans;
     std::size_t end = n;
     std::size_t unk_end = 0;
@@ -632,6 +639,54 @@ class UnigramTokenizer {
   }
 
  private:
+  // The byte trie of the pieces: node 0 is the root; a node's children are
+  // edges [edge_begin_[v], edge_begin_[v + 1]) sorted by label.
+  void build_trie() {
+    std::vector<std::map<unsigned char, std::int32_t>> kids(1);
+    std::vector<TokenId> ids(1, -1);
+    for (const auto& [piece, id] : ids_) {
+      std::size_t v = 0;
+      for (const char ch : piece) {
+        const auto b = static_cast<unsigned char>(ch);
+        const auto it = kids[v].find(b);
+        if (it != kids[v].end()) {
+          v = static_cast<std::size_t>(it->second);
+        } else {
+          const auto w = static_cast<std::int32_t>(kids.size());
+          kids[v].emplace(b, w);
+          kids.emplace_back();
+          ids.push_back(-1);
+          v = static_cast<std::size_t>(w);
+        }
+      }
+      ids[v] = id;
+    }
+    trie_ids_ = std::move(ids);
+    edge_begin_.assign(kids.size() + 1, 0);
+    edge_label_.clear();
+    edge_target_.clear();
+    for (std::size_t v = 0; v < kids.size(); ++v) {
+      edge_begin_[v] = static_cast<std::uint32_t>(edge_label_.size());
+      for (const auto& [b, w] : kids[v]) {
+        edge_label_.push_back(b);
+        edge_target_.push_back(w);
+      }
+    }
+    edge_begin_[kids.size()] = static_cast<std::uint32_t>(edge_label_.size());
+    root_.fill(-1);
+    for (const auto& [b, w] : kids[0]) root_[b] = w;
+  }
+
+  std::int32_t child(std::size_t v, unsigned char b) const noexcept {
+    if (v == 0) return root_[b];
+    const std::uint32_t lo = edge_begin_[v], hi = edge_begin_[v + 1];
+    const auto first = edge_label_.begin() + static_cast<std::ptrdiff_t>(lo);
+    const auto last = edge_label_.begin() + static_cast<std::ptrdiff_t>(hi);
+    const auto it = std::lower_bound(first, last, b);
+    if (it == last || *it != b) return -1;
+    return edge_target_[static_cast<std::size_t>(it - edge_label_.begin())];
+  }
+
   static std::size_t char_len(std::string_view s, std::size_t i) noexcept {
     return decode_utf8(s, i).length;
   }
@@ -934,7 +989,11 @@ class UnigramTokenizer {
   std::vector<TokenId> special_ids_;
   std::vector<TokenId> byte_ids_;
   double min_score_ = 0.0;
-  std::size_t max_piece_bytes_ = 0;
+  std::vector<TokenId> trie_ids_;
+  std::vector<std::uint32_t> edge_begin_;
+  std::vector<unsigned char> edge_label_;
+  std::vector<std::int32_t> edge_target_;
+  std::array<std::int32_t, 256> root_{};
   std::size_t n_tokens_ = 0;
 };
 
