@@ -189,7 +189,7 @@ print(f"""// kappa/tokenize/normalize_tables.hpp - GENERATED, do not edit.
 #include <cstdint>
 
 // clang-format off
-namespace kappa::tokenize::detail {{
+namespace kappa::tokenize::detail::nf {{
 
 /// Unicode version the normalization tables were generated from.
 inline constexpr const char* kNormalizeUnicodeVersion = "{version}";
@@ -260,6 +260,6 @@ inline constexpr NormRange kWhiteSpace[{len(ws_r)}] = {{
 {emit("{%s, %s, 1}" % (h(a), h(b)) for a, b, _ in ws_r)}
 }};
 
-}}  // namespace kappa::tokenize::detail
+}}  // namespace kappa::tokenize::detail::nf
 // clang-format on""")
 assert len(pool) < 65536

@@ -36,7 +36,7 @@ enum class NormalizationForm : std::uint8_t {
   kNFKD,  ///< compatibility decomposition
 };
 
-namespace detail {
+namespace detail::nf {
 
 inline constexpr char32_t kHangulSBase = 0xAC00;
 inline constexpr char32_t kHangulLBase = 0x1100;
@@ -183,7 +183,7 @@ inline void normalize_piece(std::string_view s, NormalizationForm form, std::str
   }
 }
 
-}  // namespace detail
+}  // namespace detail::nf
 
 /// The normalization form `form` of the UTF-8 text s (UAX #15, Unicode 16):
 /// the full canonical (NFC, NFD) or compatibility (NFKC, NFKD)
@@ -210,7 +210,7 @@ inline std::string normalize(std::string_view s, NormalizationForm form) {
     out.append(s.substr(i, start - i));
     std::size_t k = j;
     while (k < n && static_cast<unsigned char>(s[k]) >= 0x80) ++k;
-    detail::normalize_piece(s.substr(start, k - start), form, out, buf);
+    detail::nf::normalize_piece(s.substr(start, k - start), form, out, buf);
     i = k;
   }
   return out;
@@ -219,12 +219,12 @@ inline std::string normalize(std::string_view s, NormalizationForm form) {
 /// True when cp has Unicode's White_Space property (Rust's char::is_whitespace).
 inline bool is_white_space(char32_t cp) noexcept {
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
-  return detail::in_norm_ranges(detail::kWhiteSpace, cp);
+  return detail::nf::in_norm_ranges(detail::nf::kWhiteSpace, cp);
 }
 
 /// True when cp's General_Category is a mark (Mn, Mc, Me).
 inline bool is_mark(char32_t cp) noexcept {
-  return cp >= 0x300 && detail::in_norm_ranges(detail::kMarkRanges, cp);
+  return cp >= 0x300 && detail::nf::in_norm_ranges(detail::nf::kMarkRanges, cp);
 }
 
 /// Appends the full lowercase mapping of cp (Rust's char::to_lowercase: no
@@ -234,13 +234,13 @@ inline void append_lowercase(std::string& out, char32_t cp) {
     out.push_back(static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp));
     return;
   }
-  const auto* end = std::end(detail::kLowercase);
+  const auto* end = std::end(detail::nf::kLowercase);
   const auto* it =
-      std::lower_bound(std::begin(detail::kLowercase), end, static_cast<std::uint32_t>(cp),
-                       [](const detail::NormLowercase& l, std::uint32_t c) { return l.cp < c; });
+      std::lower_bound(std::begin(detail::nf::kLowercase), end, static_cast<std::uint32_t>(cp),
+                       [](const detail::nf::NormLowercase& l, std::uint32_t c) { return l.cp < c; });
   if (it != end && it->cp == cp) {
     for (std::size_t k = 0; k < it->length; ++k)
-      append_utf8(out, detail::kDecompositionPool[it->offset + k]);
+      append_utf8(out, detail::nf::kDecompositionPool[it->offset + k]);
   } else {
     append_utf8(out, cp);
   }
@@ -366,7 +366,7 @@ struct NormalizerChain {
   }
 };
 
-namespace detail {
+namespace detail::nf {
 
 inline const nlohmann::json& norm_member(const nlohmann::json& j, const char* key,
                                          const std::string& where) {
@@ -446,7 +446,7 @@ inline void add_normalizer(NormalizerChain& chain, const nlohmann::json& j,
   }
 }
 
-}  // namespace detail
+}  // namespace detail::nf
 
 /// Builds the normalizer of a tokenizer.json's "normalizer" value: null
 /// gives the identity; NFC, NFD, NFKC, NFKD, Lowercase, Strip
@@ -459,7 +459,7 @@ inline NormalizerChain normalizer_from_json(const nlohmann::json& j,
                                             const std::string& where = "normalizer") {
   NormalizerChain chain;
   if (j.is_null()) return chain;
-  detail::add_normalizer(chain, j, where);
+  detail::nf::add_normalizer(chain, j, where);
   return chain;
 }
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 // clang-format off
-namespace kappa::tokenize::detail {
+namespace kappa::tokenize::detail::nf {
 
 /// Unicode version the normalization tables were generated from.
 inline constexpr const char* kNormalizeUnicodeVersion = "16.0.0";
@@ -3990,5 +3990,5 @@ inline constexpr NormRange kWhiteSpace[10] = {
     {0x3000, 0x3000, 1},
 };
 
-}  // namespace kappa::tokenize::detail
+}  // namespace kappa::tokenize::detail::nf
 // clang-format on
