@@ -235,9 +235,9 @@ inline void append_lowercase(std::string& out, char32_t cp) {
     return;
   }
   const auto* end = std::end(detail::nf::kLowercase);
-  const auto* it =
-      std::lower_bound(std::begin(detail::nf::kLowercase), end, static_cast<std::uint32_t>(cp),
-                       [](const detail::nf::NormLowercase& l, std::uint32_t c) { return l.cp < c; });
+  const auto* it = std::lower_bound(
+      std::begin(detail::nf::kLowercase), end, static_cast<std::uint32_t>(cp),
+      [](const detail::nf::NormLowercase& l, std::uint32_t c) { return l.cp < c; });
   if (it != end && it->cp == cp) {
     for (std::size_t k = 0; k < it->length; ++k)
       append_utf8(out, detail::nf::kDecompositionPool[it->offset + k]);
