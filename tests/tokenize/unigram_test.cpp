@@ -35,7 +35,7 @@ using json = nlohmann::json;
 static_assert(kappa::tokenize::Tokenizer<UnigramTokenizer>);
 
 const fs::path kData = fs::path(KAPPA_TEST_DATA_DIR) / "tokenize";
-const char* const kConfigs[] = {"t5", "albert", "bytes", "first"};
+const char* const kConfigs[] = {"t5", "albert", "bytes", "first", "strip_first"};
 
 std::string read(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

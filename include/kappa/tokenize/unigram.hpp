@@ -164,6 +164,7 @@ struct UnigramNormalizerStep {
   Kind kind = Kind::kLowercase;
   std::string pattern;      ///< Replace: the string pattern
   std::string content;      ///< Replace: its replacement
+  std::size_t min_run = 0;  ///< Replace: 0, or a regex `pattern{min_run,}`
   bool strip_left = false;  ///< Strip
   bool strip_right = false;
   PrecompiledCharsmap charsmap;  ///< Precompiled
@@ -319,12 +320,34 @@ class UnigramTokenizer {
         s.charsmap = PrecompiledCharsmap(*blob, source + ": " + key + ".precompiled_charsmap");
       } else if (t == "Replace") {
         const nlohmann::json* p = get(n, "pattern");
-        if (p == nullptr || get(*p, "String") == nullptr)
-          fail(key + ".pattern", "only a String pattern is supported");
         s.kind = UnigramNormalizerStep::Kind::kReplace;
-        s.pattern = str(*p, "String", key + ".pattern", "");
         s.content = str(n, "content", key, "");
-        if (s.pattern.empty()) fail(key + ".pattern.String", "empty");
+        if (p != nullptr && get(*p, "Regex") != nullptr) {
+          // The one regex the hub's Unigram files use (T5: " {2,}" -> " "):
+          // a run of at least n copies of one character, "c{n,}".
+          const std::string re = str(*p, "Regex", key + ".pattern", "");
+          const std::size_t brace = re.find('{');
+          std::size_t min_run = 0;
+          bool ok = brace != std::string::npos && brace > 0 && re.size() > brace + 2 &&
+                    re.compare(re.size() - 2, 2, ",}") == 0 && decode_utf8(re, 0).length == brace &&
+                    std::string_view("\\.^$|?*+()[]{}").find(re[0]) == std::string_view::npos;
+          for (std::size_t k = brace + 1; ok && k + 2 < re.size(); ++k) {
+            if (re[k] < '0' || re[k] > '9' || min_run > 1000)
+              ok = false;
+            else
+              min_run = min_run * 10 + static_cast<std::size_t>(re[k] - '0');
+          }
+          if (!ok || min_run == 0)
+            fail(key + ".pattern.Regex",
+                 kappa::quoted(re) + " is not supported (only a repeated character `c{n,}`)");
+          s.pattern = re.substr(0, brace);
+          s.min_run = min_run;
+        } else {
+          if (p == nullptr || get(*p, "String") == nullptr)
+            fail(key + ".pattern", "neither String nor Regex");
+          s.pattern = str(*p, "String", key + ".pattern", "");
+          if (s.pattern.empty()) fail(key + ".pattern.String", "empty");
+        }
       } else if (t == "Strip") {
         s.kind = UnigramNormalizerStep::Kind::kStrip;
         s.strip_left = flag(n, "strip_left", key, true);
@@ -559,8 +582,21 @@ class UnigramTokenizer {
 
   /// The normalizer's output for `text` (no added-token split).
   std::string normalize(std::string_view text) const {
+    bool at_origin = true;
+    return normalize(text, at_origin);
+  }
+
+  /// As normalize(); `at_origin` becomes false when HF's alignments would
+  /// give the first normalized character an original offset above 0 (a
+  /// leading Replace match of two or more characters, or one replaced by
+  /// nothing; a Strip that removed leading whitespace), which Metaspace's
+  /// prepend_scheme "first" reads.
+  std::string normalize(std::string_view text, bool& at_origin) const {
     std::string s(text);
-    for (const UnigramNormalizerStep& n : config_.normalizer) s = apply_normalizer(n, s);
+    for (const UnigramNormalizerStep& n : config_.normalizer) {
+      if (at_origin && !s.empty()) at_origin = keeps_origin(n, s);
+      s = apply_normalizer(n, s);
+    }
     return s;
   }
 
@@ -719,6 +755,34 @@ class UnigramTokenizer {
     return out;
   }
 
+  // Every run of at least `min_run` consecutive copies of `unit` replaced by
+  // `with` (the regex `unit{min_run,}`, leftmost and greedy).
+  static std::string replace_runs(std::string_view s, std::string_view unit, std::size_t min_run,
+                                  std::string_view with) {
+    std::string out;
+    out.reserve(s.size());
+    std::size_t i = 0;
+    while (i < s.size()) {
+      std::size_t j = i;
+      std::size_t run = 0;
+      while (s.substr(j, unit.size()) == unit) {
+        j += unit.size();
+        ++run;
+      }
+      if (run >= min_run) {
+        out.append(with);
+        i = j;
+      } else if (run > 0) {
+        out.append(s.substr(i, j - i));
+        i = j;
+      } else {
+        out.push_back(s[i]);
+        ++i;
+      }
+    }
+    return out;
+  }
+
   // Grapheme_Cluster_Break = Control (approximately: Cc, Zl, Zp, Cf).
   static bool is_control(char32_t cp) noexcept {
     return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0xAD || cp == 0x61C || cp == 0x180E ||
@@ -776,10 +840,38 @@ class UnigramTokenizer {
     return j;
   }
 
+  // Whether step n leaves the first character's original offset at 0 (see
+  // normalize(text, at_origin)): HF aligns a Replace's first new character
+  // with the last character of the match.
+  static bool keeps_origin(const UnigramNormalizerStep& n, std::string_view s) {
+    switch (n.kind) {
+      case UnigramNormalizerStep::Kind::kReplace: {
+        std::size_t run = 0, at = 0;
+        while (s.substr(at, n.pattern.size()) == n.pattern) {
+          at += n.pattern.size();
+          ++run;
+          if (n.min_run == 0) break;
+        }
+        if (run == 0 || (n.min_run != 0 && run < n.min_run)) return true;
+        const std::size_t chars = count_chars(s.substr(0, at));
+        return chars < 2 && !n.content.empty();
+      }
+      case UnigramNormalizerStep::Kind::kStrip:
+        if (!n.strip_left) return true;
+        {
+          const Utf8Char c = decode_utf8(s, 0);
+          return !(c.valid && detail::bert_is_whitespace(c.code_point));
+        }
+      default:
+        return true;
+    }
+  }
+
   static std::string apply_normalizer(const UnigramNormalizerStep& n, std::string_view s) {
     switch (n.kind) {
       case UnigramNormalizerStep::Kind::kReplace:
-        return replace_all(s, n.pattern, n.content);
+        return n.min_run == 0 ? replace_all(s, n.pattern, n.content)
+                              : replace_runs(s, n.pattern, n.min_run, n.content);
       case UnigramNormalizerStep::Kind::kLowercase: {
         std::u32string buf;
         std::string out;
@@ -849,7 +941,9 @@ class UnigramTokenizer {
   // One segment between added tokens: normalizer, pre-tokenizer, model.
   void encode_segment(std::string_view text, bool at_start, std::vector<TokenId>& out) const {
     if (text.empty()) return;
-    const std::string norm = normalize(text);
+    bool at_origin = true;
+    const std::string norm = normalize(text, at_origin);
+    at_start = at_start && at_origin;
     static constexpr std::string_view kMeta = "\xE2\x96\x81";
     const auto meta = [&](std::string_view word, bool first) {
       if (word.empty()) return;

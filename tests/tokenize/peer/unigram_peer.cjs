@@ -140,7 +140,7 @@ function template(prefix, suffix, vocab) {
   };
 }
 
-const CONFIG_NAMES = ["t5", "albert", "bytes", "first"];
+const CONFIG_NAMES = ["t5", "albert", "bytes", "first", "strip_first"];
 
 function configs(dataDir) {
   const vocab = buildVocab(dataDir);
@@ -152,7 +152,9 @@ function configs(dataDir) {
   const base = (v, rest) => ({ version: "1.0", truncation: null, padding: null, added_tokens: addedTokens(v), ...rest,
     model: { type: "Unigram", unk_id: 2, vocab: v, byte_fallback: rest.byte_fallback || false } });
   const t = {};
-  t.t5 = base(vocab, { normalizer: precompiled, pre_tokenizer: wsMeta("always"),
+  const runs = (content) => ({ type: "Replace", pattern: { Regex: " {2,}" }, content });
+  t.t5 = base(vocab, { normalizer: { type: "Sequence", normalizers: [precompiled, runs(" ")] },
+    pre_tokenizer: wsMeta("always"),
     post_processor: template([], ["</s>"], vocab),
     decoder: { type: "Metaspace", replacement: META, prepend_scheme: "always", split: true } });
   t.albert = base(vocab, { normalizer: { type: "Sequence", normalizers: [
@@ -168,7 +170,15 @@ function configs(dataDir) {
     post_processor: null,
     decoder: { type: "Sequence", decoders: [{ type: "Replace", pattern: { String: META }, content: " " },
       { type: "ByteFallback" }, { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] } });
-  t.first = base(vocab, { normalizer: null,
+  t.first = base(vocab, { normalizer: runs("_"),
+    pre_tokenizer: { type: "Metaspace", replacement: META, prepend_scheme: "first", split: true },
+    post_processor: null,
+    decoder: { type: "Metaspace", replacement: META, prepend_scheme: "first", split: true } });
+  t.strip_first = base(vocab, { normalizer: { type: "Sequence", normalizers: [
+      { type: "Strip", strip_left: true, strip_right: false },
+      { type: "Replace", pattern: { String: "th" }, content: "TH" },
+      { type: "Replace", pattern: { String: "<" }, content: "" },
+      { type: "Replace", pattern: { String: "a" }, content: "A" }] },
     pre_tokenizer: { type: "Metaspace", replacement: META, prepend_scheme: "first", split: true },
     post_processor: null,
     decoder: { type: "Metaspace", replacement: META, prepend_scheme: "first", split: true } });
