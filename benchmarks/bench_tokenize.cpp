@@ -44,6 +44,13 @@
 //   BM_Encode_Unigram_{English,Cjk}     encode; Hugging Face tokenizers' rate
 //                      on the same bytes: benchmarks/unigram_peers.cjs;
 //   BM_Normalize_Unigram_{English,Cjk}  the Precompiled normalizer alone.
+//
+// Normalizers (kappa/tokenize/normalize.hpp), beside BM_Copy_* (a plain copy
+// of the same bytes into a new string, the ceiling in this binary):
+//   BM_Nfc_English     NFC of English (ASCII runs are copied as they are);
+//   BM_Nfc_Cjk         NFC of the CJK-heavy text (already NFC, mixed scripts);
+//   BM_Nfc_Decomposed  NFC of the NFD of the CJK-heavy text (Hangul
+//                      syllables and accented letters composed back).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -55,6 +62,7 @@
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/wordpiece.hpp"
 
@@ -369,6 +377,55 @@ BENCHMARK(BM_Encode_Unigram_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Encode_Unigram_Cjk)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Normalize_Unigram_English)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Normalize_Unigram_Cjk)->Unit(benchmark::kMillisecond);
+
+// ---- Normalizers ------------------------------------------------------------------
+
+void rate(benchmark::State& state, std::size_t bytes) {
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-6,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+void nfc(benchmark::State& state, const std::string& t) {
+  for (auto _ : state) {
+    std::string out = tk::normalize(t, tk::NormalizationForm::kNFC);
+    benchmark::DoNotOptimize(out.data());
+  }
+  rate(state, t.size());
+}
+void copy(benchmark::State& state, const std::string& t) {
+  for (auto _ : state) {
+    std::string out(t);
+    benchmark::DoNotOptimize(out.data());
+  }
+  rate(state, t.size());
+}
+const std::string& decomposed() {
+  static const std::string d = tk::normalize(text("cjk"), tk::NormalizationForm::kNFD);
+  return d;
+}
+void BM_Nfc_English(benchmark::State& s) {
+  nfc(s, text("english"));
+}
+void BM_Copy_English(benchmark::State& s) {
+  copy(s, text("english"));
+}
+void BM_Nfc_Cjk(benchmark::State& s) {
+  nfc(s, text("cjk"));
+}
+void BM_Copy_Cjk(benchmark::State& s) {
+  copy(s, text("cjk"));
+}
+void BM_Nfc_Decomposed(benchmark::State& s) {
+  nfc(s, decomposed());
+}
+void BM_Copy_Decomposed(benchmark::State& s) {
+  copy(s, decomposed());
+}
+BENCHMARK(BM_Nfc_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Copy_English)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Nfc_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Copy_Cjk)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Nfc_Decomposed)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Copy_Decomposed)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -28,6 +28,8 @@ Output tables (sorted, binary-searched):
                    UnicodeData's simple mapping, replaced by SpecialCasing's
                    unconditional one where there is one);
   kMarkRanges      General_Category M (Mn, Mc, Me);
+  kStableBmp       per form, the BMP code points before which the text can
+                   be cut (quick check Yes, combining class 0);
   kWhiteSpace      White_Space.
 """
 import json
@@ -109,6 +111,12 @@ for e in load("DerivedNormalizationProps"):
         lo, hi = rng(e["range"])
         excl.update(range(lo, hi + 1))
 
+qc_no = {f: set() for f in ("NFC_QC", "NFD_QC", "NFKC_QC", "NFKD_QC")}
+for e in load("DerivedNormalizationProps"):
+    if e["property"] in qc_no:  # listed code points are N or M; the rest Y
+        lo, hi = rng(e["range"])
+        qc_no[e["property"]].update(range(lo, hi + 1))
+
 ws = set()
 for e in load("PropList"):
     if e["property"] == "White_Space":
@@ -157,6 +165,23 @@ def ranges(d):
             out.append([x, x, v])
     return out
 
+
+# Per form, a bit per BMP code point: quick check Yes and combining class 0,
+# so that nothing before the code point interacts with it or after it
+# (UAX #15, 9.1): a normalization boundary.
+stable = []
+for f in ("NFC_QC", "NFD_QC", "NFKC_QC", "NFKD_QC"):
+    words = []
+    for w in range(0x10000 // 32):
+        v = 0
+        for b in range(32):
+            cp = w * 32 + b
+            if 0xD800 <= cp <= 0xDFFF:
+                continue
+            if cp not in qc_no[f] and cp not in ccc:
+                v |= 1 << b
+        words.append(v)
+    stable.append(words)
 
 ccc_r = ranges(ccc)
 mark_r = ranges({x: 1 for x in mark})
@@ -253,6 +278,12 @@ inline constexpr NormLowercase kLowercase[{len(low)}] = {{
 /// General_Category M (Mn, Mc, Me).
 inline constexpr NormRange kMarkRanges[{len(mark_r)}] = {{
 {emit("{%s, %s, 1}" % (h(a), h(b)) for a, b, _ in mark_r)}
+}};
+
+/// Normalization boundaries in the BMP, one bit per code point, for NFC, NFD,
+/// NFKC, NFKD in that order: quick check Yes and combining class 0.
+inline constexpr std::uint32_t kStableBmp[4][2048] = {{
+{chr(10).join("    {" + chr(10) + emit(h(v) for v in words) + chr(10) + "    },"for words in stable)}
 }};
 
 /// White_Space.

@@ -220,6 +220,25 @@ TEST(Normalize, Properties) {
   }
 }
 
+// The cut at quick-check boundaries gives what normalizing the whole text in
+// one piece gives, on all inputs joined (with and without separators).
+TEST(Normalize, PiecesEqualWholeText) {
+  std::string joined;
+  std::string spaced;
+  for (const auto& c : peers().at("cases")) {
+    joined += c.at("text").get<std::string>();
+    spaced += c.at("text").get<std::string>() + (joined.size() % 3 == 0 ? " " : "\xFF");
+  }
+  for (const std::string& text : {joined, spaced}) {
+    for (NormalizationForm form : kForms) {
+      std::string whole;
+      std::u32string buf;
+      kappa::tokenize::detail::nf::normalize_piece(text, form, whole, buf);
+      EXPECT_EQ(normalize(text, form), whole) << static_cast<int>(form);
+    }
+  }
+}
+
 TEST(Normalize, InvalidBytesPassThrough) {
   const std::string s =
       "e\xCC\x81\xFF\xCC\x81"

@@ -189,30 +189,62 @@ inline void normalize_piece(std::string_view s, NormalizationForm form, std::str
 /// the full canonical (NFC, NFD) or compatibility (NFKC, NFKD)
 /// decomposition, Hangul syllables algorithmically, then canonical ordering
 /// of non-starters by combining class, then for NFC and NFKC canonical
-/// composition (excluding Full_Composition_Exclusion). ASCII runs are
-/// copied unchanged.
+/// composition (excluding Full_Composition_Exclusion). The text is cut
+/// before every BMP code point whose quick check is Yes and whose combining
+/// class is 0 (UAX #15, 9.1); pieces without any other code point are copied
+/// unchanged, the others normalized one by one.
 inline std::string normalize(std::string_view s, NormalizationForm form) {
   std::string out;
   out.reserve(s.size());
   std::u32string buf;
-  std::size_t i = 0;
+  const std::uint32_t* stable = detail::nf::kStableBmp[static_cast<std::size_t>(form)];
   const std::size_t n = s.size();
-  while (i < n) {
-    std::size_t j = i;
-    while (j < n && static_cast<unsigned char>(s[j]) < 0x80) ++j;
-    if (j == n) {
-      out.append(s.substr(i));
-      break;
+  std::size_t seg = 0;  // start of the open piece
+  bool dirty = false;   // the open piece has a code point that may change
+  auto close = [&](std::size_t end) {
+    if (dirty) {
+      detail::nf::normalize_piece(s.substr(seg, end - seg), form, out, buf);
+    } else {
+      out.append(s.substr(seg, end - seg));
     }
-    // An ASCII character is a starter that nothing before it composes with,
-    // but it may compose with the marks after it: it opens the piece.
-    const std::size_t start = j > i ? j - 1 : j;
-    out.append(s.substr(i, start - i));
-    std::size_t k = j;
-    while (k < n && static_cast<unsigned char>(s[k]) >= 0x80) ++k;
-    detail::nf::normalize_piece(s.substr(start, k - start), form, out, buf);
-    i = k;
+    seg = end;
+    dirty = false;
+  };
+  std::size_t i = 0;
+  while (i < n) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      // ASCII: boundaries all; only the last may compose with what follows.
+      if (dirty) close(i);
+      std::size_t j = i + 1;
+      while (j < n && static_cast<unsigned char>(s[j]) < 0x80) ++j;
+      i = j;
+      continue;
+    }
+    const Utf8Char c = decode_utf8(s, i);
+    const bool boundary =
+        !c.valid ||
+        (c.code_point < 0x10000 && ((stable[c.code_point >> 5] >> (c.code_point & 31)) & 1U) != 0);
+    if (boundary) {
+      if (dirty) close(i);
+    } else {
+      if (!dirty) {
+        // The piece starts at the last boundary before i: the code point
+        // that began the clean run's last character.
+        std::size_t b = i;
+        while (b > seg) {
+          --b;
+          if ((static_cast<unsigned char>(s[b]) & 0xC0) != 0x80) break;
+        }
+        if (b > seg) {
+          out.append(s.substr(seg, b - seg));
+          seg = b;
+        }
+      }
+      dirty = true;
+    }
+    i += c.length;
   }
+  close(n);
   return out;
 }
 
