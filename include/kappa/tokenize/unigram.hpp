@@ -93,6 +93,13 @@ struct Node {
   bool set;           ///< whether any path ends here
 };
 
+/// Buffers reused across the words of one encode() call.
+struct Scratch {
+  std::vector<Node> best;
+  std::vector<std::tuple<std::size_t, std::size_t, TokenId>> spans;  ///< from, to, id or -1
+  std::string word;
+};
+
 }  // namespace unigram_detail
 
 /// SentencePiece's precompiled character map (the `precompiled_charsmap`
@@ -120,9 +127,16 @@ class PrecompiledCharsmap {
       units_[u] = v;
     }
     normalized_.assign(blob.substr(4 + n));
+    for (std::size_t b = 0; b < 128; ++b) {
+      const char ch = static_cast<char>(b);
+      ascii_mapped_[b] = transform(std::string_view(&ch, 1)).has_value();
+    }
   }
 
   bool empty() const noexcept { return units_.empty(); }
+
+  /// Whether the ASCII byte `b` (< 128) alone has a replacement.
+  bool ascii_mapped(unsigned char b) const noexcept { return ascii_mapped_[b & 0x7F]; }
 
   /// The replacement of `chunk`: the trie's first (shortest) prefix match of
   /// chunk's bytes, as spm_precompiled's transform (which HF calls) takes
@@ -156,6 +170,7 @@ class PrecompiledCharsmap {
   }
   std::vector<std::uint32_t> units_;
   std::string normalized_;
+  std::array<bool, 128> ascii_mapped_{};
 };
 
 /// One normalizer step of a Unigram tokenizer.json.
@@ -222,9 +237,11 @@ class UnigramTokenizer {
     build_trie();
     for (const auto& [content, id, special] : config_.added) {
       if (id < 0) throw FormatError("kappa: " + source + ": added_tokens: negative id");
+      if (content.empty()) throw FormatError("kappa: " + source + ": added_tokens: empty content");
       const auto uid = static_cast<std::size_t>(id);
       n_tokens_ = std::max(n_tokens_, uid + 1);
       if (special) special_ids_.push_back(id);
+      added_first_[static_cast<unsigned char>(content[0])] = true;
       if (uid >= config_.pieces.size()) extra_[id] = content;
     }
     for (const TokenId id : config_.template_prefix) check_id(id, source);
@@ -500,19 +517,24 @@ class UnigramTokenizer {
       out.insert(out.end(), config_.template_prefix.begin(), config_.template_prefix.end());
     // Split on added tokens (leftmost, longest), the text between them runs
     // through normalizer, pre-tokenizer and model.
+    unigram_detail::Scratch scratch;
     std::size_t start = 0, i = 0;
     while (i < text.size()) {
+      if (!added_first_[static_cast<unsigned char>(text[i])]) {
+        ++i;
+        continue;
+      }
       const auto [len, id] = added_at(text, i);
       if (len == 0) {
         ++i;
         continue;
       }
-      encode_segment(text.substr(start, i - start), start == 0, out);
+      encode_segment(text.substr(start, i - start), start == 0, out, scratch);
       out.push_back(id);
       i += len;
       start = i;
     }
-    encode_segment(text.substr(start), start == 0, out);
+    encode_segment(text.substr(start), start == 0, out, scratch);
     if (add_special_tokens)
       out.insert(out.end(), config_.template_suffix.begin(), config_.template_suffix.end());
     return out;
@@ -603,10 +625,18 @@ class UnigramTokenizer {
   /// The model alone: the Viterbi segmentation of one pre-token `word`,
   /// appended to `out` as ids (byte fallback and unk applied).
   void encode_word(std::string_view word, std::vector<TokenId>& out) const {
+    unigram_detail::Scratch scratch;
+    encode_word(word, out, scratch);
+  }
+
+ private:
+  void encode_word(std::string_view word, std::vector<TokenId>& out,
+                   unigram_detail::Scratch& scratch) const {
     if (word.empty()) return;
     const std::size_t n = word.size();
     using Node = unigram_detail::Node;
-    std::vector<Node> best(n + 1, Node{0.0, 0, 0, false});
+    std::vector<Node>& best = scratch.best;
+    best.assign(n + 1, Node{0.0, 0, 0, false});
     best[0].set = true;
     const double unk_score = min_score_ - 10.0;
     std::size_t at = 0;
@@ -636,7 +666,8 @@ class UnigramTokenizer {
       at += mblen;
     }
     // Backtrack: pieces (start, end), unk runs fused.
-    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    auto& spans = scratch.spans;
+    spans.clear();
     std::size_t end = n;
     std::size_t unk_end = 0;
     bool in_unk = false;
@@ -646,15 +677,19 @@ class UnigramTokenizer {
         if (!in_unk) unk_end = end;
         in_unk = true;
       } else {
-        if (in_unk) spans.emplace_back(end, unk_end);
+        if (in_unk) spans.emplace_back(end, unk_end, -1);
         in_unk = false;
-        spans.emplace_back(node.start, end);
+        spans.emplace_back(node.start, end, node.id);
       }
       end = node.start;
     }
-    if (in_unk) spans.emplace_back(0, unk_end);
+    if (in_unk) spans.emplace_back(0, unk_end, -1);
     std::reverse(spans.begin(), spans.end());
-    for (const auto& [from, to] : spans) {
+    for (const auto& [from, to, piece_id] : spans) {
+      if (piece_id >= 0) {  // a piece of the lattice: its id is the vocabulary's
+        out.push_back(piece_id);
+        continue;
+      }
       const std::string_view piece = word.substr(from, to - from);
       const auto f = ids_.find(piece);
       if (f != ids_.end()) {
@@ -674,7 +709,6 @@ class UnigramTokenizer {
     }
   }
 
- private:
   // The byte trie of the pieces: node 0 is the root; a node's children are
   // edges [edge_begin_[v], edge_begin_[v + 1]) sorted by label.
   void build_trie() {
@@ -912,11 +946,25 @@ class UnigramTokenizer {
         std::string out;
         out.reserve(s.size());
         for (std::size_t i = 0; i < s.size();) {
+          // Fast path: an ASCII character the charsmap keeps, followed by
+          // ASCII (or the end), is a cluster of its own and stays as it is.
+          const auto b = static_cast<unsigned char>(s[i]);
+          if (b < 0x80 && b != '\r' && !n.charsmap.ascii_mapped(b) &&
+              (i + 1 == s.size() || static_cast<unsigned char>(s[i + 1]) < 0x80)) {
+            out.push_back(s[i]);
+            ++i;
+            continue;
+          }
           const std::size_t g_end = cluster_end(s, i);
           const std::string_view g = s.substr(i, g_end - i);
           if (g.size() < 6) {
             if (const auto r = n.charsmap.transform(g)) {
               out.append(*r);
+              i = g_end;
+              continue;
+            }
+            if (g.size() == char_len(g, 0)) {  // one character: the same lookup
+              out.append(g);
               i = g_end;
               continue;
             }
@@ -939,7 +987,8 @@ class UnigramTokenizer {
   }
 
   // One segment between added tokens: normalizer, pre-tokenizer, model.
-  void encode_segment(std::string_view text, bool at_start, std::vector<TokenId>& out) const {
+  void encode_segment(std::string_view text, bool at_start, std::vector<TokenId>& out,
+                      unigram_detail::Scratch& scratch) const {
     if (text.empty()) return;
     bool at_origin = true;
     const std::string norm = normalize(text, at_origin);
@@ -947,33 +996,38 @@ class UnigramTokenizer {
     static constexpr std::string_view kMeta = "\xE2\x96\x81";
     const auto meta = [&](std::string_view word, bool first) {
       if (word.empty()) return;
-      std::string w = replace_all(word, " ", kMeta);
+      std::string& w = scratch.word;
+      w.clear();
+      if (word.find(' ') == std::string_view::npos)
+        w.assign(word);
+      else
+        w = replace_all(word, " ", kMeta);
       const bool prepend = (config_.prepend_scheme == UnigramPrependScheme::kAlways ||
                             (config_.prepend_scheme == UnigramPrependScheme::kFirst && first)) &&
                            w.compare(0, kMeta.size(), kMeta) != 0;
       if (prepend) w.insert(0, kMeta);
       if (!config_.split) {
-        encode_word(w, out);
+        encode_word(w, out, scratch);
         return;
       }
       // split before every "▁" (MergedWithNext)
       std::size_t b = 0;
       for (std::size_t k = kMeta.size(); k + kMeta.size() <= w.size();) {
         if (std::string_view(w).substr(k, kMeta.size()) == kMeta) {
-          encode_word(std::string_view(w).substr(b, k - b), out);
+          encode_word(std::string_view(w).substr(b, k - b), out, scratch);
           b = k;
           k += kMeta.size();
         } else {
           ++k;
         }
       }
-      encode_word(std::string_view(w).substr(b), out);
+      encode_word(std::string_view(w).substr(b), out, scratch);
     };
     const auto word = [&](std::string_view w, bool first) {
       if (config_.metaspace)
         meta(w, first);
       else
-        encode_word(w, out);
+        encode_word(w, out, scratch);
     };
     if (!config_.whitespace_split) {
       word(norm, at_start);
@@ -1088,6 +1142,7 @@ class UnigramTokenizer {
   std::vector<unsigned char> edge_label_;
   std::vector<std::int32_t> edge_target_;
   std::array<std::int32_t, 256> root_{};
+  std::array<bool, 256> added_first_{};  ///< first bytes of the added tokens
   std::size_t n_tokens_ = 0;
 };
 
