@@ -261,3 +261,29 @@ TEST(TiktokenExactness, LongPieces) {
   expect_same_as_peer(cl100k(), "cl100k_base", cases);
   expect_same_as_peer(o200k(), "o200k_base", cases);
 }
+
+// Letters of scripts added in Unicode 16 (Garay, Todhri, Kirat Rai): ids of
+// tiktoken 1.0.22 (npm @dqbd/tiktoken, Unicode 16 classes), run once.
+TEST(TiktokenExactness, Unicode16Letters) {
+  const std::vector<std::string> texts = {"Garay 𐵐𐵰𐵱𐵲 text",
+                                          "Todhri 𐗀𐗁𐗂, Kirat Rai 𖵃𖵄𖵅!",
+                                          "x𐵐𐵰 𖵃𖵀 𐗀𐗁's"};
+  const std::vector<std::vector<TokenId>> cl = {
+      {45030, 352, 220, 172, 238, 113, 238, 172, 238, 113,
+       108,   172, 238, 113, 109, 172, 238, 113, 110, 1495},
+      {51,    347, 71,    462, 220, 172, 238, 245, 222, 172, 238, 245, 223, 172, 238, 245, 224, 11,
+       26608, 266, 87534, 220, 172, 244, 113, 225, 172, 244, 113, 226, 172, 244, 113, 227, 0},
+      {87,  172, 238, 113, 238, 172, 238, 113, 108, 220, 172, 244, 113, 225,
+       172, 244, 113, 222, 220, 172, 238, 245, 222, 172, 238, 245, 223, 596}};
+  const std::vector<std::vector<TokenId>> o2 = {
+      {44587, 356, 220, 172, 238, 113, 238, 172, 238, 113,
+       108,   172, 238, 113, 109, 172, 238, 113, 110, 2201},
+      {51,    68341, 872,    220, 172, 238, 245, 222, 172, 238, 245, 223, 172, 238, 245, 224, 11,
+       26230, 266,   117938, 220, 172, 244, 113, 225, 172, 244, 113, 226, 172, 244, 113, 227, 0},
+      {87,  172, 238, 113, 238, 172, 238, 113, 108, 220, 172, 244, 113, 225,
+       172, 244, 113, 222, 220, 172, 238, 245, 222, 172, 238, 245, 223, 885}};
+  for (std::size_t k = 0; k < texts.size(); ++k) {
+    EXPECT_EQ(cl100k().encode(texts[k]), cl[k]) << texts[k];
+    EXPECT_EQ(o200k().encode(texts[k]), o2[k]) << texts[k];
+  }
+}
