@@ -35,6 +35,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/unicode.hpp"
 #include "kappa/tokenize/utf8.hpp"
 #include "kappa/tokenize/wordpiece.hpp"
@@ -175,7 +176,8 @@ class PrecompiledCharsmap {
 
 /// One normalizer step of a Unigram tokenizer.json.
 struct UnigramNormalizerStep {
-  enum class Kind { kPrecompiled, kReplace, kStrip, kLowercase };
+  enum class Kind { kPrecompiled, kReplace, kStrip, kLowercase, kForm, kStripAccents };
+  NormalizationForm form = NormalizationForm::kNFC;  ///< kForm: NFC, NFD, NFKC or NFKD
   Kind kind = Kind::kLowercase;
   std::string pattern;      ///< Replace: the string pattern
   std::string content;      ///< Replace: its replacement
@@ -371,6 +373,14 @@ class UnigramTokenizer {
         s.strip_right = flag(n, "strip_right", key, true);
       } else if (t == "Lowercase") {
         s.kind = UnigramNormalizerStep::Kind::kLowercase;
+      } else if (t == "NFC" || t == "NFD" || t == "NFKC" || t == "NFKD") {
+        s.kind = UnigramNormalizerStep::Kind::kForm;
+        s.form = t == "NFC"    ? NormalizationForm::kNFC
+                 : t == "NFD"  ? NormalizationForm::kNFD
+                 : t == "NFKC" ? NormalizationForm::kNFKC
+                               : NormalizationForm::kNFKD;
+      } else if (t == "StripAccents") {
+        s.kind = UnigramNormalizerStep::Kind::kStripAccents;
       } else {
         fail(key + ".type", kappa::quoted(t) + " is not supported for Unigram");
       }
@@ -890,6 +900,10 @@ class UnigramTokenizer {
         const std::size_t chars = count_chars(s.substr(0, at));
         return chars < 2 && !n.content.empty();
       }
+      case UnigramNormalizerStep::Kind::kStripAccents: {
+        const Utf8Char c = decode_utf8(s, 0);
+        return !(c.valid && char_class(c.code_point) == CharClass::kMark);
+      }
       case UnigramNormalizerStep::Kind::kStrip:
         if (!n.strip_left) return true;
         {
@@ -903,6 +917,10 @@ class UnigramTokenizer {
 
   static std::string apply_normalizer(const UnigramNormalizerStep& n, std::string_view s) {
     switch (n.kind) {
+      case UnigramNormalizerStep::Kind::kForm:
+        return kappa::tokenize::normalize(s, n.form);
+      case UnigramNormalizerStep::Kind::kStripAccents:
+        return StripAccents{}.apply(s);
       case UnigramNormalizerStep::Kind::kReplace:
         return n.min_run == 0 ? replace_all(s, n.pattern, n.content)
                               : replace_runs(s, n.pattern, n.min_run, n.content);

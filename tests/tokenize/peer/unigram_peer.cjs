@@ -160,7 +160,7 @@ function configs(dataDir) {
   t.albert = base(vocab, { normalizer: { type: "Sequence", normalizers: [
       { type: "Replace", pattern: { String: "``" }, content: "\"" },
       { type: "Replace", pattern: { String: "''" }, content: "\"" },
-      { type: "Lowercase" }, precompiled] },
+      { type: "NFKD" }, { type: "StripAccents" }, { type: "Lowercase" }, precompiled] },
     pre_tokenizer: wsMeta("always"), post_processor: template(["<s>"], ["</s>"], vocab),
     decoder: { type: "Metaspace", replacement: META, prepend_scheme: "always", split: true } });
   t.bytes = base(bytes, { byte_fallback: true,
