@@ -12,6 +12,19 @@
 // its score is strictly greater. Consecutive unknown pieces fuse into one
 // (fuse_unk); a piece not in T becomes its bytes' `<0xNN>` pieces when
 // byte_fallback is on and every such piece exists, else the unknown id.
+//
+// Loaded from tokenizer.json: normalizers Precompiled (SentencePiece's
+// charsmap: per grapheme cluster under 6 bytes the replacement of the
+// shortest key that prefixes it, else per character, as HF), Replace (string,
+// or the regex `c{n,}`), Strip, Lowercase, NFC/NFD/NFKC/NFKD, StripAccents
+// and Sequence; pre-tokenizers Metaspace (replacement U+2581) after an
+// optional WhitespaceSplit; TemplateProcessing (single); decoders Metaspace,
+// Replace (string), ByteFallback, Fuse, Strip and Sequence; added tokens split
+// out of the text before the normalizer. Not supported (a FormatError names
+// the key): other regexes, other pre-tokenizers, other post-processors; the
+// added tokens' lstrip/rstrip/single_word/normalized flags are not read.
+// Grapheme clusters follow UAX #29 except Hangul jamo sequences and Prepend
+// characters, which the charsmap then sees one character at a time.
 #pragma once
 
 #include <algorithm>
