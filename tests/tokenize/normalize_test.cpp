@@ -280,8 +280,9 @@ TEST(Normalize, BuilderErrors) {
         "normalizer.type \"BertNormalizer\": unsupported normalizer");
   fails(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Nmt"}]})",
         "normalizer.normalizers[1].type \"Nmt\"");
-  fails(R"({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "})",
-        "normalizer.pattern.Regex \" {2,}\": only regular expressions without metacharacters");
+  fails(R"({"type": "Replace", "pattern": {"Regex": "a|b"}, "content": " "})",
+        "normalizer.pattern.Regex \"a|b\": only a literal text, `c{n,}` or `c+` is supported");
+  fails(R"({"type": "Replace", "pattern": {"Regex": " {0,}"}, "content": " "})", "\" {0,}\"");
   fails(R"({"type": "Prepend"})", "normalizer: missing key \"prepend\"");
   fails(R"({"type": "Strip", "strip_left": 1})", "normalizer.strip_left: expected true or false");
   fails(R"({"type": "\u001b[2J"})", "\\x1b[2J");
@@ -290,6 +291,13 @@ TEST(Normalize, BuilderErrors) {
   const auto literal = normalizer_from_json(
       nlohmann::json::parse(R"({"type": "Replace", "pattern": {"Regex": "ab"}, "content": "-"})"));
   EXPECT_EQ(literal.apply("xaby"), "x-y");
+  // T5's " {2,}" -> " ": runs of two or more spaces, whole; and "x+".
+  const auto runs = normalizer_from_json(nlohmann::json::parse(
+      R"({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "})"));
+  EXPECT_EQ(runs.apply("a b  c     d "), "a b c d ");
+  const auto plus = normalizer_from_json(
+      nlohmann::json::parse(R"({"type": "Replace", "pattern": {"Regex": "é+"}, "content": "E"})"));
+  EXPECT_EQ(plus.apply("éaééb"), "EaEb");
 }
 
 }  // namespace

@@ -348,11 +348,14 @@ struct StripAccents {
   }
 };
 
-/// HF's Replace with a literal pattern: every non-overlapping occurrence of
-/// `pattern`, left to right, replaced by `content`.
+/// HF's Replace: every non-overlapping occurrence of `pattern`, left to
+/// right, replaced by `content`. With `min_run` > 0 it is the regular
+/// expression `c{min_run,}` (`c+` when 1) for the one character `pattern`:
+/// every run of at least `min_run` copies, taken whole, is replaced.
 struct Replace {
-  std::string pattern;  ///< the literal text replaced (not empty)
-  std::string content;  ///< what replaces it
+  std::string pattern;      ///< the literal text replaced (not empty)
+  std::string content;      ///< what replaces it
+  std::size_t min_run = 0;  ///< 0: literal; else the shortest run replaced
   /// s with the replacements.
   std::string apply(std::string_view s) const {
     if (pattern.empty()) return std::string(s);
@@ -361,8 +364,20 @@ struct Replace {
     std::size_t i = 0;
     for (std::size_t p = s.find(pattern); p != std::string_view::npos; p = s.find(pattern, i)) {
       out.append(s.substr(i, p - i));
-      out.append(content);
-      i = p + pattern.size();
+      std::size_t end = p + pattern.size();
+      std::size_t copies = 1;
+      if (min_run > 0) {
+        while (s.substr(end, pattern.size()) == pattern) {
+          end += pattern.size();
+          ++copies;
+        }
+      }
+      if (copies >= min_run) {
+        out.append(content);
+      } else {
+        out.append(s.substr(p, end - p));
+      }
+      i = end;
     }
     out.append(s.substr(i));
     return out;
@@ -427,6 +442,27 @@ inline bool is_literal_regex(std::string_view re) {
   return !re.empty() && re.find_first_of("\\^$.|?*+()[]{}") == std::string_view::npos;
 }
 
+/// For `c{n,}` or `c+` (c one character, not a metacharacter): c and n.
+inline bool parse_run_regex(std::string_view re, std::string& c, std::size_t& n) {
+  if (re.empty() || std::string_view("\\^$.|?*+()[]{}").find(re[0]) != std::string_view::npos) {
+    return false;
+  }
+  const std::size_t len = decode_utf8(re, 0).length;
+  const std::string_view rest = re.substr(len);
+  c = std::string(re.substr(0, len));
+  if (rest == "+") {
+    n = 1;
+    return true;
+  }
+  if (rest.size() < 3 || rest.front() != '{' || rest.substr(rest.size() - 2) != ",}") return false;
+  n = 0;
+  for (const char d : rest.substr(1, rest.size() - 3)) {
+    if (d < '0' || d > '9' || n > 100000) return false;
+    n = n * 10 + static_cast<std::size_t>(d - '0');
+  }
+  return n > 0;
+}
+
 inline void add_normalizer(NormalizerChain& chain, const nlohmann::json& j,
                            const std::string& where) {
   if (!j.is_object()) throw FormatError("kappa: " + where + ": expected an object or null");
@@ -456,11 +492,12 @@ inline void add_normalizer(NormalizerChain& chain, const nlohmann::json& j,
         throw FormatError("kappa: " + where + ".pattern.String: empty pattern");
     } else if (pat.is_object() && pat.contains("Regex")) {
       const std::string re = norm_string(pat, "Regex", where + ".pattern");
-      if (!is_literal_regex(re)) {
+      if (is_literal_regex(re)) {
+        r.pattern = re;
+      } else if (!parse_run_regex(re, r.pattern, r.min_run)) {
         throw FormatError("kappa: " + where + ".pattern.Regex " + kappa::quoted(re) +
-                          ": only regular expressions without metacharacters are supported");
+                          ": only a literal text, `c{n,}` or `c+` is supported");
       }
-      r.pattern = re;
     } else {
       throw FormatError("kappa: " + where +
                         ".pattern: expected {\"String\": ...} or {\"Regex\": ...}");
@@ -482,11 +519,11 @@ inline void add_normalizer(NormalizerChain& chain, const nlohmann::json& j,
 
 /// Builds the normalizer of a tokenizer.json's "normalizer" value: null
 /// gives the identity; NFC, NFD, NFKC, NFKD, Lowercase, Strip
-/// {strip_left, strip_right}, StripAccents, Replace {pattern: {String} or a
-/// {Regex} without metacharacters, content}, Prepend {prepend} and Sequence
-/// {normalizers} (nested sequences are flattened). Anything else throws
-/// FormatError naming `where` and the key (file content only through
-/// kappa::quoted).
+/// {strip_left, strip_right}, StripAccents, Replace {pattern: {String} or
+/// {Regex} (a literal text, `c{n,}` or `c+` for one character c), content},
+/// Prepend {prepend} and Sequence {normalizers} (nested sequences are
+/// flattened). Anything else throws FormatError naming `where` and the key
+/// (file content only through kappa::quoted).
 inline NormalizerChain normalizer_from_json(const nlohmann::json& j,
                                             const std::string& where = "normalizer") {
   NormalizerChain chain;
