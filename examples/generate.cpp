@@ -167,14 +167,7 @@ template <class S>
 int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto lm = kappa::hf::load_causal_lm<float, S>(a.model);
-  // NFC (Qwen's normalizer) leaves ASCII unchanged, so an ASCII prompt is
-  // tokenized exactly without normalizing; other text still gets the
-  // loader's error until kappa normalizes.
-  const bool ascii = std::all_of(a.prompt.begin(), a.prompt.end(),
-                                 [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-  const auto tok = kappa::tokenize::HfTokenizer::from_directory(
-      a.model, ascii ? kappa::tokenize::Normalization::kAssumeNormalized
-                     : kappa::tokenize::Normalization::kReject);
+  const auto tok = kappa::tokenize::HfTokenizer::from_directory(a.model);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

@@ -348,21 +348,25 @@ TEST(HfTokenizerModels, ReferenceIdsOfEveryModelDirectory) {
   for (const fs::path& dir : dirs) {
     SCOPED_TRACE(dir.string());
     const json ref = json::parse(slurp(dir / "reference" / "tokens.json"));
-    // Qwen2 ships an NFC normalizer: rejected by default, accepted for NFC text.
+    // Qwen2 ships an NFC normalizer: applied by default, skipped on request.
     bool nfc = false;
     if (fs::exists(dir / "tokenizer.json")) {
       const json t = json::parse(slurp(dir / "tokenizer.json"));
       nfc = t.contains("normalizer") && !t["normalizer"].is_null();
     }
     if (nfc) {
-      try {
-        (void)HfTokenizer::from_directory(dir.string());
-        ADD_FAILURE() << "NFC accepted without kAssumeNormalized";
-      } catch (const kappa::FormatError& e) {
-        EXPECT_NE(std::string(e.what()).find("\"NFC\""), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("tokenizer.json: normalizer"), std::string::npos)
-            << e.what();
-      }
+      // By default kappa applies the NFC normalizer: decomposed text gives
+      // the ids of its composed form, as Hugging Face's tokenizers do.
+      const HfTokenizer applied = HfTokenizer::from_directory(dir.string());
+      EXPECT_TRUE(applied.applies_nfc());
+      EXPECT_TRUE(applied.assumed_normalizer().empty());
+      const std::string composed = "caf\xc3\xa9 \xea\xb0\x80 \xe1\xb8\x8a";  // é, 가, Ḋ
+      const std::string decomposed = "cafe\xcc\x81 \xe1\x84\x80\xe1\x85\xa1 D\xcc\x87";
+      EXPECT_EQ(applied.encode(decomposed), applied.encode(composed));
+      const HfTokenizer assumed =
+          HfTokenizer::from_directory(dir.string(), tk::Normalization::kAssumeNormalized);
+      EXPECT_FALSE(assumed.applies_nfc());
+      EXPECT_NE(assumed.encode(decomposed), assumed.encode(composed));  // not normalized
     }
     const HfTokenizer tok = HfTokenizer::from_directory(
         dir.string(), nfc ? tk::Normalization::kAssumeNormalized : tk::Normalization::kReject);

@@ -14,10 +14,10 @@
 //
 // Supported byte-level tokenizer.json (anything else is a FormatError that names the
 // file, the key and what was found):
-//   normalizer     null or absent. NFC (Qwen2 ships it) only with
-//                  Normalization::kAssumeNormalized: kappa does not
-//                  normalize, so ids are exact for NFC text (most text is:
-//                  "café" with U+00E9, not e + U+0301).
+//   normalizer     null or absent, or NFC (Qwen2 and Qwen3 ship it), applied
+//                  to the text between added tokens (tokenize/normalize.hpp,
+//                  Unicode 16); with Normalization::kAssumeNormalized the
+//                  caller promises NFC text and the step is skipped.
 //   pre_tokenizer  ByteLevel with use_regex = true (GPT-2's pattern), or
 //                  Sequence [Split {Regex: P, behavior: Isolated, invert:
 //                  false}, ByteLevel {use_regex: false}] where P is one of
@@ -145,6 +145,7 @@
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/formats.hpp"
+#include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
 #include "kappa/tokenize/unicode.hpp"
 #include "kappa/tokenize/utf8.hpp"
@@ -181,10 +182,10 @@ enum class SkipSpecial {
   kYes,  ///< special tokens are left out
 };
 
-/// What the loaders do with a normalizer kappa does not implement.
+/// What the byte-level loader does with tokenizer.json's normalizer.
 enum class Normalization {
-  kReject,            ///< FormatError naming the normalizer (the default)
-  kAssumeNormalized,  ///< accept NFC: the caller promises NFC input, on which NFC is the identity
+  kReject,            ///< apply NFC; FormatError naming any other normalizer (the default)
+  kAssumeNormalized,  ///< skip NFC: the caller promises NFC input, on which NFC is the identity
 };
 
 /// A token of tokenizer.json's added_tokens: matched in text before the
@@ -532,6 +533,10 @@ class HfTokenizer {
   /// "NFC" when loaded with Normalization::kAssumeNormalized over an NFC
   /// normalizer, else empty.
   const std::string& assumed_normalizer() const noexcept { return normalizer_; }
+  /// Whether encode() puts the text between added tokens into NFC first
+  /// (a byte-level tokenizer.json with an NFC normalizer, loaded with
+  /// Normalization::kReject).
+  bool applies_nfc() const noexcept { return apply_nfc_; }
   /// The number of model tokens that the merges do not make from their own
   /// bytes (bpe(bytes(t)) != [t]). When zero, ignore_merges cannot change
   /// any id; GPT-2's vocabulary has none.
@@ -583,6 +588,9 @@ class HfTokenizer {
         t.build_sp(spec);
       } else {
         t.normalizer_ = check_normalizer(root, path, normalization);
+        // NFC applied unless the caller promised NFC text (then only named).
+        t.apply_nfc_ = t.normalizer_ == "NFC" && normalization != Normalization::kAssumeNormalized;
+        if (t.apply_nfc_) t.normalizer_.clear();
         t.read_pre_tokenizer(root, path);
         check_decoder(root, path);
         read_added_tokens(root, path, spec);
@@ -621,12 +629,11 @@ class HfTokenizer {
       }
       type += "]";
     }
-    if (nfc && normalization == Normalization::kAssumeNormalized) return "NFC";
-    detail::hf_error(
-        path, "normalizer",
-        "type " + kappa::quoted(type) + " is not supported (kappa does not " +
-            "normalize; null only" +
-            (nfc ? ", or NFC with Normalization::kAssumeNormalized for NFC text)" : ")"));
+    (void)normalization;
+    if (nfc) return "NFC";
+    detail::hf_error(path, "normalizer",
+                     "type " + kappa::quoted(type) +
+                         " is not supported (a byte-level tokenizer.json may have null or NFC)");
   }
 
   static void check_decoder(const nlohmann::json& root, const std::string& path) {
@@ -1908,6 +1915,11 @@ class HfTokenizer {
       sp_encode_segment(segment, at_start, out);
       return;
     }
+    std::string normalized;
+    if (apply_nfc_) {
+      normalized = normalize(segment, NormalizationForm::kNFC);
+      segment = normalized;
+    }
     std::string prefixed;
     if (add_prefix_space_ && segment.front() != ' ') {
       prefixed.reserve(segment.size() + 1);
@@ -1947,6 +1959,7 @@ class HfTokenizer {
   Splitter split_ = Gpt2Split{};
   bool add_prefix_space_ = false;
   std::string normalizer_;
+  bool apply_nfc_ = false;  // the byte-level layout's NFC normalizer
   bool ignore_merges_ = false;
   std::vector<AddedToken> added_;
   std::vector<bool> special_;      // id -> added token marked special
