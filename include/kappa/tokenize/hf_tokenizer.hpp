@@ -1347,21 +1347,23 @@ class HfTokenizer {
       const auto n = static_cast<std::int32_t>(symbols.size());
       symbols.push_back({id, n - 1, n + 1, true});
     };
-    std::optional<TokenId> unk;  // a pending unk (fused while fuse_unk)
+    // A pending unk id (fused while fuse_unk), -1 for none. (A plain id, not
+    // std::optional: GCC 12 at -O3 reports its payload maybe-uninitialized.)
+    TokenId unk = -1;
     for (std::size_t i = 0; i < w.size();) {
       const Utf8Char c = decode_utf8(w, i);
       const std::size_t len = c.valid ? c.length : 1;
       const std::string_view ch = w.substr(i, len);
       i += len;
       if (const auto b = static_cast<unsigned char>(ch[0]); b < 128 && sp.ascii_ids[b] >= 0) {
-        if (unk) add(*unk);
-        unk.reset();
+        if (unk >= 0) add(unk);
+        unk = -1;
         add(sp.ascii_ids[b]);
         continue;
       }
       if (const auto f = sp.id_of.find(ch); f != sp.id_of.end()) {
-        if (unk) add(*unk);
-        unk.reset();
+        if (unk >= 0) add(unk);
+        unk = -1;
         add(f->second);
         continue;
       }
@@ -1374,11 +1376,11 @@ class HfTokenizer {
         }
       }
       if (sp.unk) {
-        if (unk && !sp.fuse_unk) add(*unk);
-        unk = sp.unk;
+        if (unk >= 0 && !sp.fuse_unk) add(unk);
+        unk = *sp.unk;
       }
     }
-    if (unk) add(*unk);
+    if (unk >= 0) add(unk);
     if (symbols.empty()) return;
     symbols.back().next = -1;
     std::vector<SpCandidate>& heap = scratch.heap;
