@@ -410,6 +410,13 @@ class HfTokenizer {
     return load_tokenizer_json(path, tokenizer_config, std::nullopt, normalization);
   }
 
+  /// Loads a parsed tokenizer.json (BPE layouts only, as
+  /// from_tokenizer_json()); `source` names it in messages.
+  static HfTokenizer from_json(const nlohmann::json& root, const std::string& source,
+                               Normalization normalization = Normalization::kReject) {
+    return load_json_root(root, source, std::nullopt, std::nullopt, normalization);
+  }
+
   /// Loads GPT-2's vocab.json + merges.txt, with tokenizer_config.json when
   /// given: its bos/eos/unk/pad tokens and added_tokens_decoder entries are
   /// the added tokens.
@@ -570,7 +577,15 @@ class HfTokenizer {
                                          const std::optional<std::string>& config_path,
                                          const std::optional<std::string>& special_map_path,
                                          Normalization normalization) {
-    const nlohmann::json root = detail::read_hf_json(path);
+    return load_json_root(detail::read_hf_json(path), path, config_path, special_map_path,
+                          normalization);
+  }
+
+  // `path` names the source in messages.
+  static HfTokenizer load_json_root(const nlohmann::json& root, const std::string& path,
+                                    const std::optional<std::string>& config_path,
+                                    const std::optional<std::string>& special_map_path,
+                                    Normalization normalization) {
     HfTokenizer t;
     std::vector<TokenId> prefix, suffix;
     try {
