@@ -7,7 +7,7 @@
 //   3     a vocab.txt (then "Hello, [CLS] world" is encoded with it).
 // Properties:
 //   * encode never throws; every id is in [0, vocab_size); with the template
-//     the ids are [CLS] ... [SEP] around encode(text, false);
+//     the ids are [CLS] ... [SEP] around encode(text, AddSpecial::kNo);
 //   * bert_normalize gives valid UTF-8, and decode never throws on encode's
 //     ids;
 //   * if no piece is the unknown token and the text holds no '[' (no added
@@ -31,6 +31,8 @@ namespace {
 
 namespace tk = kappa::tokenize;
 using kappa::TokenId;
+using kappa::tokenize::AddSpecial;
+using kappa::tokenize::SkipSpecial;
 
 const tk::WordPieceTokenizer& bert(bool cased) {
   static const std::string vocab =
@@ -56,7 +58,7 @@ std::string without_spaces(std::string_view s) {
 }
 
 void check_text(const tk::WordPieceTokenizer& t, std::string_view text) {
-  const std::vector<TokenId> plain = t.encode(text, false);
+  const std::vector<TokenId> plain = t.encode(text, AddSpecial::kNo);
   const std::vector<TokenId> full = t.encode(text);
   KAPPA_FUZZ_CHECK(kappa::fuzz::ids_in_range(full, t.vocab_size()), kappa::fuzz::show(text));
   const auto& pre = t.config().template_prefix;
@@ -66,7 +68,7 @@ void check_text(const tk::WordPieceTokenizer& t, std::string_view text) {
                               full.begin() + static_cast<std::ptrdiff_t>(pre.size())),
                    kappa::fuzz::show(text));
   const std::string decoded = t.decode(plain);
-  (void)t.decode(full, true);
+  (void)t.decode(full, SkipSpecial::kYes);
   const std::string normalized = tk::bert_normalize(text, *t.config().normalizer);
   KAPPA_FUZZ_CHECK(tk::is_valid_utf8(normalized), kappa::fuzz::show(text));
   const bool has_unk = std::find(plain.begin(), plain.end(), t.unk_id()) != plain.end();
@@ -96,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                          : tk::WordPieceTokenizer::from_vocab_txt(file.path());
     const std::vector<TokenId> ids = t.encode("Hello, [CLS] world");
     KAPPA_FUZZ_CHECK(kappa::fuzz::ids_in_range(ids, t.vocab_size()), "loaded tokenizer");
-    (void)t.decode(ids, true);
+    (void)t.decode(ids, SkipSpecial::kYes);
   } catch (const kappa::FormatError&) {
   } catch (const kappa::RangeError&) {
   }

@@ -417,14 +417,25 @@ TEST(HfTokenizerModels, LlamaSettings) {
   EXPECT_THROW((void)tok.decode(std::vector<TokenId>{-1}), kappa::RangeError);
 }
 
-TEST(HfTokenizerModels, BertWordPieceIsRejectedByName) {
-  try {
-    (void)HfTokenizer::from_directory(std::string(KAPPA_TEST_DATA_DIR) + "/models/bert");
-    FAIL() << "expected FormatError";
-  } catch (const kappa::FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("vocab.txt"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("WordPiece"), std::string::npos) << e.what();
-  }
+TEST(HfTokenizerModels, BertDirectoryLoadsItsWordPiece) {
+  // The tiny BERT ships vocab.txt + tokenizer_config.json (do_lower_case);
+  // the ids are the WordPiece ones (wordpiece_test.cpp compares them with
+  // Hugging Face on every input): [CLS] hello [UNK] ! [SEP].
+  const HfTokenizer tok =
+      HfTokenizer::from_directory(std::string(KAPPA_TEST_DATA_DIR) + "/models/bert");
+  EXPECT_EQ(tok.family(), tk::TokenizerFamily::kWordPiece);
+  ASSERT_NE(tok.wordpiece(), nullptr);
+  EXPECT_EQ(tok.unigram(), nullptr);
+  const std::vector<TokenId> ids = tok.encode("A!");
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_EQ(tok.piece(ids[0]), "[CLS]");
+  EXPECT_EQ(tok.piece(ids[1]), "a");
+  EXPECT_EQ(tok.piece(ids[2]), "!");
+  EXPECT_EQ(tok.piece(ids[3]), "[SEP]");
+  EXPECT_EQ(tok.decode(ids, SkipSpecial::kYes), "a!");
+  EXPECT_EQ(tok.encode("[MASK]", AddSpecial::kNo), std::vector<TokenId>{*tok.find("[MASK]")});
+  EXPECT_GT(tok.encode("[MASK]", AddSpecial::kNo, tk::SpecialTokens::kAsText).size(), 1u);
+  EXPECT_THROW((void)tok.decode(std::vector<TokenId>{98}), kappa::RangeError);
 }
 
 // ---- small tokenizers ------------------------------------------------------------

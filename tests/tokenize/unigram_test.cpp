@@ -23,12 +23,15 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/tokenize/concepts.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/unigram.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using kappa::TokenId;
+using kappa::tokenize::AddSpecial;
+using kappa::tokenize::SkipSpecial;
 using kappa::tokenize::UnigramTokenizer;
 using json = nlohmann::json;
 
@@ -68,9 +71,9 @@ TEST(Unigram, MatchesHuggingFaceOnEveryInput) {
       const auto ids = want["ids"].get<std::vector<TokenId>>();
       const auto plain = want["plain"].get<std::vector<TokenId>>();
       const std::vector<TokenId> got = tok.encode(text);
-      const std::vector<TokenId> got_plain = tok.encode(text, false);
-      const std::string dec = tok.decode(plain, false);
-      const std::string dec_skip = tok.decode(ids, true);
+      const std::vector<TokenId> got_plain = tok.encode(text, AddSpecial::kNo);
+      const std::string dec = tok.decode(plain, SkipSpecial::kNo);
+      const std::string dec_skip = tok.decode(ids, SkipSpecial::kYes);
       const bool ok = got == ids && got_plain == plain &&
                       dec == want["decode"].get<std::string>() &&
                       dec_skip == want["decode_skip"].get<std::string>();
@@ -90,6 +93,33 @@ TEST(Unigram, MatchesHuggingFaceOnEveryInput) {
   }
 }
 
+// The one call that loads any hub directory gives the same ids and text.
+TEST(Unigram, HfTokenizerFromDirectoryMatchesHuggingFace) {
+  const json& cases = golden()["cases"];
+  for (const char* config : kConfigs) {
+    SCOPED_TRACE(config);
+    const kappa::tokenize::HfTokenizer tok =
+        kappa::tokenize::HfTokenizer::from_directory((kData / "unigram" / config).string());
+    EXPECT_EQ(tok.family(), kappa::tokenize::TokenizerFamily::kUnigram);
+    std::size_t matched = 0, failures = 0;
+    for (const json& c : cases) {
+      const std::string text = c.contains("file") ? read(kData / c["file"].get<std::string>())
+                                                  : c["text"].get<std::string>();
+      const json& want = c[config];
+      const auto ids = want["ids"].get<std::vector<TokenId>>();
+      const auto plain = want["plain"].get<std::vector<TokenId>>();
+      const bool ok = tok.encode(text) == ids && tok.encode(text, AddSpecial::kNo) == plain &&
+                      tok.decode(plain) == want["decode"].get<std::string>() &&
+                      tok.decode(ids, SkipSpecial::kYes) == want["decode_skip"].get<std::string>();
+      if (ok)
+        ++matched;
+      else if (++failures <= 5)
+        ADD_FAILURE() << c["name"].get<std::string>() << ": " << json(text).dump();
+    }
+    EXPECT_EQ(matched, cases.size());
+  }
+}
+
 TEST(Unigram, Basics) {
   const UnigramTokenizer tok = load("t5");
   EXPECT_EQ(tok.unk_id(), 2);
@@ -104,7 +134,7 @@ TEST(Unigram, Basics) {
   const std::vector<TokenId> ids = tok.encode("hello");
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.back(), 1);
-  EXPECT_TRUE(tok.encode("", false).empty());
+  EXPECT_TRUE(tok.encode("", AddSpecial::kNo).empty());
   // The charsmap maps full-width letters to ASCII.
   EXPECT_EQ(tok.normalize("\xEF\xBC\xA8i"), "Hi");
   EXPECT_THROW((void)tok.token(static_cast<TokenId>(tok.vocab_size())), kappa::RangeError);
@@ -114,13 +144,13 @@ TEST(Unigram, Basics) {
 TEST(Unigram, ByteFallbackAndUnk) {
   const UnigramTokenizer bytes = load("bytes");
   // U+10348 is in no piece: its four bytes as <0xNN>, decoded back.
-  const std::vector<TokenId> ids = bytes.encode("\xF0\x90\x8D\x88", false);
+  const std::vector<TokenId> ids = bytes.encode("\xF0\x90\x8D\x88", AddSpecial::kNo);
   ASSERT_GE(ids.size(), 4u);
   EXPECT_EQ(bytes.token(ids[ids.size() - 4]), "<0xF0>");
   EXPECT_EQ(bytes.decode(ids), "\xF0\x90\x8D\x88");
   const UnigramTokenizer t5 = load("t5");
   // Without byte fallback, consecutive unknown characters fuse into one unk.
-  const std::vector<TokenId> unk = t5.encode("\xF0\x90\x8D\x88\xF0\x90\x8D\x88", false);
+  const std::vector<TokenId> unk = t5.encode("\xF0\x90\x8D\x88\xF0\x90\x8D\x88", AddSpecial::kNo);
   EXPECT_EQ(std::count(unk.begin(), unk.end(), t5.unk_id()), 1);
 }
 

@@ -20,12 +20,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kappa/tokenize/concepts.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/transformer/hf.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using kappa::TokenId;
+using kappa::tokenize::AddSpecial;
+using kappa::tokenize::HfTokenizer;
+using kappa::tokenize::SkipSpecial;
 using kappa::tokenize::WordPieceTokenizer;
 
 static_assert(kappa::tokenize::Tokenizer<WordPieceTokenizer>);
@@ -119,8 +123,10 @@ void write(const fs::path& p, const std::string& s) {
 
 /// Compares `t` with the peer's configuration `config` on every input;
 /// returns the number of inputs that match in all four fields.
-std::size_t compare_all(const WordPieceTokenizer& t, const std::string& config,
-                        const std::string& layout) {
+/// `Tok` is WordPieceTokenizer or HfTokenizer (the one call that loads any
+/// directory), which must give the same ids.
+template <class Tok>
+std::size_t compare_all(const Tok& t, const std::string& config, const std::string& layout) {
   std::size_t matched = 0, reported = 0;
   for (const nlohmann::json& c : golden()["cases"]) {
     const std::string name = c["name"].get<std::string>();
@@ -130,9 +136,9 @@ std::size_t compare_all(const WordPieceTokenizer& t, const std::string& config,
     const auto ids = want["ids"].get<std::vector<TokenId>>();
     const auto plain = want["plain"].get<std::vector<TokenId>>();
     const std::vector<TokenId> got = t.encode(text);
-    const std::vector<TokenId> got_plain = t.encode(text, false);
-    const std::string dec_skip = t.decode(got, true);
-    const std::string dec = t.decode(got_plain, false);
+    const std::vector<TokenId> got_plain = t.encode(text, AddSpecial::kNo);
+    const std::string dec_skip = t.decode(got, SkipSpecial::kYes);
+    const std::string dec = t.decode(got_plain, SkipSpecial::kNo);
     const bool ok = got == ids && got_plain == plain &&
                     dec_skip == want["decode_skip"].get<std::string>() &&
                     dec == want["decode"].get<std::string>();
@@ -187,6 +193,9 @@ TEST(WordPiece, EveryInputMatchesHuggingFaceFromTokenizerJson) {
           tokenizer_json(vocab_lines(kData / l.vocab), l.normalizer).dump());
     const WordPieceTokenizer t = WordPieceTokenizer::from_directory(dir.path.string());
     EXPECT_EQ(compare_all(t, l.config, "tokenizer.json"), n) << l.config;
+    const HfTokenizer hf = HfTokenizer::from_directory(dir.path.string());
+    EXPECT_EQ(hf.family(), kappa::tokenize::TokenizerFamily::kWordPiece);
+    EXPECT_EQ(compare_all(hf, l.config, "HfTokenizer tokenizer.json"), n) << l.config;
   }
 }
 
@@ -199,6 +208,15 @@ TEST(WordPiece, EveryInputMatchesHuggingFaceFromVocabTxt) {
           WordPieceTokenizer::from_directory(KAPPA_TEST_DATA_DIR "/models/bert");
       EXPECT_EQ(t.vocab_size(), 98u);
       EXPECT_EQ(compare_all(t, l.config, "vocab.txt"), n);
+      const HfTokenizer hf = HfTokenizer::from_directory(KAPPA_TEST_DATA_DIR "/models/bert");
+      EXPECT_EQ(hf.vocab_size(), 98u);
+      EXPECT_EQ(compare_all(hf, l.config, "HfTokenizer vocab.txt"), n);
+      // BERT names no BOS / EOS: the template's [CLS] and [SEP] stand in.
+      EXPECT_EQ(hf.bos_id(), t.find("[CLS]"));
+      EXPECT_EQ(hf.eos_id(), t.find("[SEP]"));
+      EXPECT_TRUE(hf.is_special(*t.find("[MASK]")));
+      EXPECT_FALSE(hf.is_special(*t.find("!")));
+      EXPECT_FALSE(hf.round_trips());
       continue;
     }
     TempDir dir(std::string("txt_") + l.config);
@@ -206,6 +224,8 @@ TEST(WordPiece, EveryInputMatchesHuggingFaceFromVocabTxt) {
     write(dir.path / "tokenizer_config.json", l.tokenizer_config.dump());
     const WordPieceTokenizer t = WordPieceTokenizer::from_directory(dir.path.string());
     EXPECT_EQ(compare_all(t, l.config, "vocab.txt"), n) << l.config;
+    const HfTokenizer hf = HfTokenizer::from_directory(dir.path.string());
+    EXPECT_EQ(compare_all(hf, l.config, "HfTokenizer vocab.txt"), n) << l.config;
   }
 }
 
@@ -217,10 +237,10 @@ TEST(WordPiece, VocabularyAndKnownIds) {
   EXPECT_EQ(t.id_to_token(2015), "##s");
   EXPECT_EQ(t.unk_id(), 100);
   // BERT's own example: "i like strawberries" -> i like straw ##berries.
-  EXPECT_EQ(t.encode("I like strawberries", false),
+  EXPECT_EQ(t.encode("I like strawberries", AddSpecial::kNo),
             (std::vector<TokenId>{1045, 2066, 13137, 20968}));
   const std::vector<TokenId> ids = t.encode("Hello, world!");
-  EXPECT_EQ(t.decode(ids, true), "hello, world!");
+  EXPECT_EQ(t.decode(ids, SkipSpecial::kYes), "hello, world!");
   EXPECT_EQ(t.decode(ids), "[CLS] hello, world! [SEP]");
   EXPECT_THROW((void)t.token(30522), kappa::RangeError);
   const std::vector<TokenId> bad{30522};

@@ -46,6 +46,7 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/detail_hash.hpp"
 #include "kappa/tokenize/formats.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
@@ -56,12 +57,6 @@ namespace kappa::tokenize {
 struct SpecialToken {
   std::string text;
   TokenId id;
-};
-
-/// How encode() treats text that spells a special token.
-enum class SpecialTokens {
-  kAsText,     ///< like any other text (tiktoken's encode_ordinary)
-  kRecognize,  ///< as the special token's id (tiktoken's encode(allowed_special="all"))
 };
 
 /// GPT-2's / r50k_base's special tokens.

@@ -17,6 +17,24 @@
 
 namespace kappa::tokenize {
 
+/// How encode() treats text that spells a special token.
+enum class SpecialTokens {
+  kAsText,     ///< like any other text (tiktoken's encode_ordinary)
+  kRecognize,  ///< as the special token's id (tiktoken's encode(allowed_special="all"))
+};
+
+/// Whether encode() adds the BOS/EOS ids the tokenizer is configured with.
+enum class AddSpecial {
+  kYes,  ///< prefix and suffix as configured (see the file comment)
+  kNo,   ///< the text's ids only
+};
+
+/// Whether decode() writes special tokens (added tokens marked special).
+enum class SkipSpecial {
+  kNo,   ///< special tokens appear as their text
+  kYes,  ///< special tokens are left out
+};
+
 /// A tokenizer: encode(text) -> ids, decode(ids) -> text, vocab_size() = N_T,
 /// token(id) -> the token's string (RangeError if id is not in T), and
 /// find(token) -> its id if the string is a token.

@@ -1,9 +1,15 @@
 // kappa/tokenize/hf_tokenizer.hpp - the tokenizer of a Hugging Face model
-// directory: tokenizer.json (byte-level BPE, as Llama-3, Qwen2, GPT-2 and most
-// current models ship it, or SentencePiece-style BPE with byte fallback, as
-// Llama-2, Mistral-7B, TinyLlama, Phi-3 and Gemma do) or GPT-2's vocab.json +
-// merges.txt, with the BOS/EOS settings of tokenizer_config.json and
-// special_tokens_map.json.
+// directory, of any family, with one call (from_directory): tokenizer.json
+// (byte-level BPE, as Llama-3, Qwen2, GPT-2 and most current models ship it;
+// SentencePiece-style BPE with byte fallback, as Llama-2, Mistral-7B,
+// TinyLlama, Phi-3 and Gemma do; WordPiece, as BERT; Unigram, as T5 and
+// ALBERT), GPT-2's vocab.json + merges.txt, or BERT's vocab.txt, with the
+// BOS/EOS settings of tokenizer_config.json and special_tokens_map.json.
+// family() says which was found. WordPiece and Unigram run in their own
+// classes (wordpiece.hpp, unigram.hpp, whose file comments give their
+// semantics); HfTokenizer forwards to them and applies the same BOS/EOS rules
+// as below, so BERT's bos_id() is its template's [CLS] and eos_id() its [SEP].
+// The rest of this comment is about the two BPE families.
 //
 // encode(text) = prefix ++ concat over segments s of text of bpe(pieces(s)) ++ suffix,
 // where the added tokens of tokenizer.json ("<|begin_of_text|>", ...) cut
@@ -128,6 +134,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -148,7 +155,9 @@
 #include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
 #include "kappa/tokenize/unicode.hpp"
+#include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/utf8.hpp"
+#include "kappa/tokenize/wordpiece.hpp"
 
 namespace kappa::tokenize {
 
@@ -168,18 +177,6 @@ struct Qwen2Split {
     if (c.valid && char_class(c.code_point) == CharClass::kNumber) return i + c.length;
     return Cl100kSplit::next(s, i);
   }
-};
-
-/// Whether encode() adds the BOS/EOS ids the tokenizer is configured with.
-enum class AddSpecial {
-  kYes,  ///< prefix and suffix as configured (see the file comment)
-  kNo,   ///< the text's ids only
-};
-
-/// Whether decode() writes special tokens (added tokens marked special).
-enum class SkipSpecial {
-  kNo,   ///< special tokens appear as their text
-  kYes,  ///< special tokens are left out
 };
 
 /// What the byte-level loader does with tokenizer.json's normalizer.
@@ -338,9 +335,18 @@ struct SentencePieceBpe {
 
 }  // namespace detail
 
+/// The tokenizer families a Hugging Face directory may hold.
+enum class TokenizerFamily {
+  kByteLevelBpe,      ///< GPT-2, Llama-3, Qwen2: BPE over bytes (bpe.hpp)
+  kSentencePieceBpe,  ///< Llama-2, Mistral, Gemma, Phi-3: BPE over characters, byte fallback
+  kWordPiece,         ///< BERT (wordpiece.hpp)
+  kUnigram,           ///< T5, ALBERT, XLNet (unigram.hpp)
+};
+
 /// The tokenizer of a Hugging Face model directory (see the file comment):
 /// byte-level BPE with one of the known split patterns, chosen at run time,
-/// or SentencePiece-style BPE over characters with byte fallback.
+/// SentencePiece-style BPE over characters with byte fallback, WordPiece or
+/// Unigram; family() says which.
 class HfTokenizer {
  public:
   /// The split pattern, one alternative per known pre-tokenizer.
@@ -394,12 +400,15 @@ class HfTokenizer {
     const auto vocab = file("vocab.json");
     const auto merges = file("merges.txt");
     if (vocab && merges) return load_gpt2(*vocab, *merges, config, special_map);
-    if (const auto wordpiece = file("vocab.txt"))
-      throw FormatError("kappa: " + *wordpiece +
-                        ": a WordPiece vocabulary (BERT) is not supported: kappa loads byte-level "
-                        "BPE (tokenizer.json, or vocab.json + merges.txt)");
+    if (const auto vocab_txt = file("vocab.txt")) {
+      HfTokenizer t;
+      t.set_wordpiece(WordPieceTokenizer::from_vocab_txt(*vocab_txt, config.value_or("")));
+      t.apply_config(config, special_map);
+      return t;
+    }
     throw FormatError("kappa: " + dir +
-                      ": no tokenizer: expected tokenizer.json, or vocab.json and merges.txt");
+                      ": no tokenizer: expected tokenizer.json, vocab.json and merges.txt, or "
+                      "vocab.txt");
   }
 
   /// Loads tokenizer.json, with the BOS/EOS settings of tokenizer_config
@@ -436,6 +445,17 @@ class HfTokenizer {
   /// As encode(text, add), with the spelling of added tokens in text treated
   /// as plain text when `specials` is kAsText (for untrusted text).
   std::vector<TokenId> encode(std::string_view text, AddSpecial add, SpecialTokens specials) const {
+    if (wordpiece_ || unigram_) {
+      std::vector<TokenId> ids = wordpiece_ ? wordpiece_->encode(text, AddSpecial::kNo, specials)
+                                            : unigram_->encode(text, AddSpecial::kNo, specials);
+      if (add == AddSpecial::kNo) return ids;
+      std::vector<TokenId> out;
+      out.reserve(prefix_.size() + ids.size() + suffix_.size());
+      out.insert(out.end(), prefix_.begin(), prefix_.end());
+      out.insert(out.end(), ids.begin(), ids.end());
+      out.insert(out.end(), suffix_.begin(), suffix_.end());
+      return out;
+    }
     std::vector<TokenId> out;
     out.reserve(text.size() / 3 + 2 + prefix_.size() + suffix_.size());
     if (add == AddSpecial::kYes) out.insert(out.end(), prefix_.begin(), prefix_.end());
@@ -451,6 +471,8 @@ class HfTokenizer {
   /// leaving out special tokens when `skip` is kYes. RangeError naming the
   /// first id that is not in the vocabulary.
   std::string decode(std::span<const TokenId> ids, SkipSpecial skip = SkipSpecial::kNo) const {
+    if (wordpiece_) return wordpiece_->decode(ids, skip);
+    if (unigram_) return unigram_->decode(ids, skip);
     if (sp_) return sp_decode(ids, skip);
     if (skip == SkipSpecial::kNo) return model_.decode(ids);
     std::vector<TokenId> kept;
@@ -463,13 +485,18 @@ class HfTokenizer {
   // ---- queries ---------------------------------------------------------------
 
   /// N_T: one more than the largest id (model tokens and added tokens).
-  std::size_t vocab_size() const noexcept { return sp_ ? sp_->pieces.size() : model_.vocab_size(); }
+  std::size_t vocab_size() const noexcept {
+    if (wordpiece_) return wordpiece_->vocab_size();
+    if (unigram_) return unigram_->vocab_size();
+    return sp_ ? sp_->pieces.size() : model_.vocab_size();
+  }
   /// The bytes of a token (an added token's text); RangeError if none. In
   /// the SentencePiece-style layout, what the token stands for in text: a
   /// byte token `<0xNN>` its byte, any other its vocabulary string with "▁"
   /// as a space ("▁the" -> " the"; decode() of a whole sequence may also
   /// strip the first space, as the decoder says). piece(id) is the string.
   std::string token(TokenId id) const {
+    if (wordpiece_ || unigram_) return piece(id);
     if (!sp_) return model_.token(id);
     std::string t = piece(id);
     if (is_special(id)) return t;
@@ -482,6 +509,8 @@ class HfTokenizer {
   /// The vocabulary string of a token (`▁the`, `<0x0A>`, an added token's
   /// text); for byte-level BPE the same as token(id). RangeError if none.
   std::string piece(TokenId id) const {
+    if (wordpiece_) return wordpiece_->token(id);
+    if (unigram_) return unigram_->token(id);
     if (!sp_) return model_.token(id);
     if (id < 0 || static_cast<std::size_t>(id) >= sp_->pieces.size() ||
         !sp_->present[static_cast<std::size_t>(id)])
@@ -493,6 +522,8 @@ class HfTokenizer {
   /// The id of a token's bytes (the SentencePiece-style layout: of its
   /// vocabulary string, piece(id)) or of an added token's text.
   std::optional<TokenId> find(std::string_view token) const {
+    if (wordpiece_) return wordpiece_->find(token);
+    if (unigram_) return unigram_->find(token);
     for (const AddedToken& a : added_)
       if (a.content == token) return a.id;
     if (sp_) {
@@ -505,6 +536,16 @@ class HfTokenizer {
   /// True for the SentencePiece-style layout (characters and "▁", byte
   /// fallback), false for byte-level BPE.
   bool is_sentencepiece() const noexcept { return sp_.has_value(); }
+  /// The tokenizer family the files describe.
+  TokenizerFamily family() const noexcept {
+    if (wordpiece_) return TokenizerFamily::kWordPiece;
+    if (unigram_) return TokenizerFamily::kUnigram;
+    return sp_ ? TokenizerFamily::kSentencePieceBpe : TokenizerFamily::kByteLevelBpe;
+  }
+  /// The WordPiece tokenizer inside (family() kWordPiece), else null.
+  const WordPieceTokenizer* wordpiece() const noexcept { return wordpiece_.get(); }
+  /// The Unigram tokenizer inside (family() kUnigram), else null.
+  const UnigramTokenizer* unigram() const noexcept { return unigram_.get(); }
   /// True if decode(encode(x, AddSpecial::kNo, SpecialTokens::kAsText)) == x
   /// holds, as Hugging Face's own tokenizer behaves: for byte-level BPE
   /// without add_prefix_space, every byte string; for the SentencePiece-style
@@ -515,7 +556,10 @@ class HfTokenizer {
   /// other layouts: `<unk>` without byte fallback, the leading space of " x"
   /// with Metaspace (the prepended "▁" and the decoder's strip cannot tell
   /// them apart), "▁" typed in the text (decoded as a space).
-  bool round_trips() const noexcept { return sp_ ? sp_->round_trips : !add_prefix_space_; }
+  bool round_trips() const noexcept {
+    if (wordpiece_ || unigram_) return false;
+    return sp_ ? sp_->round_trips : !add_prefix_space_;
+  }
   /// The BOS id, if the tokenizer names one (see the file comment).
   std::optional<TokenId> bos_id() const noexcept { return bos_; }
   /// The EOS id, if the tokenizer names one.
@@ -573,6 +617,35 @@ class HfTokenizer {
 
   // ---- tokenizer.json ----------------------------------------------------------
 
+  // model.type of a tokenizer.json ("" when absent or not a string: the BPE
+  // reader then names what is wrong).
+  static std::string model_type(const nlohmann::json& root) {
+    if (!root.is_object()) return {};
+    const auto m = root.find("model");
+    if (m == root.end() || !m->is_object()) return {};
+    const auto t = m->find("type");
+    return t != m->end() && t->is_string() ? t->get<std::string>() : std::string();
+  }
+
+  // Takes the template's ids as prefix and suffix and the special flags of
+  // a WordPiece / Unigram tokenizer; encode() adds the prefix and suffix.
+  template <class Inner>
+  void adopt(const Inner& inner, std::vector<TokenId> prefix, std::vector<TokenId> suffix) {
+    prefix_ = std::move(prefix);
+    suffix_ = std::move(suffix);
+    special_.assign(inner.vocab_size(), false);
+    for (std::size_t id = 0; id < special_.size(); ++id)
+      special_[id] = inner.is_special(static_cast<TokenId>(id));
+  }
+  void set_wordpiece(WordPieceTokenizer w) {
+    wordpiece_ = std::make_shared<const WordPieceTokenizer>(std::move(w));
+    adopt(*wordpiece_, wordpiece_->config().template_prefix, wordpiece_->config().template_suffix);
+  }
+  void set_unigram(UnigramTokenizer u) {
+    unigram_ = std::make_shared<const UnigramTokenizer>(std::move(u));
+    adopt(*unigram_, unigram_->config().template_prefix, unigram_->config().template_suffix);
+  }
+
   static HfTokenizer load_tokenizer_json(const std::string& path,
                                          const std::optional<std::string>& config_path,
                                          const std::optional<std::string>& special_map_path,
@@ -588,6 +661,14 @@ class HfTokenizer {
                                     Normalization normalization) {
     HfTokenizer t;
     std::vector<TokenId> prefix, suffix;
+    if (const std::string type = model_type(root); type == "WordPiece" || type == "Unigram") {
+      if (type == "WordPiece")
+        t.set_wordpiece(WordPieceTokenizer::from_json(root, path));
+      else
+        t.set_unigram(UnigramTokenizer::from_json(root, path));
+      t.apply_config(config_path, special_map_path);
+      return t;
+    }
     try {
       if (!root.is_object()) detail::hf_error(path, "", "expected a JSON object");
       Spec spec;
@@ -1876,6 +1957,7 @@ class HfTokenizer {
 
   // An added token's text, or a model token's string in GPT-2's alphabet.
   std::optional<TokenId> find_text(const std::string& text) const {
+    if (wordpiece_ || unigram_) return find(text);
     for (const AddedToken& a : added_)
       if (a.content == text) return a.id;
     if (sp_) return find(text);
@@ -1985,7 +2067,11 @@ class HfTokenizer {
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_;  // added tokens, longest first
   std::vector<TokenId> prefix_, suffix_;
   std::optional<TokenId> bos_, eos_;
-  std::optional<SentencePieceBpe> sp_;      // set: the SentencePiece-style layout
+  std::optional<SentencePieceBpe> sp_;  // set: the SentencePiece-style layout
+  // Set for the WordPiece / Unigram families: encode() and decode() forward
+  // to them; prefix_, suffix_, special_, bos_, eos_ are kept here as for BPE.
+  std::shared_ptr<const WordPieceTokenizer> wordpiece_;
+  std::shared_ptr<const UnigramTokenizer> unigram_;
   std::optional<std::string> sp_unk_text_;  // model.unk_token while loading
 };
 

@@ -48,6 +48,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/unicode.hpp"
 #include "kappa/tokenize/utf8.hpp"
@@ -532,16 +533,19 @@ class UnigramTokenizer {
     return UnigramTokenizer(std::move(c), source);
   }
 
-  /// encode(text) with the post-processor's special tokens when
-  /// `add_special_tokens`.
-  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const {
+  /// The ids of `text`, with the post-processor's special tokens unless
+  /// `add` is kNo (HF's add_special_tokens); the added tokens' text is
+  /// recognized unless `specials` is kAsText (then it is plain text).
+  std::vector<TokenId> encode(std::string_view text, AddSpecial add,
+                              SpecialTokens specials = SpecialTokens::kRecognize) const {
+    const bool add_special_tokens = add == AddSpecial::kYes;
     std::vector<TokenId> out;
     if (add_special_tokens)
       out.insert(out.end(), config_.template_prefix.begin(), config_.template_prefix.end());
     // Split on added tokens (leftmost, longest), the text between them runs
     // through normalizer, pre-tokenizer and model.
     unigram_detail::Scratch scratch;
-    std::size_t start = 0, i = 0;
+    std::size_t start = 0, i = specials == SpecialTokens::kAsText ? text.size() : 0;
     while (i < text.size()) {
       if (!added_first_[static_cast<unsigned char>(text[i])]) {
         ++i;
@@ -564,12 +568,15 @@ class UnigramTokenizer {
   }
 
   /// Encodes with the post-processor's special tokens (HF's default).
-  std::vector<TokenId> encode(std::string_view text) const { return encode(text, true); }
+  std::vector<TokenId> encode(std::string_view text) const {
+    return encode(text, AddSpecial::kYes);
+  }
 
   /// HF's decode: ids to pieces (special ones dropped when
-  /// `skip_special_tokens`), then the decoder.
+  /// `skip` is kYes), then the decoder.
   /// \throws RangeError naming an id outside the vocabulary.
-  std::string decode(std::span<const TokenId> ids, bool skip_special_tokens) const {
+  std::string decode(std::span<const TokenId> ids, SkipSpecial skip) const {
+    const bool skip_special_tokens = skip == SkipSpecial::kYes;
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (const TokenId id : ids) {
@@ -591,7 +598,7 @@ class UnigramTokenizer {
   }
 
   /// Decodes keeping special tokens.
-  std::string decode(std::span<const TokenId> ids) const { return decode(ids, false); }
+  std::string decode(std::span<const TokenId> ids) const { return decode(ids, SkipSpecial::kNo); }
 
   /// N_T: the model's pieces and any added token above them.
   std::size_t vocab_size() const noexcept { return n_tokens_; }

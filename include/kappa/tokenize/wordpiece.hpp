@@ -64,6 +64,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/unicode.hpp"
 #include "kappa/tokenize/utf8.hpp"
 #include "kappa/tokenize/wordpiece_tables.hpp"
@@ -302,7 +303,7 @@ void bert_pretokenize(std::string_view text, F&& f) {
 struct WordPieceAddedToken {
   std::string content;  ///< its text
   TokenId id = 0;       ///< its id
-  bool special = true;  ///< decode(ids, true) skips it
+  bool special = true;  ///< decode(ids, SkipSpecial::kYes) skips it
 };
 
 /// Everything about a WordPiece tokenizer except its vocabulary.
@@ -370,7 +371,12 @@ class WordPieceTokenizer {
   /// Loads a Hugging Face tokenizer.json whose model is WordPiece.
   /// \throws FormatError naming the file and the key.
   static WordPieceTokenizer from_tokenizer_json(const std::string& path) {
-    const nlohmann::json j = read_json_file(path);
+    return from_json(read_json_file(path), path);
+  }
+
+  /// As from_tokenizer_json() on a parsed document; `path` names it in
+  /// messages.
+  static WordPieceTokenizer from_json(const nlohmann::json& j, const std::string& path) {
     const auto fail = [&](const std::string& key, const std::string& what) -> void {
       throw FormatError("kappa: " + path + ": " + key + ": " + what);
     };
@@ -630,13 +636,16 @@ class WordPieceTokenizer {
                           fs::exists(config, ec) ? config.string() : std::string());
   }
 
-  /// The ids of `text` (UTF-8), with the template's [CLS] ... [SEP] when
-  /// `add_special_tokens` (as HF's encode).
-  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const {
+  /// The ids of `text` (UTF-8), with the template's [CLS] ... [SEP] unless
+  /// `add` is kNo (HF's add_special_tokens); the added tokens' text is
+  /// recognized unless `specials` is kAsText (then it is plain text).
+  std::vector<TokenId> encode(std::string_view text, AddSpecial add,
+                              SpecialTokens specials = SpecialTokens::kRecognize) const {
+    const bool add_special_tokens = add == AddSpecial::kYes;
     std::vector<TokenId> out;
     if (add_special_tokens) out = config_.template_prefix;
     std::size_t start = 0;
-    for (std::size_t i = 0; i < text.size();) {
+    for (std::size_t i = specials == SpecialTokens::kAsText ? text.size() : 0; i < text.size();) {
       const auto [len, id] = added_at(text, i);
       if (len == 0) {
         ++i;
@@ -653,13 +662,16 @@ class WordPieceTokenizer {
     return out;
   }
 
-  /// encode(text, true).
-  std::vector<TokenId> encode(std::string_view text) const { return encode(text, true); }
+  /// encode(text, AddSpecial::kYes).
+  std::vector<TokenId> encode(std::string_view text) const {
+    return encode(text, AddSpecial::kYes);
+  }
 
   /// The text of `ids` by the WordPiece decoder (HF's decode); special tokens
   /// left out when `skip_special_tokens`. RangeError for an id outside the
   /// vocabulary.
-  std::string decode(std::span<const TokenId> ids, bool skip_special_tokens) const {
+  std::string decode(std::span<const TokenId> ids, SkipSpecial skip) const {
+    const bool skip_special_tokens = skip == SkipSpecial::kYes;
     std::string out;
     std::size_t n = 0;
     for (const TokenId id : ids) {
@@ -688,8 +700,8 @@ class WordPieceTokenizer {
     return out;
   }
 
-  /// decode(ids, false).
-  std::string decode(std::span<const TokenId> ids) const { return decode(ids, false); }
+  /// decode(ids, SkipSpecial::kNo).
+  std::string decode(std::span<const TokenId> ids) const { return decode(ids, SkipSpecial::kNo); }
 
   /// N_T: the number of tokens (the vocabulary and the added tokens).
   std::size_t vocab_size() const noexcept { return tokens_.size(); }

@@ -87,10 +87,14 @@ case('config_number_beyond_double', [C, 'not valid JSON'], base(),
      raw_config='{"bos_token": "<s>", "model_max_length": 1e400}')
 case('trailing_garbage', [T, 'not valid JSON'], raw_tokenizer=json.dumps(base()) + ' }')
 # model
-case('wordpiece', [T, 'model.type', '"WordPiece" is not supported'],
+# WordPiece and Unigram files go to their own readers, which name what they
+# do not accept of a byte-level file.
+case('wordpiece', [T, 'pre_tokenizer.type', '"ByteLevel" is not supported'],
      edit(lambda t: t['model'].update(type='WordPiece')))
-case('unigram', [T, 'model.type', '"Unigram" is not supported'],
+case('unigram', [T, 'model.vocab', 'not an array'],
      edit(lambda t: t['model'].update(type='Unigram')))
+case('wordlevel', [T, 'model.type', '"WordLevel" is not supported'],
+     edit(lambda t: t['model'].update(type='WordLevel')))
 case('missing_model', [T, 'missing key "model"'], edit(lambda t: t.pop('model')))
 case('model_not_object', [T, 'model: expected an object'], edit(lambda t: t.update(model=[])))
 case('missing_vocab', [T, 'model: missing key "vocab"'], edit(lambda t: t['model'].pop('vocab')))
