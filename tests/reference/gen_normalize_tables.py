@@ -13,7 +13,9 @@ Inputs (in the given directory):
                                  characterDecompositionMapping, lower;
   DerivedNormalizationProps.json Full_Composition_Exclusion;
   SpecialCasing.json             unconditional full lowercase mappings;
-  PropList.json                  White_Space.
+  PropList.json                  White_Space, Join_Control;
+  DerivedCoreProperties.json     Alphabetic;
+  extracted/DerivedGeneralCategory.json  Nd, Pc (with M: the word characters).
 
 Output tables (sorted, binary-searched):
   kCombiningClass  ranges [first, last] -> non-zero canonical combining class;
@@ -30,7 +32,9 @@ Output tables (sorted, binary-searched):
   kMarkRanges      General_Category M (Mn, Mc, Me);
   kStableBmp       per form, the BMP code points before which the text can
                    be cut (quick check Yes, combining class 0);
-  kWhiteSpace      White_Space.
+  kWhiteSpace      White_Space;
+  kWordRanges      the word characters of Rust's regex crate (`\w`, UTS #18):
+                   Alphabetic, M, Nd, Pc, Join_Control.
 """
 import json
 import os
@@ -118,10 +122,20 @@ for e in load("DerivedNormalizationProps"):
         qc_no[e["property"]].update(range(lo, hi + 1))
 
 ws = set()
+word = set()
 for e in load("PropList"):
-    if e["property"] == "White_Space":
+    if e["property"] in ("White_Space", "Join_Control"):
         lo, hi = rng(e["range"])
-        ws.update(range(lo, hi + 1))
+        (ws if e["property"] == "White_Space" else word).update(range(lo, hi + 1))
+for e in load("DerivedCoreProperties"):
+    if e["property"] == "Alphabetic":
+        lo, hi = rng(e["range"])
+        word.update(range(lo, hi + 1))
+with open(os.path.join(D, "extracted", "DerivedGeneralCategory.json"), encoding="utf-8") as f:
+    for e in json.load(f)["DerivedGeneralCategory"]:
+        if e["category"] in ("Mn", "Mc", "Me", "Nd", "Pc"):
+            lo, hi = rng(e["range"])
+            word.update(range(lo, hi + 1))
 
 
 def full(cp, compat):
@@ -186,6 +200,7 @@ for f in ("NFC_QC", "NFD_QC", "NFKC_QC", "NFKD_QC"):
 ccc_r = ranges(ccc)
 mark_r = ranges({x: 1 for x in mark})
 ws_r = ranges({x: 1 for x in ws})
+word_r = ranges({x: 1 for x in word})
 version = load("DerivedAge")[-1]["age"] if False else "16.0.0"
 
 
@@ -289,6 +304,12 @@ inline constexpr std::uint32_t kStableBmp[4][2048] = {{
 /// White_Space.
 inline constexpr NormRange kWhiteSpace[{len(ws_r)}] = {{
 {emit("{%s, %s, 1}" % (h(a), h(b)) for a, b, _ in ws_r)}
+}};
+
+/// Word characters (`\w` of Rust's regex crate): Alphabetic, M, Nd, Pc,
+/// Join_Control.
+inline constexpr NormRange kWordRanges[{len(word_r)}] = {{
+{emit("{%s, %s, 1}" % (h(a), h(b)) for a, b, _ in word_r)}
 }};
 
 }}  // namespace kappa::tokenize::detail::nf

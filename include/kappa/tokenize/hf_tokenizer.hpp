@@ -39,9 +39,11 @@
 //                  unk_token and byte_fallback are accepted and never used
 //                  (every byte is a token). ignore_merges: see below.
 //   added_tokens   [{id, content, special, lstrip, rstrip, single_word,
-//                  normalized}]: all are recognized in text; lstrip / rstrip
-//                  absorb the white space beside a match; single_word: true
-//                  is rejected.
+//                  normalized}]: found in text with every flag as Hugging
+//                  Face does (kappa/tokenize/added_tokens.hpp): first those
+//                  with normalized false in the raw text, then the others in
+//                  the normalized text between them. decode() passes their
+//                  text through the ByteLevel decoder as Hugging Face does.
 //   decoder        ByteLevel, null or absent.
 //   post_processor null, ByteLevel, TemplateProcessing (the special tokens
 //                  before / after $A of "single"), RobertaProcessing,
@@ -78,9 +80,8 @@
 //                  start, stop}, Metaspace (the replacement as a space; in the
 //                  first token dropped unless prepend_scheme is never); null
 //                  joins the tokens with " ", as Hugging Face does.
-// Added tokens with normalized: true are matched in the raw text like the
-// others (Hugging Face matches them after normalizing; the Llama-2 / Mistral
-// files mark theirs normalized: false). round_trips() says whether
+// Added tokens: as for byte-level BPE above (the normalizer being the steps
+// above). round_trips() says whether
 // decode(encode(x)) == x holds (it does not in most SentencePiece-style
 // layouts, for Hugging Face either). token(id) is the text a token stands
 // for, piece(id) its vocabulary string.
@@ -149,6 +150,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/added_tokens.hpp"
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/formats.hpp"
@@ -183,16 +185,6 @@ struct Qwen2Split {
 enum class Normalization {
   kReject,            ///< apply NFC; FormatError naming any other normalizer (the default)
   kAssumeNormalized,  ///< skip NFC: the caller promises NFC input, on which NFC is the identity
-};
-
-/// A token of tokenizer.json's added_tokens: matched in text before the
-/// pre-tokenizer runs.
-struct AddedToken {
-  std::string content;
-  TokenId id = 0;
-  bool special = false;  ///< left out by decode(ids, SkipSpecial::kYes)
-  bool lstrip = false;   ///< absorbs the white space before a match
-  bool rstrip = false;   ///< absorbs the white space after a match
 };
 
 namespace detail {
@@ -474,6 +466,18 @@ class HfTokenizer {
     if (wordpiece_) return wordpiece_->decode(ids, skip);
     if (unigram_) return unigram_->decode(ids, skip);
     if (sp_) return sp_decode(ids, skip);
+    if (!added_bytes_.empty()) {
+      // Hugging Face's ByteLevel decoder reads these added tokens' text as
+      // byte-alphabet strings too (see build()).
+      std::string out;
+      for (const TokenId id : ids) {
+        if (skip == SkipSpecial::kYes && is_special(id)) continue;
+        const auto f = std::find_if(added_bytes_.begin(), added_bytes_.end(),
+                                    [id](const auto& a) { return a.first == id; });
+        out += f != added_bytes_.end() ? f->second : model_.token(id);
+      }
+      return out;
+    }
     if (skip == SkipSpecial::kNo) return model_.decode(ids);
     std::vector<TokenId> kept;
     kept.reserve(ids.size());
@@ -843,8 +847,9 @@ class HfTokenizer {
       a.special = detail::json_bool(e, "special", false, path, key);
       a.lstrip = detail::json_bool(e, "lstrip", false, path, key);
       a.rstrip = detail::json_bool(e, "rstrip", false, path, key);
-      if (detail::json_bool(e, "single_word", false, path, key))
-        detail::hf_error(path, key + ".single_word", "true is not supported");
+      a.single_word = detail::json_bool(e, "single_word", false, path, key);
+      // Absent: Hugging Face's AddedToken::from(content, special) default.
+      a.normalized = detail::json_bool(e, "normalized", !a.special, path, key);
       spec.added.push_back(std::move(a));
     }
   }
@@ -1269,13 +1274,7 @@ class HfTokenizer {
     special_.assign(size, false);
     for (const AddedToken& a : added_)
       if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
-    for (auto& group : by_first_byte_) group.clear();
-    for (std::uint32_t k = 0; k < added_.size(); ++k)
-      by_first_byte_[static_cast<unsigned char>(added_[k].content[0])].push_back(k);
-    for (auto& group : by_first_byte_)
-      std::stable_sort(group.begin(), group.end(), [&](std::uint32_t x, std::uint32_t y) {
-        return added_[x].content.size() > added_[y].content.size();
-      });
+    build_matchers();
   }
 
   // Llama-2's pipeline exactly (see round_trips()).
@@ -1329,7 +1328,8 @@ class HfTokenizer {
 
   // normalize, then the Metaspace pre-tokenizer, then bpe of each word.
   // at_start: the segment begins the text (Metaspace's prepend_scheme first).
-  void sp_encode_segment(std::string_view segment, bool at_start, std::vector<TokenId>& out) const {
+  // The normalizer steps (Prepend, Replace) on a segment.
+  std::string sp_normalize(std::string_view segment) const {
     const SentencePieceBpe& sp = *sp_;
     std::string text(segment);
     std::string next;
@@ -1350,11 +1350,17 @@ class HfTokenizer {
       }
       text.swap(next);
     }
+    return text;
+  }
+
+  // The Metaspace pre-tokenizer (if any) and the model on normalized text.
+  void sp_encode_normalized(std::string_view text, bool at_start, std::vector<TokenId>& out) const {
+    const SentencePieceBpe& sp = *sp_;
     if (!sp.metaspace) {
       sp_encode_word(text, out);
       return;
     }
-    next.clear();
+    std::string next;
     for (const char c : text) {
       if (c == ' ')
         next += sp.replacement;
@@ -1862,6 +1868,15 @@ class HfTokenizer {
     special_.assign(model_.vocab_size(), false);
     for (const AddedToken& a : added_)
       if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
+    // Hugging Face's decode passes added tokens through the ByteLevel
+    // decoder like the others: a text whose every character is in GPT-2's
+    // byte alphabet becomes those bytes ("été" -> E9 74 E9), any other stays
+    // as it is. Only the tokens this changes are kept (none in the hub's
+    // files, whose added tokens are ASCII without spaces).
+    added_bytes_.clear();
+    for (const AddedToken& a : added_)
+      if (auto b = gpt2_alphabet().decode(a.content); b && *b != a.content)
+        added_bytes_.emplace_back(a.id, std::move(*b));
     // Tokens whose own bytes the merges do not turn into them: only for these
     // does ignore_merges change ids. A token longer than every merge's
     // result is one without merging; the others take O(n log n) each, so
@@ -1882,13 +1897,7 @@ class HfTokenizer {
         ++unreachable_count_;
       }
     }
-    for (auto& group : by_first_byte_) group.clear();
-    for (std::uint32_t k = 0; k < added_.size(); ++k)
-      by_first_byte_[static_cast<unsigned char>(added_[k].content[0])].push_back(k);
-    for (auto& group : by_first_byte_)
-      std::stable_sort(group.begin(), group.end(), [&](std::uint32_t x, std::uint32_t y) {
-        return added_[x].content.size() > added_[y].content.size();
-      });
+    build_matchers();
   }
 
   // The BOS/EOS settings of tokenizer_config.json and special_tokens_map.json.
@@ -1972,52 +1981,67 @@ class HfTokenizer {
   // Cuts text at added tokens (leftmost match, longest on ties) and encodes
   // the segments between them. Candidates at a position are the added tokens
   // that start with its byte, longest first: one pass over the text.
-  void encode_with_added(std::string_view text, std::vector<TokenId>& out) const {
-    std::size_t segment = 0;  // start of the text not yet encoded
-    for (std::size_t p = 0; p < text.size();) {
-      const AddedToken* which = nullptr;
-      for (std::uint32_t k : by_first_byte_[static_cast<unsigned char>(text[p])]) {
-        if (text.compare(p, added_[k].content.size(), added_[k].content) == 0) {
-          which = &added_[k];
-          break;
-        }
-      }
-      if (which == nullptr) {
-        ++p;
-        continue;
-      }
-      std::size_t start = p, end = p + which->content.size();
-      if (which->lstrip)
-        while (start > segment) {
-          std::size_t c = start - 1;
-          while (c > segment && (static_cast<unsigned char>(text[c]) & 0xC0) == 0x80) --c;
-          const Utf8Char ch = decode_utf8(text, c);
-          if (!ch.valid || c + ch.length != start || !detail::is_white_space(ch.code_point)) break;
-          start = c;
-        }
-      if (which->rstrip)
-        while (end < text.size()) {
-          const Utf8Char ch = decode_utf8(text, end);
-          if (!ch.valid || !detail::is_white_space(ch.code_point)) break;
-          end += ch.length;
-        }
-      encode_segment(text.substr(segment, start - segment), segment == 0, out);
-      out.push_back(which->id);
-      segment = p = end;
+  // The two matchers of added_tokens.hpp's procedure: tokens with
+  // normalized = false by their content, the others by their content as the
+  // normalizer makes it.
+  void build_matchers() {
+    raw_added_ = AddedTokenMatcher();
+    normalized_added_ = AddedTokenMatcher();
+    for (const AddedToken& a : added_) {
+      if (a.normalized)
+        normalized_added_.add(a, normalize_text(a.content));
+      else
+        raw_added_.add(a, a.content);
     }
-    encode_segment(text.substr(segment), segment == 0, out);
   }
 
+  // added_tokens.hpp's procedure: the raw text cut at the tokens matched
+  // raw, each piece normalized and cut at the normalized tokens.
+  void encode_with_added(std::string_view text, std::vector<TokenId>& out) const {
+    raw_added_.split(
+        text,
+        [&](std::size_t b, std::size_t e) {
+          const std::string_view piece = text.substr(b, e - b);
+          if (normalized_added_.empty()) {
+            encode_segment(piece, b == 0, out);
+            return;
+          }
+          const std::string n = normalize_text(piece);
+          normalized_added_.split(
+              n,
+              [&](std::size_t nb, std::size_t ne) {
+                encode_normalized(std::string_view(n).substr(nb, ne - nb), b == 0 && nb == 0, out);
+              },
+              [&](TokenId id) { out.push_back(id); });
+        },
+        [&](TokenId id) { out.push_back(id); });
+  }
+
+  // The normalizer: the SentencePiece-style steps, or NFC, or none.
+  std::string normalize_text(std::string_view text) const {
+    if (sp_) return sp_normalize(text);
+    if (apply_nfc_) return normalize(text, NormalizationForm::kNFC);
+    return std::string(text);
+  }
+
+  // A segment of text between added tokens: normalized, pre-tokenized,
+  // encoded.
   void encode_segment(std::string_view segment, bool at_start, std::vector<TokenId>& out) const {
     if (segment.empty()) return;
-    if (sp_) {
-      sp_encode_segment(segment, at_start, out);
-      return;
+    if (sp_ || apply_nfc_) {
+      const std::string n = normalize_text(segment);
+      encode_normalized(n, at_start, out);
+    } else {
+      encode_normalized(segment, at_start, out);
     }
-    std::string normalized;
-    if (apply_nfc_) {
-      normalized = normalize(segment, NormalizationForm::kNFC);
-      segment = normalized;
+  }
+
+  // Normalized text: the pre-tokenizer and the model.
+  void encode_normalized(std::string_view segment, bool at_start, std::vector<TokenId>& out) const {
+    if (segment.empty()) return;
+    if (sp_) {
+      sp_encode_normalized(segment, at_start, out);
+      return;
     }
     std::string prefixed;
     if (add_prefix_space_ && segment.front() != ' ') {
@@ -2064,7 +2088,9 @@ class HfTokenizer {
   std::vector<bool> special_;      // id -> added token marked special
   std::vector<bool> unreachable_;  // id -> a model token the merges do not make from its bytes
   std::size_t unreachable_count_ = 0;
-  std::array<std::vector<std::uint32_t>, 256> by_first_byte_;  // added tokens, longest first
+  std::vector<std::pair<TokenId, std::string>> added_bytes_;  // see build()
+  AddedTokenMatcher raw_added_;         // added tokens with normalized = false
+  AddedTokenMatcher normalized_added_;  // the others, by their normalized content
   std::vector<TokenId> prefix_, suffix_;
   std::optional<TokenId> bos_, eos_;
   std::optional<SentencePieceBpe> sp_;  // set: the SentencePiece-style layout

@@ -254,6 +254,15 @@ inline bool is_white_space(char32_t cp) noexcept {
   return detail::nf::in_norm_ranges(detail::nf::kWhiteSpace, cp);
 }
 
+/// True when cp is a word character of Rust's regex crate (`\w`: Alphabetic,
+/// marks, Nd, Pc, Join_Control), as Hugging Face's added-token matching reads it.
+inline bool is_word_char(char32_t cp) noexcept {
+  if (cp < 0x80)
+    return (cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') ||
+           cp == '_';
+  return detail::nf::in_norm_ranges(detail::nf::kWordRanges, cp);
+}
+
 /// True when cp's General_Category is a mark (Mn, Mc, Me).
 inline bool is_mark(char32_t cp) noexcept {
   return cp >= 0x300 && detail::nf::in_norm_ranges(detail::nf::kMarkRanges, cp);

@@ -84,6 +84,47 @@ inline bool is_valid_utf8(std::string_view s) noexcept {
   return true;
 }
 
+/// s with each maximal ill-formed subsequence replaced by U+FFFD (Unicode's
+/// "substitution of maximal subparts", as Rust's String::from_utf8_lossy, so
+/// as Hugging Face's decode returns text): a truncated sequence E2 82 is one
+/// U+FFFD, a lone byte E9 one, bytes C0 AF two.
+inline std::string lossy_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const Utf8Char c = decode_utf8(s, i);
+    if (c.valid) {
+      out.append(s.substr(i, c.length));
+      i += c.length;
+      continue;
+    }
+    // The longest prefix of a well-formed sequence that starts at i.
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    std::size_t need = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+      need = 1;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      need = 2;
+      if (b0 == 0xE0) lo = 0xA0;
+      if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      need = 3;
+      if (b0 == 0xF0) lo = 0x90;
+      if (b0 == 0xF4) hi = 0x8F;
+    }
+    std::size_t k = 1;
+    while (k <= need && i + k < s.size()) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
+      ++k;
+    }
+    out += "\xEF\xBF\xBD";
+    i += k;
+  }
+  return out;
+}
+
 /// Number of characters (code points, each invalid byte counting as one).
 inline std::size_t count_chars(std::string_view s) noexcept {
   std::size_t n = 0;

@@ -233,8 +233,10 @@ case('added_far_id', [T, 'added_tokens[0].id', 'far beyond'],
      edit(lambda t: t['added_tokens'][0].update(id=100000000)))
 case('added_reuses_vocab_id', [T, 'model.vocab["ab"]', 'also added token "<s>"'],
      edit(lambda t: t['added_tokens'][0].update(id=256)))
-case('added_single_word', [T, 'added_tokens[0].single_word', 'not supported'],
-     edit(lambda t: t['added_tokens'][0].update(single_word=True)))
+case('added_single_word_string', [T, 'added_tokens[0].single_word', 'expected true or false'],
+     edit(lambda t: t['added_tokens'][0].update(single_word='yes')))
+case('added_normalized_number', [T, 'added_tokens[0].normalized', 'expected true or false'],
+     edit(lambda t: t['added_tokens'][0].update(normalized=1)))
 case('added_special_string', [T, 'added_tokens[0].special', 'expected true or false'],
      edit(lambda t: t['added_tokens'][0].update(special='true')))
 # tokenizer_config.json
