@@ -51,14 +51,23 @@
 //   BM_Nfc_Cjk         NFC of the CJK-heavy text (already NFC, mixed scripts);
 //   BM_Nfc_Decomposed  NFC of the NFD of the CJK-heavy text (Hangul
 //                      syllables and accented letters composed back).
+//
+// Loading a large vocabulary: BM_Load_{Cl100k,O200k}TokenizerJson time
+// HfTokenizer::from_tokenizer_json on a byte-level tokenizer.json of 100k and
+// 200k tokens (made from the tiktoken rank files, written to the temporary
+// directory), in MB/s of the file and tokens/s; BM_ParseJson_* parse the same
+// bytes with nlohmann::json alone, the ceiling in this binary.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
@@ -426,6 +435,102 @@ BENCHMARK(BM_Nfc_Cjk)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Copy_Cjk)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Nfc_Decomposed)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Copy_Decomposed)->Unit(benchmark::kMillisecond);
+
+// ---- Loading a large vocabulary ----------------------------------------------------
+
+// A tokenizer.json as the hub ships byte-level ones (vocab in GPT-2's byte
+// alphabet, merges as "a b" strings, the encoding's split pattern), made from
+// a tiktoken rank file: cl100k_base (100k tokens) or o200k_base (200k, the
+// size class of Qwen2's 151k and Llama-3's 128k). Written once to the
+// temporary directory; its path, or "" if the rank file is missing.
+template <class Tok>
+const std::string& large_tokenizer_json(const char* rank_file, std::string_view pattern) {
+  static const std::string path = [&]() -> std::string {
+    try {
+      const Tok tok = Tok::from_tiktoken_file(vocab(rank_file));
+      const auto [encoder, bpe] = tok.model().to_gpt2();
+      std::string merges = "[";
+      std::size_t line = 0;
+      for (std::size_t i = 0, e; i < bpe.size(); i = e + 1) {
+        e = bpe.find('\n', i);
+        if (e == std::string::npos) e = bpe.size();
+        if (line++ == 0 || e == i) continue;  // the #version line
+        merges += (merges.size() > 1 ? "," : "") + nlohmann::json(bpe.substr(i, e - i)).dump();
+      }
+      merges += "]";
+      const std::string json =
+          R"({"version": "1.0", "added_tokens": [], "normalizer": null, "pre_tokenizer": )"
+          R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": )" +
+          nlohmann::json(std::string(pattern)).dump() +
+          R"(}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", )"
+          R"("add_prefix_space": false, "trim_offsets": true, "use_regex": false}]}, )"
+          R"("post_processor": null, "decoder": {"type": "ByteLevel", "add_prefix_space": true, )"
+          R"("trim_offsets": true, "use_regex": true}, "model": {"type": )"
+          R"("BPE", "dropout": null, "unk_token": null, "ignore_merges": false, "vocab": )" +
+          encoder + R"(, "merges": )" + merges + "}}";
+      const std::string out = (std::filesystem::temp_directory_path() /
+                               ("kappa_bench_" + std::string(rank_file) + ".tokenizer.json"))
+                                  .string();
+      tk::write_file(out, json);
+      return out;
+    } catch (const std::exception&) {
+      return "";
+    }
+  }();
+  return path;
+}
+
+// HfTokenizer::from_tokenizer_json on the file, in MB/s of the file and
+// tokens/s; BM_ParseJson_* parses the same bytes with nlohmann::json alone
+// (the ceiling of a loader that reads JSON, in this binary).
+void load_json(benchmark::State& state, const std::string& path, bool parse_only) {
+  if (path.empty()) {
+    state.SkipWithError("the tiktoken rank file is missing (re-run cmake)");
+    return;
+  }
+  const std::string bytes = tk::read_file(path);
+  std::size_t n_tokens = 0;
+  for (auto _ : state) {
+    if (parse_only) {
+      nlohmann::json j = nlohmann::json::parse(bytes);
+      n_tokens = j["model"]["vocab"].size();
+      benchmark::DoNotOptimize(j);
+    } else {
+      const tk::HfTokenizer tok = tk::HfTokenizer::from_tokenizer_json(path);
+      n_tokens = tok.vocab_size();
+      benchmark::DoNotOptimize(n_tokens);
+    }
+  }
+  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(bytes.size()) * 1e-6,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(n_tokens),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens"] = static_cast<double>(n_tokens);
+}
+const std::string& cl100k_json() {
+  return large_tokenizer_json<tk::Cl100kTokenizer>(
+      "cl100k_base.tiktoken", std::get<0>(tk::HfTokenizer::known_patterns()[2]));
+}
+const std::string& o200k_json() {
+  return large_tokenizer_json<tk::O200kTokenizer>(
+      "o200k_base.tiktoken", std::get<0>(tk::HfTokenizer::known_patterns()[4]));
+}
+void BM_Load_Cl100kTokenizerJson(benchmark::State& s) {
+  load_json(s, cl100k_json(), false);
+}
+void BM_ParseJson_Cl100k(benchmark::State& s) {
+  load_json(s, cl100k_json(), true);
+}
+void BM_Load_O200kTokenizerJson(benchmark::State& s) {
+  load_json(s, o200k_json(), false);
+}
+void BM_ParseJson_O200k(benchmark::State& s) {
+  load_json(s, o200k_json(), true);
+}
+BENCHMARK(BM_Load_Cl100kTokenizerJson)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ParseJson_Cl100k)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Load_O200kTokenizerJson)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ParseJson_O200k)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
