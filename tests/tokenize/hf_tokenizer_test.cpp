@@ -438,6 +438,27 @@ TEST(HfTokenizerModels, BertDirectoryLoadsItsWordPiece) {
   EXPECT_THROW((void)tok.decode(std::vector<TokenId>{98}), kappa::RangeError);
 }
 
+TEST(HfTokenizerSplit, StringPatternBehaviorsAsHuggingFace) {
+  // Hugging Face's own examples for "the-final--countdown" split on "-".
+  using B = tk::detail::SplitBehavior;
+  const auto cut = [](B b) {
+    std::vector<std::string> out;
+    tk::detail::split_on_string("the-final--countdown", "-", b,
+                                [&](std::string_view w) { out.emplace_back(w); });
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(cut(B::kRemoved), (V{"the", "final", "countdown"}));
+  EXPECT_EQ(cut(B::kIsolated), (V{"the", "-", "final", "-", "-", "countdown"}));
+  EXPECT_EQ(cut(B::kMergedWithPrevious), (V{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(cut(B::kMergedWithNext), (V{"the", "-final", "-", "-countdown"}));
+  EXPECT_EQ(cut(B::kContiguous), (V{"the", "-", "final", "--", "countdown"}));
+  std::vector<std::string> lead;
+  tk::detail::split_on_string("-a", "-", B::kMergedWithPrevious,
+                              [&](std::string_view w) { lead.emplace_back(w); });
+  EXPECT_EQ(lead, (V{"-", "a"}));
+}
+
 // ---- small tokenizers ------------------------------------------------------------
 
 TEST(HfTokenizerSmall, IgnoreMergesEmitsAWholeTokenThatTheMergesCannotReach) {

