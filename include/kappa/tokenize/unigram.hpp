@@ -25,6 +25,16 @@
 // added tokens' lstrip/rstrip/single_word/normalized flags are not read.
 // Grapheme clusters follow UAX #29 except Hangul jamo sequences and Prepend
 // characters, which the charsmap then sees one character at a time.
+//
+// UnigramSemantics::kSentencePiece (UnigramConfig::semantics, set by
+// SentencePieceModel::to_unigram in sentencepiece_model.hpp) follows
+// sentencepiece's own code instead, where it differs from HF's: its
+// normalizer (step kind kSentencePiece: the charsmap's longest key at each
+// byte, user-defined pieces untouched, sentencepiece's whitespace rules),
+// one lattice over the whole text in float arithmetic with the piece types
+// (control, byte and unknown pieces out of the lattice, unused ones never
+// chosen, user-defined ones scored n max_s - 0.1), and its Decode (decoder
+// step kind kSentencePiece, sentencepiece_decode()).
 #pragma once
 
 #include <algorithm>
@@ -100,6 +110,49 @@ inline std::optional<std::string> base64_decode(std::string_view in) {
   return out;
 }
 
+/// A set of byte strings for the longest-prefix query (SentencePiece's
+/// PrefixMatcher of user-defined pieces): a byte trie with sorted edges.
+class PrefixSet {
+ public:
+  void insert(std::string_view key) {
+    if (key.empty()) return;
+    std::size_t v = 0;
+    for (const char ch : key) {
+      const auto b = static_cast<unsigned char>(ch);
+      auto& edges = kids_[v];
+      auto it = std::lower_bound(edges.begin(), edges.end(), std::make_pair(b, std::int32_t{0}));
+      if (it != edges.end() && it->first == b) {
+        v = static_cast<std::size_t>(it->second);
+        continue;
+      }
+      const auto w = static_cast<std::int32_t>(kids_.size());
+      edges.insert(it, {b, w});
+      kids_.emplace_back();
+      end_.push_back(false);
+      v = static_cast<std::size_t>(w);
+    }
+    end_[v] = true;
+  }
+  bool empty() const noexcept { return kids_.size() == 1; }
+  /// The length of the longest key that prefixes `s`, 0 if none.
+  std::size_t longest(std::string_view s) const {
+    std::size_t v = 0, best = 0;
+    for (std::size_t k = 0; k < s.size(); ++k) {
+      const auto& edges = kids_[v];
+      const auto b = static_cast<unsigned char>(s[k]);
+      auto it = std::lower_bound(edges.begin(), edges.end(), std::make_pair(b, std::int32_t{0}));
+      if (it == edges.end() || it->first != b) break;
+      v = static_cast<std::size_t>(it->second);
+      if (end_[v]) best = k + 1;
+    }
+    return best;
+  }
+
+ private:
+  std::vector<std::vector<std::pair<unsigned char, std::int32_t>>> kids_{1};
+  std::vector<bool> end_{false};
+};
+
 /// A lattice position: the best path ending here.
 struct Node {
   double score;       ///< the best path's total score
@@ -116,6 +169,22 @@ struct Scratch {
 };
 
 }  // namespace unigram_detail
+
+/// The type of a piece in a SentencePiece model (ModelProto.SentencePiece.Type).
+enum class SentencePieceType : std::uint8_t {
+  kNormal = 1,       ///< an ordinary piece
+  kUnknown = 2,      ///< the unknown piece (one per model)
+  kControl = 3,      ///< `<s>`, `</s>`, `<pad>`: never matched in text, decoded as ""
+  kUserDefined = 4,  ///< always one piece, never normalized
+  kUnused = 5,       ///< in the vocabulary, never produced by the lattice
+  kByte = 6,         ///< a byte-fallback piece `<0xNN>`
+};
+
+/// Whose semantics a UnigramTokenizer follows.
+enum class UnigramSemantics {
+  kHuggingFace,   ///< tokenizers' Unigram model (tokenizer.json)
+  kSentencePiece  ///< sentencepiece's own (a tokenizer.model): see UnigramConfig
+};
 
 /// SentencePiece's precompiled character map (the `precompiled_charsmap`
 /// of a tokenizer.json's Precompiled normalizer): a little-endian uint32
@@ -178,6 +247,36 @@ class PrecompiledCharsmap {
     return std::nullopt;
   }
 
+  /// SentencePiece's own lookup (normalizer.cc NormalizePrefix): the
+  /// longest key that prefixes `s` among the first 32 prefix matches (its
+  /// kMaxTrieResultsSize), as {key length in bytes, replacement}; nullopt
+  /// when no key prefixes s. A NUL byte ends the search.
+  std::optional<std::pair<std::size_t, std::string_view>> longest_prefix(std::string_view s) const {
+    if (units_.empty()) return std::nullopt;
+    std::optional<std::pair<std::size_t, std::string_view>> best;
+    std::size_t results = 0;
+    std::size_t pos = offset(units_[0]);
+    for (std::size_t k = 0; k < s.size(); ++k) {
+      const char c = s[k];
+      if (c == '\0') break;
+      const auto label = static_cast<std::uint32_t>(static_cast<unsigned char>(c));
+      pos ^= label;
+      if (pos >= units_.size()) break;
+      const std::uint32_t unit = units_[pos];
+      if ((unit & ((1u << 31) | 0xFFu)) != label) break;
+      pos ^= offset(unit);
+      if (((unit >> 8) & 1u) != 0) {
+        if (pos >= units_.size()) break;
+        if (results++ >= 32) continue;
+        const std::size_t value = units_[pos] & ((1u << 31) - 1);
+        if (value >= normalized_.size()) continue;  // a malformed map: no rule
+        const std::string_view rest = std::string_view(normalized_).substr(value);
+        best.emplace(k + 1, rest.substr(0, std::min(rest.find('\0'), rest.size())));
+      }
+    }
+    return best;
+  }
+
  private:
   static std::size_t offset(std::uint32_t unit) noexcept {
     const std::uint32_t off = (unit >> 10) << ((unit & (1u << 9)) >> 6);
@@ -190,7 +289,15 @@ class PrecompiledCharsmap {
 
 /// One normalizer step of a Unigram tokenizer.json.
 struct UnigramNormalizerStep {
-  enum class Kind { kPrecompiled, kReplace, kStrip, kLowercase, kForm, kStripAccents };
+  enum class Kind {
+    kPrecompiled,
+    kReplace,
+    kStrip,
+    kLowercase,
+    kForm,
+    kStripAccents,
+    kSentencePiece  ///< sentencepiece's whole Normalizer (see UnigramConfig)
+  };
   NormalizationForm form = NormalizationForm::kNFC;  ///< kForm: NFC, NFD, NFKC or NFKD
   Kind kind = Kind::kLowercase;
   std::string pattern;      ///< Replace: the string pattern
@@ -198,16 +305,32 @@ struct UnigramNormalizerStep {
   std::size_t min_run = 0;  ///< Replace: 0, or a regex `pattern{min_run,}`
   bool strip_left = false;  ///< Strip
   bool strip_right = false;
-  PrecompiledCharsmap charsmap;  ///< Precompiled
+  PrecompiledCharsmap charsmap;  ///< Precompiled, SentencePiece (may be empty)
+  /// SentencePiece: the user-defined pieces, copied without normalization.
+  std::vector<std::string> protected_pieces;
+  bool add_dummy_prefix = true;             ///< SentencePiece: "▁" before the text
+  bool remove_extra_whitespaces = true;     ///< SentencePiece: strip, collapse runs of " "
+  bool escape_whitespaces = true;           ///< SentencePiece: " " -> "▁"
+  unigram_detail::PrefixSet protected_set;  ///< built by UnigramTokenizer
 };
 
 /// One decoder step.
 struct UnigramDecoderStep {
-  enum class Kind { kMetaspace, kByteFallback, kFuse, kReplace, kStrip };
+  enum class Kind {
+    kMetaspace,
+    kByteFallback,
+    kFuse,
+    kReplace,
+    kStrip,
+    kSentencePiece  ///< sentencepiece's Decode (the only step; see UnigramConfig)
+  };
   Kind kind = Kind::kMetaspace;
-  std::string pattern, content;     ///< Replace
-  std::size_t start = 0, stop = 0;  ///< Strip: characters of `content`
-  bool prepend = true;              ///< Metaspace: prepend_scheme != never
+  std::string unk_surface = " \xE2\x81\x87 ";  ///< SentencePiece: the unknown piece's text
+  bool drop_bos_space = true;        ///< SentencePiece: the first piece's leading "▁" is dropped
+  bool drop_leading_spaces = false;  ///< SentencePiece: ... and later ones while the text is ""
+  std::string pattern, content;      ///< Replace
+  std::size_t start = 0, stop = 0;   ///< Strip: characters of `content`
+  bool prepend = true;               ///< Metaspace: prepend_scheme != never
 };
 
 /// The Metaspace prefix scheme.
@@ -229,7 +352,86 @@ struct UnigramConfig {
   bool has_decoder = false;
   /// added tokens: content, id, special
   std::vector<std::tuple<std::string, TokenId, bool>> added;
+  /// kSentencePiece: sentencepiece's own Unigram (unigram_model.cc
+  /// EncodeOptimized, sentencepiece_processor.cc) over `piece_types` (one per
+  /// piece, required): the lattice holds the normal, user-defined and unused
+  /// pieces (unused ones never win), with scores in float as sentencepiece
+  /// adds them; a user-defined piece of n bytes scores n max_s - 0.1 with
+  /// max_s the largest normal score (at least FLT_MIN); the unknown piece
+  /// scores min_s - 10 over normal pieces; the whole normalized text is one
+  /// lattice (no pre-tokenizer); an unknown run is never looked up as a
+  /// piece; control pieces are special. Use with the normalizer step and the
+  /// decoder step of kind kSentencePiece.
+  UnigramSemantics semantics = UnigramSemantics::kHuggingFace;
+  std::vector<SentencePieceType> piece_types;  ///< kSentencePiece: per piece
 };
+
+/// sentencepiece's Decode (sentencepiece_processor.cc) of `ids` over
+/// `n_pieces` pieces, `piece_of(id)` giving a piece's text and type: control
+/// pieces are "", the unknown piece is `d.unk_surface`, runs of byte pieces
+/// `<0xNN>` are their bytes with each byte that does not start a valid UTF-8
+/// character replaced by U+FFFD, "▁" is a space; with `d.drop_bos_space` the
+/// first piece loses a leading "▁" (with `d.drop_leading_spaces`, every piece
+/// does while the text is still empty).
+/// \throws RangeError naming an id outside [0, n_pieces).
+template <class PieceOf>
+std::string sentencepiece_decode(std::span<const TokenId> ids, std::size_t n_pieces,
+                                 PieceOf piece_of, const UnigramDecoderStep& d) {
+  std::string text, bytes;
+  const auto flush = [&] {
+    for (std::size_t i = 0; i < bytes.size();) {
+      const Utf8Char c = decode_utf8(bytes, i);
+      if (c.valid) {
+        text.append(bytes, i, c.length);
+        i += c.length;
+      } else {
+        text.append("\xEF\xBF\xBD");
+        ++i;
+      }
+    }
+    bytes.clear();
+  };
+  const auto hex = [](char ch) -> int {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return 0;
+  };
+  static constexpr std::string_view kMeta = "\xE2\x96\x81";
+  bool is_bos_ws = true, bos_ws_seen = false;
+  for (const TokenId id : ids) {
+    if (id < 0 || static_cast<std::size_t>(id) >= n_pieces)
+      throw RangeError("kappa: SentencePiece token id " + std::to_string(id) + " outside [0, " +
+                       std::to_string(n_pieces) + ")");
+    auto [piece, t] = piece_of(id);
+    if (t == SentencePieceType::kByte) {
+      if (piece.size() == 6) bytes.push_back(static_cast<char>(hex(piece[3]) * 16 + hex(piece[4])));
+      continue;
+    }
+    flush();
+    if (bos_ws_seen || !text.empty()) is_bos_ws = false;
+    bos_ws_seen = false;
+    if (t == SentencePieceType::kControl) continue;
+    if (t == SentencePieceType::kUnknown) {
+      text += d.unk_surface;
+      continue;
+    }
+    if (is_bos_ws && d.drop_bos_space && piece.substr(0, kMeta.size()) == kMeta) {
+      piece.remove_prefix(kMeta.size());
+      bos_ws_seen = !d.drop_leading_spaces;
+    }
+    for (std::size_t i = 0; i < piece.size();) {
+      if (piece.substr(i, kMeta.size()) == kMeta) {
+        text.push_back(' ');
+        i += kMeta.size();
+      } else {
+        text.push_back(piece[i]);
+        ++i;
+      }
+    }
+  }
+  flush();
+  return text;
+}
 
 /// Unigram tokenizer (Hugging Face tokenizers' model "Unigram").
 class UnigramTokenizer {
@@ -250,7 +452,22 @@ class UnigramTokenizer {
       throw FormatError("kappa: " + source + ": model.unk_id: " + std::to_string(*config_.unk_id) +
                         " outside the vocabulary of " + std::to_string(config_.pieces.size()));
     n_tokens_ = config_.pieces.size();
-    build_trie();
+    std::vector<std::pair<std::string_view, TokenId>> lattice_pieces;
+    if (sentencepiece()) {
+      init_sentencepiece(source, lattice_pieces);
+    } else {
+      for (const auto& [piece, id] : ids_) lattice_pieces.emplace_back(piece, id);
+      for (const UnigramDecoderStep& d : config_.decoder)
+        if (d.kind == UnigramDecoderStep::Kind::kSentencePiece)
+          throw FormatError(
+              "kappa: " + source +
+              ": a SentencePiece decoder step needs UnigramSemantics::kSentencePiece");
+    }
+    for (UnigramNormalizerStep& n : config_.normalizer) {
+      n.protected_set = unigram_detail::PrefixSet{};
+      for (const std::string& p : n.protected_pieces) n.protected_set.insert(p);
+    }
+    build_trie(lattice_pieces);
     for (const auto& [content, id, special] : config_.added) {
       if (id < 0) throw FormatError("kappa: " + source + ": added_tokens: negative id");
       if (content.empty()) throw FormatError("kappa: " + source + ": added_tokens: empty content");
@@ -576,6 +793,8 @@ class UnigramTokenizer {
   /// `skip` is kYes), then the decoder.
   /// \throws RangeError naming an id outside the vocabulary.
   std::string decode(std::span<const TokenId> ids, SkipSpecial skip) const {
+    if (sentencepiece() && config_.has_decoder)
+      return decode_sentencepiece(ids, config_.decoder[0]);
     const bool skip_special_tokens = skip == SkipSpecial::kYes;
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
@@ -663,6 +882,10 @@ class UnigramTokenizer {
   void encode_word(std::string_view word, std::vector<TokenId>& out,
                    unigram_detail::Scratch& scratch) const {
     if (word.empty()) return;
+    if (sentencepiece()) {
+      encode_sentencepiece(word, out, scratch);
+      return;
+    }
     const std::size_t n = word.size();
     using Node = unigram_detail::Node;
     std::vector<Node>& best = scratch.best;
@@ -739,12 +962,210 @@ class UnigramTokenizer {
     }
   }
 
+  bool sentencepiece() const noexcept {
+    return config_.semantics == UnigramSemantics::kSentencePiece;
+  }
+
+  SentencePieceType type_of(TokenId id) const noexcept {
+    return config_.piece_types[static_cast<std::size_t>(id)];
+  }
+
+  // Checks a kSentencePiece config and sets what sentencepiece's
+  // InitializePieces and unigram::Model set: the piece -> id map (reserved
+  // pieces over normal ones, as PieceToId), the lattice's pieces, the float
+  // min and max of the normal scores, the control pieces as special.
+  void init_sentencepiece(const std::string& source,
+                          std::vector<std::pair<std::string_view, TokenId>>& lattice_pieces) {
+    const auto fail = [&](const std::string& what) -> void {
+      throw FormatError("kappa: " + source + ": " + what);
+    };
+    if (config_.piece_types.size() != config_.pieces.size())
+      fail("SentencePiece semantics need one piece type per piece (" +
+           std::to_string(config_.piece_types.size()) + " types for " +
+           std::to_string(config_.pieces.size()) + " pieces)");
+    if (!config_.added.empty() || config_.metaspace || config_.whitespace_split ||
+        !config_.template_prefix.empty() || !config_.template_suffix.empty())
+      fail("SentencePiece semantics take no added tokens, pre-tokenizer or template");
+    if (type_of(*config_.unk_id) != SentencePieceType::kUnknown)
+      fail("unk id " + std::to_string(*config_.unk_id) + " is not the unknown piece");
+    if (config_.has_decoder &&
+        (config_.decoder.size() != 1 ||
+         config_.decoder[0].kind != UnigramDecoderStep::Kind::kSentencePiece))
+      fail("SentencePiece semantics take one decoder step of kind kSentencePiece");
+    ids_.clear();
+    sp_min_ = std::numeric_limits<float>::max();
+    sp_max_ = std::numeric_limits<float>::min();  // FLT_MIN, as unigram_model.cc starts
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::size_t i = 0; i < config_.pieces.size(); ++i) {
+        const SentencePieceType t = config_.piece_types[i];
+        const bool normal_group = t == SentencePieceType::kNormal ||
+                                  t == SentencePieceType::kUserDefined ||
+                                  t == SentencePieceType::kUnused;
+        if (normal_group != (pass == 0)) continue;
+        const std::string& piece = config_.pieces[i].first;
+        ids_.insert_or_assign(piece, static_cast<TokenId>(i));
+        if (pass == 0) lattice_pieces.emplace_back(piece, static_cast<TokenId>(i));
+        if (t == SentencePieceType::kNormal) {
+          const auto f = static_cast<float>(config_.pieces[i].second);
+          sp_min_ = std::min(sp_min_, f);
+          sp_max_ = std::max(sp_max_, f);
+        }
+        if (t == SentencePieceType::kControl) special_ids_.push_back(static_cast<TokenId>(i));
+        if (t == SentencePieceType::kByte && byte_of(piece) < 0)
+          fail("byte piece " + kappa::quoted(piece) + " (id " + std::to_string(i) +
+               ") is not <0xNN>");
+      }
+  }
+
+  // The byte of a piece `<0xNN>` (sentencepiece's PieceToByte), else -1.
+  static int byte_of(std::string_view piece) noexcept {
+    const auto hex = [](char ch) -> int {
+      if (ch >= '0' && ch <= '9') return ch - '0';
+      if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+      return -1;
+    };
+    if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+    const int hi = hex(piece[3]), lo = hex(piece[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+  }
+
+  // sentencepiece's unigram::Model::EncodeOptimized on the whole normalized
+  // text, then SentencePieceProcessor's unknown handling (runs fused; with
+  // byte fallback each byte's piece).
+  void encode_sentencepiece(std::string_view text, std::vector<TokenId>& out,
+                            unigram_detail::Scratch& scratch) const {
+    const std::size_t n = text.size();
+    if (n == 0) return;
+    using Node = unigram_detail::Node;
+    std::vector<Node>& best = scratch.best;
+    best.assign(n + 1, Node{0.0, 0, 0, false});
+    const float unk_score = sp_min_ - 10.0f;
+    static constexpr std::array<unsigned char, 16> kCharLen = {1, 1, 1, 1, 1, 1, 1, 1,
+                                                               1, 1, 1, 1, 2, 2, 3, 4};
+    std::size_t at = 0;
+    while (at < n) {
+      const double here = best[at].score;  // a float's value
+      const auto lead = static_cast<unsigned char>(text[at]);
+      const std::size_t mblen = std::min<std::size_t>(kCharLen[lead >> 4], n - at);
+      bool single = false;
+      std::size_t node = 0;
+      for (std::size_t k = at; k < n; ++k) {
+        const std::int32_t next = child(node, static_cast<unsigned char>(text[k]));
+        if (next < 0) break;
+        node = static_cast<std::size_t>(next);
+        const TokenId id = trie_ids_[node];
+        if (id < 0 || type_of(id) == SentencePieceType::kUnused) continue;
+        const std::size_t len = k + 1 - at;
+        // The score is a double (the conditional's type), the path's a float.
+        const double score = type_of(id) == SentencePieceType::kUserDefined
+                                 ? static_cast<double>(static_cast<float>(len) * sp_max_) - 0.1
+                                 : static_cast<double>(static_cast<float>(
+                                       config_.pieces[static_cast<std::size_t>(id)].second));
+        const double cand = score + here;
+        Node& target = best[k + 1];
+        if (!target.set || cand > target.score)
+          target = Node{static_cast<double>(static_cast<float>(cand)), at, id, true};
+        if (len == mblen) single = true;
+      }
+      if (!single) {
+        Node& target = best[at + mblen];
+        const float cand = unk_score + static_cast<float>(here);
+        if (!target.set || static_cast<double>(cand) > target.score)
+          target = Node{static_cast<double>(cand), at, *config_.unk_id, true};
+      }
+      at += mblen;
+    }
+    auto& spans = scratch.spans;
+    spans.clear();
+    for (std::size_t end = n; end > 0; end = best[end].start)
+      spans.emplace_back(best[end].start, end, best[end].id);
+    std::reverse(spans.begin(), spans.end());
+    bool prev_unk = false;
+    for (const auto& [from, to, id] : spans) {
+      const bool unk = id == *config_.unk_id;
+      if (unk && config_.byte_fallback) {
+        for (std::size_t k = from; k < to; ++k) {
+          const TokenId b = byte_ids_[static_cast<unsigned char>(text[k])];
+          out.push_back(b >= 0 ? b : *config_.unk_id);
+        }
+      } else if (!(unk && prev_unk)) {
+        out.push_back(id);
+      }
+      prev_unk = unk;
+    }
+  }
+
+  std::string decode_sentencepiece(std::span<const TokenId> ids,
+                                   const UnigramDecoderStep& d) const {
+    return sentencepiece_decode(
+        ids, config_.pieces.size(),
+        [&](TokenId id) {
+          return std::pair<std::string_view, SentencePieceType>(
+              config_.pieces[static_cast<std::size_t>(id)].first, type_of(id));
+        },
+        d);
+  }
+
+  // sentencepiece's Normalizer::Normalize (normalizer.cc): at each position
+  // the longest user-defined piece (kept as it is), else the charsmap's
+  // longest rule, else one character (an invalid byte becomes U+FFFD);
+  // leading spaces of the output dropped, a space after a space dropped,
+  // trailing spaces dropped (remove_extra_whitespaces); "▁" first
+  // (add_dummy_prefix); " " as "▁" (escape_whitespaces).
+  static std::string sentencepiece_normalize(const UnigramNormalizerStep& n,
+                                             std::string_view input) {
+    std::string out;
+    if (input.empty()) return out;
+    const auto prefix = [&](std::string_view in) -> std::pair<std::string_view, std::size_t> {
+      if (const std::size_t len = n.protected_set.longest(in); len > 0)
+        return {in.substr(0, len), len};
+      if (!n.charsmap.empty())
+        if (const auto m = n.charsmap.longest_prefix(in)) return {m->second, m->first};
+      const Utf8Char c = decode_utf8(in, 0);
+      if (!c.valid) return {std::string_view("\xEF\xBF\xBD"), 1};
+      return {in.substr(0, c.length), c.length};
+    };
+    if (n.remove_extra_whitespaces) {
+      while (!input.empty()) {
+        const auto p = prefix(input);
+        if (p.first != " ") break;
+        input.remove_prefix(p.second);
+      }
+    }
+    if (input.empty()) return out;
+    static constexpr std::string_view kMeta = "\xE2\x96\x81";
+    const std::string_view space = n.escape_whitespaces ? kMeta : std::string_view(" ");
+    out.reserve(input.size() * 3 + 3);
+    if (n.add_dummy_prefix) out.append(space);
+    bool prev_space = n.remove_extra_whitespaces;
+    while (!input.empty()) {
+      auto [sp, consumed] = prefix(input);
+      while (prev_space && !sp.empty() && sp.front() == ' ') sp.remove_prefix(1);
+      if (!sp.empty()) {
+        for (const char ch : sp) {
+          if (ch == ' ' && n.escape_whitespaces)
+            out.append(kMeta);
+          else
+            out.push_back(ch);
+        }
+        prev_space = sp.back() == ' ';
+      }
+      input.remove_prefix(consumed);
+      if (!n.remove_extra_whitespaces) prev_space = false;
+    }
+    if (n.remove_extra_whitespaces)
+      while (out.size() >= space.size() &&
+             out.compare(out.size() - space.size(), space.size(), space) == 0)
+        out.resize(out.size() - space.size());
+    return out;
+  }
+
   // The byte trie of the pieces: node 0 is the root; a node's children are
   // edges [edge_begin_[v], edge_begin_[v + 1]) sorted by label.
-  void build_trie() {
+  void build_trie(const std::vector<std::pair<std::string_view, TokenId>>& entries) {
     std::vector<std::map<unsigned char, std::int32_t>> kids(1);
     std::vector<TokenId> ids(1, -1);
-    for (const auto& [piece, id] : ids_) {
+    for (const auto& [piece, id] : entries) {
       std::size_t v = 0;
       for (const char ch : piece) {
         const auto b = static_cast<unsigned char>(ch);
@@ -937,6 +1358,8 @@ class UnigramTokenizer {
 
   static std::string apply_normalizer(const UnigramNormalizerStep& n, std::string_view s) {
     switch (n.kind) {
+      case UnigramNormalizerStep::Kind::kSentencePiece:
+        return sentencepiece_normalize(n, s);
       case UnigramNormalizerStep::Kind::kForm:
         return kappa::tokenize::normalize(s, n.form);
       case UnigramNormalizerStep::Kind::kStripAccents:
@@ -1132,6 +1555,8 @@ class UnigramTokenizer {
           t = t.substr(b, e - b);
         }
         break;
+      case UnigramDecoderStep::Kind::kSentencePiece:  // decode() runs it on the ids
+        break;
       case UnigramDecoderStep::Kind::kByteFallback: {
         std::vector<std::string> out;
         std::string bytes;
@@ -1175,6 +1600,7 @@ class UnigramTokenizer {
   std::vector<TokenId> special_ids_;
   std::vector<TokenId> byte_ids_;
   double min_score_ = 0.0;
+  float sp_min_ = 0.0f, sp_max_ = 0.0f;  ///< kSentencePiece: over the normal pieces
   std::vector<TokenId> trie_ids_;
   std::vector<std::uint32_t> edge_begin_;
   std::vector<unsigned char> edge_label_;
