@@ -429,7 +429,7 @@ TEST(SentencePieceModel, HostileFilesAreFormatErrorsNamingFileByteAndField) {
       {"bad_charsmap.model",
        minimal() + len_field(3, len_field(2, std::string("\x40\x00\x00\x00", 4))),
        {"normalizer_spec.precompiled_charsmap"}},
-      {"huge_piece_count.model", huge, {"more than 4194304 pieces"}},
+      {"huge_piece_count.model", huge, {"more than 1048576 pieces"}},
   };
   for (const Case& c : cases) {
     const std::string err = error_of(dir, c.name, c.bytes);

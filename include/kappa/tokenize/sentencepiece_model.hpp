@@ -166,8 +166,8 @@ class SentencePieceModel {
   /// The largest file read() accepts (sentencepiece's largest models are a
   /// few MB).
   static constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;
-  /// The most pieces a model may have.
-  static constexpr std::size_t kMaxPieces = std::size_t{1} << 22;
+  /// The most pieces a model may have (Gemma 3 has 262144).
+  static constexpr std::size_t kMaxPieces = std::size_t{1} << 20;
 
   std::vector<SentencePieceEntry> pieces;
   SentencePieceTrainerSpec trainer_spec;
@@ -176,7 +176,7 @@ class SentencePieceModel {
 
   /// Reads and parses the regular file `path` (at most kMaxFileBytes; a
   /// FIFO or a directory is a FormatError, never a blocking read).
-  /// \throws FormatError "kappa: <path>: byte <n>: <what>".
+  /// \throws FormatError `kappa: <path>: byte <n>: <what>`.
   static SentencePieceModel read(const std::string& path) {
     return parse(read_regular_file(path, kMaxFileBytes), path);
   }
