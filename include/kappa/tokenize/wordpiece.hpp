@@ -5,8 +5,10 @@
 // from a tokenizer.json or from the plain vocab.txt + tokenizer_config.json.
 //
 // Encoding text (the paper's section 1, tokenization as an index sequence):
-//   1. the text splits at the added tokens ([CLS], [SEP], [MASK], ... as
-//      they appear verbatim in it); each piece between them goes on alone;
+//   1. the text splits at the added tokens ([CLS], [SEP], [MASK], ... with
+//      their lstrip / rstrip / single_word / normalized flags, as
+//      kappa/tokenize/added_tokens.hpp describes); each piece between them
+//      goes on alone;
 //   2. BertNormalizer: clean_text removes NUL, U+FFFD and every character of
 //      a category Cc, Cf, Co (controls, format, private use; not unassigned
 //      code points, which HF keeps) except tab, LF and CR, then maps
@@ -38,8 +40,7 @@
 // clean_text then removes). Where kappa differs from HF on purpose: decode
 // of an id outside the vocabulary is a RangeError (HF skips it), a vocabulary
 // with a repeated token is a FormatError (HF keeps the last id). Not
-// supported: added tokens with lstrip, rstrip, single_word or normalized set
-// (a FormatError naming the key; BERT's files set none), other normalizers,
+// supported: other normalizers,
 // pre-tokenizers and decoders (FormatError), a pair template; a
 // tokenizer.json's truncation and padding are ignored (encode returns every
 // id, as HF's encode with both off).
@@ -64,6 +65,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/added_tokens.hpp"
 #include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/unicode.hpp"
 #include "kappa/tokenize/utf8.hpp"
@@ -299,12 +301,9 @@ void bert_pretokenize(std::string_view text, F&& f) {
 }
 
 /// An added token of a tokenizer.json (or a special token of vocab.txt's
-/// tokenizer_config.json): matched verbatim in the text before normalizing.
-struct WordPieceAddedToken {
-  std::string content;  ///< its text
-  TokenId id = 0;       ///< its id
-  bool special = true;  ///< decode(ids, SkipSpecial::kYes) skips it
-};
+/// tokenizer_config.json), found in text with its flags as
+/// kappa/tokenize/added_tokens.hpp describes.
+using WordPieceAddedToken = AddedToken;
 
 /// Everything about a WordPiece tokenizer except its vocabulary.
 struct WordPieceConfig {
@@ -313,7 +312,7 @@ struct WordPieceConfig {
   std::string unk_token = "[UNK]";  ///< the unknown token (must be in the vocabulary)
   std::string continuing_subword_prefix = "##";   ///< the model's continuation prefix
   std::size_t max_input_chars_per_word = 100;     ///< longer words are the unknown token
-  std::vector<WordPieceAddedToken> added_tokens;  ///< matched verbatim, never normalized
+  std::vector<WordPieceAddedToken> added_tokens;  ///< found as added_tokens.hpp says
   std::vector<TokenId> template_prefix;           ///< ids before a sequence ([CLS])
   std::vector<TokenId> template_suffix;           ///< ids after it ([SEP])
   std::optional<std::string> decoder_prefix = std::string("##");  ///< none: join with ' '
@@ -329,7 +328,7 @@ class WordPieceTokenizer {
   /// another token.
   WordPieceTokenizer(std::vector<std::string> tokens, WordPieceConfig config,
                      const std::string& source = "WordPiece vocabulary")
-      : tokens_(std::move(tokens)), config_(std::move(config)) {
+      : tokens_(std::move(tokens)), config_(std::move(config)), model_size_(tokens_.size()) {
     ids_.reserve(tokens_.size());
     for (std::size_t k = 0; k < tokens_.size(); ++k) {
       if (!ids_.emplace(tokens_[k], static_cast<TokenId>(k)).second)
@@ -356,7 +355,11 @@ class WordPieceTokenizer {
                           kappa::quoted(tokens_[id]));
       }
       if (a.special) special_ids_.push_back(a.id);
-      first_bytes_[static_cast<unsigned char>(a.content[0])] = true;
+      if (!a.normalized)
+        raw_added_.add(a, a.content);
+      else
+        normalized_added_.add(
+            a, config_.normalizer ? bert_normalize(a.content, *config_.normalizer) : a.content);
     }
     std::sort(special_ids_.begin(), special_ids_.end());
     const auto unk = ids_.find(config_.unk_token);
@@ -469,9 +472,10 @@ class WordPieceTokenizer {
           fail(key + ".id", "out of range");
         t.id = static_cast<TokenId>(id->get<long long>());
         t.special = flag(a, "special", key, false);
-        for (const char* f : {"lstrip", "rstrip", "single_word", "normalized"})
-          if (flag(a, f, key, false))
-            fail(key + "." + f, "true is not supported by kappa's WordPiece tokenizer");
+        t.lstrip = flag(a, "lstrip", key, false);
+        t.rstrip = flag(a, "rstrip", key, false);
+        t.single_word = flag(a, "single_word", key, false);
+        t.normalized = flag(a, "normalized", key, !t.special);
         c.added_tokens.push_back(std::move(t));
       }
     }
@@ -644,19 +648,30 @@ class WordPieceTokenizer {
     const bool add_special_tokens = add == AddSpecial::kYes;
     std::vector<TokenId> out;
     if (add_special_tokens) out = config_.template_prefix;
-    std::size_t start = 0;
-    for (std::size_t i = specials == SpecialTokens::kAsText ? text.size() : 0; i < text.size();) {
-      const auto [len, id] = added_at(text, i);
-      if (len == 0) {
-        ++i;
-        continue;
-      }
-      encode_piece(text.substr(start, i - start), out);
-      out.push_back(id);
-      i += len;
-      start = i;
+    if (specials == SpecialTokens::kAsText) {
+      encode_piece(text, out);
+    } else {
+      // added_tokens.hpp's two passes: raw text, then normalized pieces.
+      const auto token = [&](TokenId id) { out.push_back(id); };
+      raw_added_.split(
+          text,
+          [&](std::size_t b, std::size_t e) {
+            const std::string_view piece = text.substr(b, e - b);
+            if (normalized_added_.empty()) {
+              encode_piece(piece, out);
+              return;
+            }
+            const std::string n = config_.normalizer ? bert_normalize(piece, *config_.normalizer)
+                                                     : std::string(piece);
+            normalized_added_.split(
+                n,
+                [&](std::size_t nb, std::size_t ne) {
+                  encode_normalized(std::string_view(n).substr(nb, ne - nb), out);
+                },
+                token);
+          },
+          token);
     }
-    encode_piece(text.substr(start), out);
     if (add_special_tokens)
       out.insert(out.end(), config_.template_suffix.begin(), config_.template_suffix.end());
     return out;
@@ -760,7 +775,8 @@ class WordPieceTokenizer {
         } else {
           it = ids_.find(sub);
         }
-        if (it != ids_.end()) {
+        // Added tokens above the model's vocabulary are not the model's.
+        if (it != ids_.end() && static_cast<std::size_t>(it->second) < model_size_) {
           out.push_back(it->second);
           found = true;
           break;
@@ -784,16 +800,6 @@ class WordPieceTokenizer {
                         " is not in the vocabulary of " + std::to_string(tokens_.size()));
   }
 
-  // The length and id of the longest added token at text[i], or {0, 0}.
-  std::pair<std::size_t, TokenId> added_at(std::string_view text, std::size_t i) const {
-    if (!first_bytes_[static_cast<unsigned char>(text[i])]) return {0, 0};
-    std::pair<std::size_t, TokenId> best{0, 0};
-    for (const WordPieceAddedToken& a : config_.added_tokens)
-      if (a.content.size() > best.first && text.substr(i).starts_with(a.content))
-        best = {a.content.size(), a.id};
-    return best;
-  }
-
   void encode_piece(std::string_view piece, std::vector<TokenId>& out) const {
     if (piece.empty()) return;
     std::string normalized;
@@ -801,6 +807,12 @@ class WordPieceTokenizer {
       normalized = bert_normalize(piece, *config_.normalizer);
       piece = normalized;
     }
+    encode_normalized(piece, out);
+  }
+
+  // Normalized text: the pre-tokenizer and the model.
+  void encode_normalized(std::string_view piece, std::vector<TokenId>& out) const {
+    if (piece.empty()) return;
     if (config_.bert_pre_tokenizer) {
       bert_pretokenize(piece, [&](std::string_view w) { encode_word(w, out); });
     } else {
@@ -833,7 +845,9 @@ class WordPieceTokenizer {
   TokenId unk_id_ = 0;
   std::vector<TokenId> special_ids_;
   std::size_t max_token_bytes_ = 0;
-  std::array<bool, 256> first_bytes_{};
+  std::size_t model_size_ = 0;  // the model's vocabulary: ids below it
+  AddedTokenMatcher raw_added_;         // added tokens with normalized = false
+  AddedTokenMatcher normalized_added_;  // the others, by their normalized content
 };
 
 }  // namespace kappa::tokenize
