@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,7 +36,7 @@ namespace tk = kappa::tokenize;
 using kappa::TokenId;
 
 const tk::SentencePieceModel& model(const char* name) {
-  static std::vector<std::pair<std::string, tk::SentencePieceModel>> cache;
+  static std::deque<std::pair<std::string, tk::SentencePieceModel>> cache;  // stable references
   for (const auto& [n, m] : cache)
     if (n == name) return m;
   cache.emplace_back(name, tk::SentencePieceModel::read(std::string(KAPPA_FUZZ_CORPUS_DIR) +
@@ -59,7 +60,7 @@ std::string expected_round_trip(std::string_view x) {
 }
 
 void check_unigram(const tk::SentencePieceModel& m, std::string_view text, bool round_trip) {
-  static std::vector<std::pair<const tk::SentencePieceModel*, tk::UnigramTokenizer>> toks;
+  static std::deque<std::pair<const tk::SentencePieceModel*, tk::UnigramTokenizer>> toks;
   const tk::UnigramTokenizer* t = nullptr;
   for (const auto& [p, tok] : toks)
     if (p == &m) t = &tok;
