@@ -19,10 +19,10 @@
 // or the regex `c{n,}`), Strip, Lowercase, NFC/NFD/NFKC/NFKD, StripAccents
 // and Sequence; pre-tokenizers Metaspace (replacement U+2581) after an
 // optional WhitespaceSplit; TemplateProcessing (single); decoders Metaspace,
-// Replace (string), ByteFallback, Fuse, Strip and Sequence; added tokens split
-// out of the text before the normalizer. Not supported (a FormatError names
-// the key): other regexes, other pre-tokenizers, other post-processors; the
-// added tokens' lstrip/rstrip/single_word/normalized flags are not read.
+// Replace (string), ByteFallback, Fuse, Strip and Sequence; added tokens with
+// their lstrip / rstrip / single_word / normalized flags, found as
+// kappa/tokenize/added_tokens.hpp describes. Not supported (a FormatError
+// names the key): other regexes, other pre-tokenizers, other post-processors.
 // Grapheme clusters follow UAX #29 except Hangul jamo sequences and Prepend
 // characters, which the charsmap then sees one character at a time.
 //
@@ -58,6 +58,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/tokenize/added_tokens.hpp"
 #include "kappa/tokenize/concepts.hpp"
 #include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/unicode.hpp"
@@ -350,8 +351,8 @@ struct UnigramConfig {
   std::vector<TokenId> template_prefix, template_suffix;  ///< TemplateProcessing single
   std::vector<UnigramDecoderStep> decoder;
   bool has_decoder = false;
-  /// added tokens: content, id, special
-  std::vector<std::tuple<std::string, TokenId, bool>> added;
+  /// the added tokens (added_tokens.hpp), found with their flags
+  std::vector<AddedToken> added;
   /// kSentencePiece: sentencepiece's own Unigram (unigram_model.cc
   /// EncodeOptimized, sentencepiece_processor.cc) over `piece_types` (one per
   /// piece, required): the lattice holds the normal, user-defined and unused
@@ -468,14 +469,22 @@ class UnigramTokenizer {
       for (const std::string& p : n.protected_pieces) n.protected_set.insert(p);
     }
     build_trie(lattice_pieces);
-    for (const auto& [content, id, special] : config_.added) {
-      if (id < 0) throw FormatError("kappa: " + source + ": added_tokens: negative id");
-      if (content.empty()) throw FormatError("kappa: " + source + ": added_tokens: empty content");
-      const auto uid = static_cast<std::size_t>(id);
+    for (const AddedToken& a : config_.added) {
+      if (a.id < 0) throw FormatError("kappa: " + source + ": added_tokens: negative id");
+      if (a.content.empty())
+        throw FormatError("kappa: " + source + ": added_tokens: empty content");
+      const auto uid = static_cast<std::size_t>(a.id);
       n_tokens_ = std::max(n_tokens_, uid + 1);
-      if (special) special_ids_.push_back(id);
-      added_first_[static_cast<unsigned char>(content[0])] = true;
-      if (uid >= config_.pieces.size()) extra_[id] = content;
+      if (a.special) special_ids_.push_back(a.id);
+      if (uid >= config_.pieces.size()) extra_[a.id] = a.content;
+    }
+    // After the normalizer's tables are built: normalized tokens are found
+    // by their normalized content.
+    for (const AddedToken& a : config_.added) {
+      if (a.normalized)
+        normalized_added_.add(a, normalize(a.content));
+      else
+        raw_added_.add(a, a.content);
     }
     for (const TokenId id : config_.template_prefix) check_id(id, source);
     for (const TokenId id : config_.template_suffix) check_id(id, source);
@@ -664,7 +673,15 @@ class UnigramTokenizer {
         if (id == nullptr) fail(key + ".id", "missing");
         const std::string content = str(e, "content", key, "");
         if (content.empty()) fail(key + ".content", "missing or empty");
-        c.added.emplace_back(content, id_of(*id, key + ".id"), flag(e, "special", key, false));
+        AddedToken t;
+        t.content = content;
+        t.id = id_of(*id, key + ".id");
+        t.special = flag(e, "special", key, false);
+        t.lstrip = flag(e, "lstrip", key, false);
+        t.rstrip = flag(e, "rstrip", key, false);
+        t.single_word = flag(e, "single_word", key, false);
+        t.normalized = flag(e, "normalized", key, !t.special);
+        c.added.push_back(std::move(t));
       }
     }
     // post-processor
@@ -759,26 +776,34 @@ class UnigramTokenizer {
     std::vector<TokenId> out;
     if (add_special_tokens)
       out.insert(out.end(), config_.template_prefix.begin(), config_.template_prefix.end());
-    // Split on added tokens (leftmost, longest), the text between them runs
-    // through normalizer, pre-tokenizer and model.
+    // added_tokens.hpp's two passes: the raw text cut at the tokens matched
+    // raw, each piece normalized and cut at the normalized tokens; the rest
+    // runs through the pre-tokenizer and the model.
     unigram_detail::Scratch scratch;
-    std::size_t start = 0, i = specials == SpecialTokens::kAsText ? text.size() : 0;
-    while (i < text.size()) {
-      if (!added_first_[static_cast<unsigned char>(text[i])]) {
-        ++i;
-        continue;
-      }
-      const auto [len, id] = added_at(text, i);
-      if (len == 0) {
-        ++i;
-        continue;
-      }
-      encode_segment(text.substr(start, i - start), start == 0, out, scratch);
-      out.push_back(id);
-      i += len;
-      start = i;
+    const auto token = [&](TokenId id) { out.push_back(id); };
+    if (specials == SpecialTokens::kAsText) {
+      encode_segment(text, true, out, scratch);
+    } else {
+      raw_added_.split(
+          text,
+          [&](std::size_t b, std::size_t e) {
+            const std::string_view piece = text.substr(b, e - b);
+            if (normalized_added_.empty()) {
+              encode_segment(piece, b == 0, out, scratch);
+              return;
+            }
+            bool at_origin = true;
+            const std::string n = normalize(piece, at_origin);
+            normalized_added_.split(
+                n,
+                [&](std::size_t nb, std::size_t ne) {
+                  encode_normalized(std::string_view(n).substr(nb, ne - nb),
+                                    b == 0 && at_origin && nb == 0, out, scratch);
+                },
+                token);
+          },
+          token);
     }
-    encode_segment(text.substr(start), start == 0, out, scratch);
     if (add_special_tokens)
       out.insert(out.end(), config_.template_suffix.begin(), config_.template_suffix.end());
     return out;
@@ -834,8 +859,8 @@ class UnigramTokenizer {
 
   /// The id of a piece or an added token.
   std::optional<TokenId> find(std::string_view piece) const {
-    for (const auto& [content, id, special] : config_.added)
-      if (content == piece) return id;
+    for (const AddedToken& a : config_.added)
+      if (a.content == piece) return a.id;
     const auto it = ids_.find(piece);
     if (it == ids_.end()) return std::nullopt;
     return it->second;
@@ -1218,14 +1243,6 @@ class UnigramTokenizer {
                         " outside the vocabulary of " + std::to_string(n_tokens_));
   }
 
-  std::pair<std::size_t, TokenId> added_at(std::string_view text, std::size_t i) const {
-    std::pair<std::size_t, TokenId> best{0, 0};
-    for (const auto& [content, id, special] : config_.added)
-      if (content.size() > best.first && text.substr(i, content.size()) == content)
-        best = {content.size(), id};
-    return best;
-  }
-
   static std::string replace_all(std::string_view s, std::string_view pat, std::string_view with) {
     std::string out;
     std::size_t i = 0;
@@ -1453,7 +1470,13 @@ class UnigramTokenizer {
     if (text.empty()) return;
     bool at_origin = true;
     const std::string norm = normalize(text, at_origin);
-    at_start = at_start && at_origin;
+    encode_normalized(norm, at_start && at_origin, out, scratch);
+  }
+
+  // Normalized text: the pre-tokenizer and the model.
+  void encode_normalized(std::string_view norm, bool at_start, std::vector<TokenId>& out,
+                         unigram_detail::Scratch& scratch) const {
+    if (norm.empty()) return;
     static constexpr std::string_view kMeta = "\xE2\x96\x81";
     const auto meta = [&](std::string_view word, bool first) {
       if (word.empty()) return;
@@ -1606,7 +1629,8 @@ class UnigramTokenizer {
   std::vector<unsigned char> edge_label_;
   std::vector<std::int32_t> edge_target_;
   std::array<std::int32_t, 256> root_{};
-  std::array<bool, 256> added_first_{};  ///< first bytes of the added tokens
+  AddedTokenMatcher raw_added_;         ///< added tokens with normalized = false
+  AddedTokenMatcher normalized_added_;  ///< the others, by their normalized content
   std::size_t n_tokens_ = 0;
 };
 

@@ -1,9 +1,12 @@
 // tests/tokenize/peer/added_peer.cjs - Hugging Face tokenizers' ids for
 // added tokens with every flag (lstrip, rstrip, single_word, normalized), on
-// four kinds of tokenizer.json: byte-level without a normalizer (the tiny
+// six kinds of tokenizer.json: byte-level without a normalizer (the tiny
 // GPT-2's), byte-level with NFC (the tiny Qwen2's), SentencePiece-style BPE
 // with Llama-2's Prepend + Replace normalizer, and with a Metaspace
-// pre-tokenizer (tests/data/tokenize/sp).
+// pre-tokenizer (tests/data/tokenize/sp), WordPiece (the tiny BERT's
+// vocab.txt with BERT's uncased pipeline, built here) and Unigram (the
+// synthetic T5 layout of tests/data/tokenize/unigram: Precompiled charsmap,
+// WhitespaceSplit + Metaspace).
 //
 //   KAPPA_TOKENIZE_PEERS=<dir with node_modules> node added_peer.cjs <kappa source dir>
 //
@@ -29,7 +32,30 @@ const BASES = {
   nfc: "tests/data/models/qwen2/tokenizer.json",
   sp_prepend: "tests/data/tokenize/sp/llama/tokenizer.json",
   sp_metaspace: "tests/data/tokenize/sp/metaspace_first/tokenizer.json",
+  wordpiece: "tests/data/models/bert/vocab.txt",
+  unigram: "tests/data/tokenize/unigram/t5/tokenizer.json",
 };
+
+// BERT's uncased tokenizer.json (as transformers' BertConverter writes it)
+// around a vocab.txt.
+function wordpieceJson(vocabTxt) {
+  const vocab = {};
+  vocabTxt.split("\n").filter((l) => l.length > 0).forEach((t, i) => { vocab[t] = i; });
+  const special = (t) => ({ id: vocab[t], content: t, single_word: false, lstrip: false,
+                            rstrip: false, normalized: false, special: true });
+  return {
+    version: "1.0", truncation: null, padding: null,
+    added_tokens: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].map(special),
+    normalizer: { type: "BertNormalizer", clean_text: true, handle_chinese_chars: true,
+                  strip_accents: null, lowercase: true },
+    pre_tokenizer: { type: "BertPreTokenizer" },
+    post_processor: { type: "BertProcessing", sep: ["[SEP]", vocab["[SEP]"]],
+                      cls: ["[CLS]", vocab["[CLS]"]] },
+    decoder: { type: "WordPiece", prefix: "##", cleanup: true },
+    model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##",
+             max_input_chars_per_word: 100, vocab },
+  };
+}
 // [content, special, lstrip, rstrip, single_word, normalized]
 const ADDED = [
   ["<mask>", true, true, false, false, false],
@@ -87,11 +113,24 @@ async function main() {
     "decode = decode(plain, false). Made by tests/tokenize/peer/added_peer.cjs.";
   const toks = {};
   for (const [layout, base] of Object.entries(BASES)) {
-    const t = JSON.parse(fs.readFileSync(path.join(src, base), "utf8"));
-    let next = Object.keys(t.model.vocab).length;
+    const raw = fs.readFileSync(path.join(src, base), "utf8");
+    const t = base.endsWith("vocab.txt") ? wordpieceJson(raw) : JSON.parse(raw);
+    let next = Array.isArray(t.model.vocab) ? t.model.vocab.length : Object.keys(t.model.vocab).length;
     for (const a of t.added_tokens) next = Math.max(next, a.id + 1);
-    for (const [content, special, lstrip, rstrip, single_word, normalized] of ADDED)
-      t.added_tokens.push({ id: next++, content, single_word, lstrip, rstrip, normalized, special });
+    // A content that is already a model token keeps that token's id, as
+    // Hugging Face assigns it (it ignores another id in the file).
+    const modelId = (content) => {
+      if (Array.isArray(t.model.vocab)) {
+        const k = t.model.vocab.findIndex((p) => p[0] === content);
+        return k < 0 ? undefined : k;
+      }
+      return t.model.vocab[content];
+    };
+    for (const [content, special, lstrip, rstrip, single_word, normalized] of ADDED) {
+      const known = modelId(content);
+      const id = known === undefined ? next++ : known;
+      t.added_tokens.push({ id, content, single_word, lstrip, rstrip, normalized, special });
+    }
     const dir = path.join(src, "tests/data/tokenize/added", layout);
     fs.mkdirSync(dir, { recursive: true });
     const text = JSON.stringify(t);
