@@ -25,6 +25,7 @@
 #include "kappa/attention/sketch.hpp"
 #include "kappa/attention/whole_attention.hpp"
 
+#include "kappa/tokenize/added_tokens.hpp"
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/bpe_train.hpp"
 #include "kappa/tokenize/char_tokenizer.hpp"
@@ -32,6 +33,7 @@
 #include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
+#include "kappa/tokenize/sentencepiece_model.hpp"
 #include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/word_tokenizer.hpp"
 #include "kappa/tokenize/wordpiece.hpp"

@@ -10,7 +10,7 @@
 //      user-defined pieces, unknowns).
 // Properties:
 //   * reading a model succeeds or throws FormatError, nothing else; a model
-//     that loads converts (to_unigram / to_hf_tokenizer) or throws
+//     that loads converts (to_unigram / HfTokenizer::from_sentencepiece) or throws
 //     FormatError, and then encodes in range and decodes its ids;
 //   * encode never throws; every id is in [0, vocab size); decode and
 //     SentencePieceModel::decode never throw and give valid UTF-8, and agree
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/sentencepiece_model.hpp"
 #include "kappa/tokenize/utf8.hpp"
 
@@ -77,7 +78,7 @@ void check_unigram(const tk::SentencePieceModel& m, std::string_view text, bool 
 
 void check_bpe(std::string_view text) {
   const tk::SentencePieceModel& m = model("bpe_llama");
-  static const tk::HfTokenizer t = m.to_hf_tokenizer();
+  static const tk::HfTokenizer t = tk::HfTokenizer::from_sentencepiece(m);
   const std::string valid = tk::SentencePieceModel::replace_invalid_utf8(text);
   const std::vector<TokenId> ids = t.encode(valid, tk::AddSpecial::kNo, tk::SpecialTokens::kAsText);
   KAPPA_FUZZ_CHECK(kappa::fuzz::ids_in_range(ids, m.pieces.size()), kappa::fuzz::show(text));
@@ -100,7 +101,7 @@ void check_file(std::string_view bytes) {
       KAPPA_FUZZ_CHECK(kappa::fuzz::ids_in_range(ids, m.pieces.size()), "loaded unigram");
       KAPPA_FUZZ_CHECK(t.decode(ids) == m.decode(ids), "loaded unigram decode");
     } else if (m.trainer_spec.model_type == tk::SentencePieceModelType::kBpe) {
-      const tk::HfTokenizer t = m.to_hf_tokenizer();
+      const tk::HfTokenizer t = tk::HfTokenizer::from_sentencepiece(m);
       const std::vector<TokenId> ids =
           t.encode(text, tk::AddSpecial::kNo, tk::SpecialTokens::kAsText);
       KAPPA_FUZZ_CHECK(kappa::fuzz::ids_in_range(ids, t.vocab_size()), "loaded bpe");

@@ -9,7 +9,7 @@
 // UTF-8 and 300 random stress strings into
 // tests/data/tokenize/sentencepiece/golden.json. Every input of every model
 // must match exactly: Unigram models through to_unigram(), BPE models
-// through to_hf_tokenizer() (Hugging Face's layout, with special-token text
+// through HfTokenizer::from_sentencepiece() (Hugging Face's layout, with special-token text
 // as plain text, as sentencepiece treats it). Hostile files (truncated
 // varints, lengths past the end, wrong wire types, too many pieces, an empty
 // file, a FIFO, and every prefix of a real model) must be a FormatError
@@ -34,6 +34,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/tokenize/concepts.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/sentencepiece_model.hpp"
 #include "kappa/tokenize/utf8.hpp"
 
@@ -131,7 +132,7 @@ TEST_P(SentencePieceGolden, IdsAndDecodingsMatchSentencePiece) {
   std::optional<tk::UnigramTokenizer> uni;
   std::optional<tk::HfTokenizer> hf;
   if (bpe)
-    hf.emplace(m.to_hf_tokenizer());
+    hf.emplace(tk::HfTokenizer::from_sentencepiece(m));
   else
     uni.emplace(m.to_unigram());
   std::size_t id_ok = 0, text_ok = 0, failures = 0, hf_text_ok = 0;
@@ -204,11 +205,13 @@ TEST(SentencePieceModel, UnigramOfABpeModelAndBpeOfAUnigramModelAreErrorsByName)
     EXPECT_THAT(e.what(), HasSubstr("trainer_spec.model_type: BPE"));
   }
   try {
-    (void)uni.to_hf_tokenizer();
+    (void)uni.to_hf_json();
     FAIL() << "no error";
   } catch (const kappa::FormatError& e) {
     EXPECT_THAT(e.what(), HasSubstr("trainer_spec.model_type: UNIGRAM"));
   }
+  // HfTokenizer takes either kind.
+  EXPECT_EQ(tk::HfTokenizer::from_sentencepiece(uni).family(), tk::TokenizerFamily::kUnigram);
 }
 
 TEST(SentencePieceModel, BpeLayoutLimitsAreNamed) {
@@ -318,6 +321,38 @@ class TempDir {
  private:
   fs::path path_;
 };
+
+// The one call: a directory with only the model file (spiece.model as T5
+// and ALBERT ship it, tokenizer.model as Llama-2) loads through
+// HfTokenizer::from_directory with the same ids; tokenizer_config.json's
+// add_bos_token puts the model's BOS piece first.
+TEST_P(SentencePieceGolden, FromDirectoryLoadsTheModelFile) {
+  const std::string name = GetParam();
+  const json& g = golden()["models"][name];
+  const json& inputs = golden()["inputs"];
+  const fs::path file = kDir / (name + ".model");
+  const tk::SentencePieceModel m = tk::SentencePieceModel::read(file.string());
+  const bool bpe = m.trainer_spec.model_type == tk::SentencePieceModelType::kBpe;
+  TempDir dir;
+  const std::string bytes = kappa::read_regular_file(file.string());
+  dir.write(bpe ? "tokenizer.model" : "spiece.model", bytes);
+  if (bpe) dir.write("tokenizer_config.json", R"({"add_bos_token": true})");
+  const tk::HfTokenizer tok = tk::HfTokenizer::from_directory(dir.path().string());
+  EXPECT_EQ(tok.family(),
+            bpe ? tk::TokenizerFamily::kSentencePieceBpe : tk::TokenizerFamily::kUnigram);
+  EXPECT_EQ(tok.vocab_size(), m.pieces.size());
+  EXPECT_EQ(tok.bos_id(), std::optional<TokenId>(m.trainer_spec.bos_id));
+  EXPECT_EQ(tok.eos_id(), std::optional<TokenId>(m.trainer_spec.eos_id));
+  std::size_t ok = 0;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const std::string text = input_bytes(inputs[k]);
+    auto want = g["ids"][k].get<std::vector<TokenId>>();
+    const std::string in = bpe ? tk::SentencePieceModel::replace_invalid_utf8(text) : text;
+    if (bpe) want.insert(want.begin(), m.trainer_spec.bos_id);
+    if (tok.encode(in, tk::AddSpecial::kYes, tk::SpecialTokens::kAsText) == want) ++ok;
+  }
+  EXPECT_EQ(ok, inputs.size()) << name;
+}
 
 // The error of reading `bytes` as a file named `name`, or "" if it loads.
 std::string error_of(const TempDir& dir, const std::string& name, const std::string& bytes) {
@@ -491,7 +526,7 @@ TEST(SentencePieceModel, EveryPrefixOfARealModelLoadsOrIsAFormatError) {
     try {
       const auto m = tk::SentencePieceModel::parse(std::string_view(bytes).substr(0, n), "prefix");
       ++loaded;
-      (void)m.to_hf_tokenizer().encode("hello world", tk::AddSpecial::kNo);
+      (void)tk::HfTokenizer::from_sentencepiece(m).encode("hello world", tk::AddSpecial::kNo);
     } catch (const kappa::FormatError& e) {
       EXPECT_THAT(e.what(), HasSubstr("prefix"));
     }
@@ -506,7 +541,7 @@ TEST(SentencePieceModel, EveryPrefixOfARealModelLoadsOrIsAFormatError) {
       if (m.trainer_spec.model_type == tk::SentencePieceModelType::kUnigram)
         (void)m.to_unigram().encode("hello world", tk::AddSpecial::kNo);
       else if (m.trainer_spec.model_type == tk::SentencePieceModelType::kBpe)
-        (void)m.to_hf_tokenizer().encode("hello world", tk::AddSpecial::kNo);
+        (void)tk::HfTokenizer::from_sentencepiece(m).encode("hello world", tk::AddSpecial::kNo);
     } catch (const kappa::FormatError&) {
     }
   }

@@ -160,6 +160,7 @@
 #include "kappa/tokenize/formats.hpp"
 #include "kappa/tokenize/normalize.hpp"
 #include "kappa/tokenize/pretokenize.hpp"
+#include "kappa/tokenize/sentencepiece_model.hpp"
 #include "kappa/tokenize/unicode.hpp"
 #include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/utf8.hpp"
@@ -475,9 +476,16 @@ class HfTokenizer {
       t.apply_config(config, special_map);
       return t;
     }
+    for (const char* name : {"tokenizer.model", "spiece.model"}) {
+      if (const auto model = file(name)) {
+        HfTokenizer t = from_sentencepiece(SentencePieceModel::read(*model));
+        t.apply_config(config, special_map);
+        return t;
+      }
+    }
     throw FormatError("kappa: " + dir +
-                      ": no tokenizer: expected tokenizer.json, vocab.json and merges.txt, or "
-                      "vocab.txt");
+                      ": no tokenizer: expected tokenizer.json, vocab.json and merges.txt, "
+                      "vocab.txt, or a SentencePiece tokenizer.model / spiece.model");
   }
 
   /// Loads tokenizer.json, with the BOS/EOS settings of tokenizer_config
@@ -486,6 +494,28 @@ class HfTokenizer {
                                          const std::optional<std::string>& tokenizer_config = {},
                                          Normalization normalization = Normalization::kReject) {
     return load_tokenizer_json(path, tokenizer_config, std::nullopt, normalization);
+  }
+
+  /// The tokenizer of a SentencePiece model file (sentencepiece_model.hpp):
+  /// a UNIGRAM model exactly as sentencepiece runs it, a BPE model in the
+  /// layout transformers' LlamaConverter writes (the file comment there lists
+  /// where that differs from sentencepiece). bos_id() / eos_id() are the
+  /// model's BOS / EOS pieces; encode() adds neither (as sentencepiece's
+  /// EncodeAsIds) unless tokenizer_config.json's add_bos_token /
+  /// add_eos_token say so (from_directory()).
+  static HfTokenizer from_sentencepiece(const SentencePieceModel& m) {
+    HfTokenizer t;
+    if (m.trainer_spec.model_type == SentencePieceModelType::kUnigram)
+      t.set_unigram(m.to_unigram());
+    else
+      t = from_json(m.to_hf_json(), m.source() + " (as tokenizer.json)");
+    const auto piece_id = [&](std::int32_t id) -> std::optional<TokenId> {
+      if (id < 0 || static_cast<std::size_t>(id) >= m.pieces.size()) return std::nullopt;
+      return static_cast<TokenId>(id);
+    };
+    t.bos_ = piece_id(m.trainer_spec.bos_id);
+    t.eos_ = piece_id(m.trainer_spec.eos_id);
+    return t;
   }
 
   /// Loads a parsed tokenizer.json (BPE layouts only, as
@@ -2052,10 +2082,12 @@ class HfTokenizer {
       if (const auto id = find_text(*text)) return id;
       detail::hf_error(file, key, kappa::quoted(*text) + " is not a token of the tokenizer");
     };
-    bos_ = resolve(bos, bos_file, "bos_token");
-    eos_ = resolve(eos, eos_file, "eos_token");
-    if (!bos && prefix_.size() == 1) bos_ = prefix_[0];
-    if (!eos && suffix_.size() == 1) eos_ = suffix_[0];
+    // Named (or set to none) by a file: that; otherwise what the tokenizer
+    // file gave (a SentencePiece model's BOS / EOS pieces), or the template's.
+    if (bos) bos_ = resolve(bos, bos_file, "bos_token");
+    if (eos) eos_ = resolve(eos, eos_file, "eos_token");
+    if (!bos && !bos_ && prefix_.size() == 1) bos_ = prefix_[0];
+    if (!eos && !eos_ && suffix_.size() == 1) eos_ = suffix_[0];
     if (add_bos) {
       if (*add_bos && !bos_)
         detail::hf_error(*config_path, "add_bos_token", "true, but no bos_token is set");

@@ -50,12 +50,11 @@
 // latter, every piece does while the text is still empty).
 //
 // to_unigram() builds a UnigramTokenizer with UnigramSemantics::kSentencePiece
-// (unigram.hpp): exactly the above. to_hf_tokenizer() builds, for BPE models,
-// the tokenizer.json that transformers' LlamaConverter writes (to_hf_json())
-// and loads it with HfTokenizer::from_json; that is Hugging Face's pipeline,
-// which equals sentencepiece's BPE on the inputs of
-// tests/tokenize/sentencepiece_model_test.cpp, with the differences listed
-// below. It accepts only what that layout expresses: no charsmap,
+// (unigram.hpp): exactly the above. HfTokenizer::from_sentencepiece() (hf_tokenizer.hpp) builds,
+// for BPE models, the tokenizer.json that transformers' LlamaConverter writes (to_hf_json()) and
+// loads it with HfTokenizer::from_json; that is Hugging Face's pipeline, which equals
+// sentencepiece's BPE on the inputs of tests/tokenize/sentencepiece_model_test.cpp, with the
+// differences listed below. It accepts only what that layout expresses: no charsmap,
 // remove_extra_whitespaces false, escape_whitespaces true (Llama-2's,
 // Mistral's settings); anything else is a FormatError naming the field.
 //
@@ -64,7 +63,7 @@
 //   * HF's converters make control pieces (`<s>`, `</s>`, `<pad>`) and the
 //     unknown piece added tokens, matched in the text ("<s>" in the input is
 //     id 1); sentencepiece never matches them (they are not in its lattice).
-//     to_unigram() keeps sentencepiece's behaviour; with to_hf_tokenizer()
+//     to_unigram() keeps sentencepiece's behaviour; with HfTokenizer::from_sentencepiece()
 //     pass SpecialTokens::kAsText to get it.
 //   * HF's Llama tokenizer adds BOS; EncodeAsIds does not. Neither
 //     tokenizer built here adds BOS or EOS.
@@ -115,7 +114,6 @@
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/tokenize/concepts.hpp"
-#include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/unigram.hpp"
 #include "kappa/tokenize/utf8.hpp"
 
@@ -301,7 +299,7 @@ class SentencePieceModel {
   /// escape_whitespaces) or a model type that is not BPE.
   nlohmann::json to_hf_json() const {
     if (trainer_spec.model_type != SentencePieceModelType::kBpe)
-      fail_model_type("to_hf_tokenizer", "BPE");
+      fail_model_type("to_hf_json", "BPE");
     const auto unsupported = [&](const std::string& field, const std::string& what) -> void {
       throw FormatError("kappa: " + source_ + ": byte " + std::to_string(normalizer_spec.offset) +
                         ": " + field + ": " + what +
@@ -396,12 +394,6 @@ class SentencePieceModel {
             {"post_processor", nullptr},
             {"decoder", {{"type", "Sequence"}, {"decoders", std::move(decoders)}}},
             {"model", std::move(model)}};
-  }
-
-  /// HfTokenizer::from_json(to_hf_json()): Hugging Face's pipeline for a BPE
-  /// model (see the file comment for where it differs from sentencepiece).
-  HfTokenizer to_hf_tokenizer() const {
-    return HfTokenizer::from_json(to_hf_json(), source_ + " (as tokenizer.json)");
   }
 
   /// sentencepiece's DecodeIds for any model type (see the file comment):
