@@ -195,6 +195,42 @@ TEST(LogitProcessors, TopPKeepsTheSmallestSetReachingP) {
   }
 }
 
+// Large vocabularies: the selection that grows until it reaches p keeps
+// exactly the set a full sort keeps (a plain reference here), for peaked and
+// flat rows and p up to 1 - 1e-9, ties included.
+TEST(LogitProcessors, TopPOnALargeVocabularyEqualsAFullSort) {
+  Rng rng(11);
+  for (int trial = 0; trial < 24; ++trial) {
+    const std::size_t n = trial % 3 == 0 ? 5000 : 50000;
+    std::vector<double> l(n);
+    const double spread = trial % 2 == 0 ? 20.0 : 0.5;  // peaked or nearly flat
+    for (double& x : l) x = spread * rng.uniform();
+    if (trial % 4 == 1)
+      for (std::size_t i = 0; i < n; i += 7) l[i] = l[0];  // many ties
+    const double p = trial % 5 == 0 ? 1 - 1e-9 : rng.uniform();
+    // Reference: sort every token by probability (ties by id), sum in order.
+    std::vector<TokenId> order(n);
+    std::iota(order.begin(), order.end(), TokenId{0});
+    const double m = *std::max_element(l.begin(), l.end());
+    std::vector<double> w(n);
+    double z = 0;
+    for (std::size_t i = 0; i < n; ++i) z += w[i] = std::exp(l[i] - m);
+    std::stable_sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+      return w[static_cast<std::size_t>(a)] > w[static_cast<std::size_t>(b)];
+    });
+    double cum = 0;
+    std::size_t keep = 0;
+    while (keep < n) {
+      cum += w[static_cast<std::size_t>(order[keep++])];
+      if (cum >= p * z) break;
+    }
+    std::vector<TokenId> want(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep));
+    std::sort(want.begin(), want.end());
+    TopP{p}.apply(std::span<double>(l));
+    ASSERT_EQ(kept(l), want) << "trial " << trial << ", n = " << n << ", p = " << p;
+  }
+}
+
 TEST(LogitProcessors, MinPKeepsTokensWithinAFactorOfTheBest) {
   const std::vector<double> l0 = log_of({0.5, 0.3, 0.15, 0.05});
   const auto min_p = [&](double p) {

@@ -258,7 +258,11 @@ class TopK {
 /// sum_{i in S} p_i >= p, and removes the rest; at least one token is always
 /// kept (p = 0 keeps only the most likely one). Tokens of equal probability
 /// enter S in the order of their ids. The sums are computed in double. Cost
-/// O(N_T log N_T).
+/// O(N_T + |S| log |S|) for a peaked distribution: the 256 most likely tokens
+/// are selected (nth_element) and sorted first, and the selection grows
+/// (eightfold, or to the least count that can reach p, or to all tokens past
+/// half of them) only while it does not reach p; the result equals a full
+/// sort's bit for bit. O(N_T log N_T) at worst, a flat distribution.
 class TopP {
  public:
   /// \throws std::invalid_argument unless 0 <= p <= 1.
@@ -279,17 +283,38 @@ class TopP {
     for (std::size_t i = 0; i < n; ++i) z += w[i] = detail::relative_weight(logits[i], m);
     std::vector<TokenId> idx(n);
     std::iota(idx.begin(), idx.end(), TokenId{0});
-    std::sort(idx.begin(), idx.end(), [&](TokenId a, TokenId b) {
+    const auto better = [&](TokenId a, TokenId b) {  // a total order
       const double wa = w[static_cast<std::size_t>(a)], wb = w[static_cast<std::size_t>(b)];
       return wa > wb || (wa == wb && a < b);
-    });
+    };
     const double target = p_ * z;  // sum p_i >= p  <=>  sum w_i >= p Z
     double cum = 0;
     std::size_t keep = 0;
-    while (keep < n) {
-      cum += w[static_cast<std::size_t>(idx[keep])];
-      ++keep;
-      if (cum >= target) break;
+    for (std::size_t k = std::min<std::size_t>(n, 256);;) {
+      // idx[0, k) becomes the k most likely tokens, in order.
+      if (k < n)
+        std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                         better);
+      std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), better);
+      cum = 0;
+      keep = 0;
+      while (keep < k) {
+        cum += w[static_cast<std::size_t>(idx[keep])];
+        ++keep;
+        if (cum >= target) break;
+      }
+      if (cum >= target || k == n) break;
+      // The tokens left weigh at most the k-th's each: at least
+      // (target - cum) / w_k more are needed. Grow eightfold, or to that
+      // bound if larger, or to the whole vocabulary past half of it.
+      const double w_k = w[static_cast<std::size_t>(idx[k - 1])];
+      const double need = w_k > 0 ? (target - cum) / w_k : static_cast<double>(n);
+      std::size_t next = 8 * k;
+      if (need * 1.25 > static_cast<double>(n - k))
+        next = n;
+      else
+        next = std::max(next, k + static_cast<std::size_t>(need * 1.25) + 1);
+      k = next > n / 2 ? n : next;
     }
     for (std::size_t j = keep; j < n; ++j)
       logits[static_cast<std::size_t>(idx[j])] = detail::kRemoved<T>;
