@@ -53,6 +53,18 @@ struct AddedToken {
   bool normalized = false;   ///< matched in the normalized text
 };
 
+/// Sets the five flags of `t` from one tokenizer.json added_tokens entry:
+/// `flag(name, fallback)` reads the boolean `name` (fallback when absent);
+/// normalized defaults to !special, as Hugging Face's AddedToken::from.
+template <class Flag>
+void read_added_token_flags(AddedToken& t, Flag&& flag) {
+  t.special = flag("special", false);
+  t.lstrip = flag("lstrip", false);
+  t.rstrip = flag("rstrip", false);
+  t.single_word = flag("single_word", false);
+  t.normalized = flag("normalized", !t.special);
+}
+
 /// Finds added tokens in text (one step of the file comment's procedure).
 class AddedTokenMatcher {
  public:

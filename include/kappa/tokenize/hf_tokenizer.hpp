@@ -951,12 +951,8 @@ class HfTokenizer {
       a.id = detail::json_id(e["id"], 0x7FFFFFFF, path, key + ".id");
       a.content = detail::json_string(e, "content", path, key);
       if (a.content.empty()) detail::hf_error(path, key + ".content", "empty token");
-      a.special = detail::json_bool(e, "special", false, path, key);
-      a.lstrip = detail::json_bool(e, "lstrip", false, path, key);
-      a.rstrip = detail::json_bool(e, "rstrip", false, path, key);
-      a.single_word = detail::json_bool(e, "single_word", false, path, key);
-      // Absent: Hugging Face's AddedToken::from(content, special) default.
-      a.normalized = detail::json_bool(e, "normalized", !a.special, path, key);
+      read_added_token_flags(
+          a, [&](const char* k, bool d) { return detail::json_bool(e, k, d, path, key); });
       spec.added.push_back(std::move(a));
     }
   }

@@ -676,11 +676,7 @@ class UnigramTokenizer {
         AddedToken t;
         t.content = content;
         t.id = id_of(*id, key + ".id");
-        t.special = flag(e, "special", key, false);
-        t.lstrip = flag(e, "lstrip", key, false);
-        t.rstrip = flag(e, "rstrip", key, false);
-        t.single_word = flag(e, "single_word", key, false);
-        t.normalized = flag(e, "normalized", key, !t.special);
+        read_added_token_flags(t, [&](const char* k, bool d) { return flag(e, k, key, d); });
         c.added.push_back(std::move(t));
       }
     }

@@ -471,11 +471,7 @@ class WordPieceTokenizer {
         if (id->get<long long>() < 0 || id->get<long long>() > (1LL << 30))
           fail(key + ".id", "out of range");
         t.id = static_cast<TokenId>(id->get<long long>());
-        t.special = flag(a, "special", key, false);
-        t.lstrip = flag(a, "lstrip", key, false);
-        t.rstrip = flag(a, "rstrip", key, false);
-        t.single_word = flag(a, "single_word", key, false);
-        t.normalized = flag(a, "normalized", key, !t.special);
+        read_added_token_flags(t, [&](const char* k, bool d) { return flag(a, k, key, d); });
         c.added_tokens.push_back(std::move(t));
       }
     }
@@ -845,7 +841,7 @@ class WordPieceTokenizer {
   TokenId unk_id_ = 0;
   std::vector<TokenId> special_ids_;
   std::size_t max_token_bytes_ = 0;
-  std::size_t model_size_ = 0;  // the model's vocabulary: ids below it
+  std::size_t model_size_ = 0;          // the model's vocabulary: ids below it
   AddedTokenMatcher raw_added_;         // added tokens with normalized = false
   AddedTokenMatcher normalized_added_;  // the others, by their normalized content
 };
