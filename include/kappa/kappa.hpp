@@ -55,6 +55,7 @@
 #include "kappa/heads/multi_head_attention.hpp"
 #include "kappa/heads/positional.hpp"
 #include "kappa/io/gguf.hpp"
+#include "kappa/io/gguf_writer.hpp"
 #include "kappa/io/npy.hpp"
 #include "kappa/io/safetensors.hpp"
 #include "kappa/nn/activations.hpp"
