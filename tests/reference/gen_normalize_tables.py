@@ -306,7 +306,7 @@ inline constexpr NormRange kWhiteSpace[{len(ws_r)}] = {{
 {emit("{%s, %s, 1}" % (h(a), h(b)) for a, b, _ in ws_r)}
 }};
 
-/// Word characters (`\w` of Rust's regex crate): Alphabetic, M, Nd, Pc,
+/// Word characters (backslash-w of Rust's regex crate): Alphabetic, M, Nd, Pc,
 /// Join_Control.
 inline constexpr NormRange kWordRanges[{len(word_r)}] = {{
 {emit("{%s, %s, 1}" % (h(a), h(b)) for a, b, _ in word_r)}

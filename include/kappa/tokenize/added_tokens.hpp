@@ -5,7 +5,7 @@
 // An added token has an id, a content and five flags:
 //   special      decode(ids, SkipSpecial::kYes) leaves it out;
 //   single_word  a match counts only if the character before it (if any) and
-//                the one after it (if any) are not word characters (`\w` of
+//                the one after it (if any) are not word characters (the word class, backslash-w, of
 //                Rust's regex crate: Alphabetic, marks, Nd, Pc, Join_Control);
 //                a discarded match is skipped whole (the search goes on at
 //                its end, as Aho-Corasick's non-overlapping iteration does);

@@ -254,7 +254,7 @@ inline bool is_white_space(char32_t cp) noexcept {
   return detail::nf::in_norm_ranges(detail::nf::kWhiteSpace, cp);
 }
 
-/// True when cp is a word character of Rust's regex crate (`\w`: Alphabetic,
+/// True when cp is a word character of Rust's regex crate (its backslash-w: Alphabetic,
 /// marks, Nd, Pc, Join_Control), as Hugging Face's added-token matching reads it.
 inline bool is_word_char(char32_t cp) noexcept {
   if (cp < 0x80)

@@ -5068,7 +5068,7 @@ inline constexpr NormRange kWhiteSpace[10] = {
     {0x3000, 0x3000, 1},
 };
 
-/// Word characters (`\w` of Rust's regex crate): Alphabetic, M, Nd, Pc,
+/// Word characters (backslash-w of Rust's regex crate): Alphabetic, M, Nd, Pc,
 /// Join_Control.
 inline constexpr NormRange kWordRanges[796] = {
     {0x30, 0x39, 1}, {0x41, 0x5A, 1}, {0x5F, 0x5F, 1}, {0x61, 0x7A, 1}, {0xAA, 0xAA, 1},
