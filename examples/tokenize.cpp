@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <new>
@@ -25,6 +26,8 @@
 #include "kappa/embed/positional.hpp"
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/char_tokenizer.hpp"
+#include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/sentencepiece_model.hpp"
 #include "kappa/tokenize/word_tokenizer.hpp"
 
 namespace tk = kappa::tokenize;
@@ -53,8 +56,13 @@ Tokenizer (choose one; default --char):
   --tiktoken PATH     byte-level BPE from a tiktoken rank file
   --pattern NAME      split pattern for --tiktoken: gpt2, cl100k or o200k
                       (default: guessed from the file name, else cl100k)
-  --special           recognize special tokens such as <|endoftext|> (BPE only;
-                      by default their text is encoded as ordinary text)
+  --hf PATH           a Hugging Face tokenizer of any family (byte-level or
+                      SentencePiece-style BPE, WordPiece, Unigram): a model
+                      directory, a tokenizer.json, or a SentencePiece
+                      tokenizer.model; with its BOS/EOS (--no-add-special: without)
+  --no-add-special    with --hf: leave out the BOS/EOS or [CLS]/[SEP] it adds
+  --special           recognize special tokens such as <|endoftext|> (BPE and
+                      --hf; by default their text is encoded as ordinary text)
 
 Input:
   --file PATH         read the text from PATH
@@ -74,8 +82,8 @@ status 1; a bad option exits with status 2.
 struct Options {
   std::string mode = "char";
   std::size_t k = 2, vocab_size = 256, min_frequency = 1;
-  std::optional<std::string> corpus, file, gpt2_dir, encoder, merges, tiktoken, pattern;
-  bool special = false, json = false;
+  std::optional<std::string> corpus, file, gpt2_dir, encoder, merges, tiktoken, pattern, hf;
+  bool special = false, json = false, add_special = true;
   kappa::Index dim = 8;
   std::uint64_t seed = 42;
   std::string text;
@@ -145,7 +153,12 @@ Options parse(int argc, char** argv) {
     } else if (a == "--tiktoken") {
       o.mode = "tiktoken";
       o.tiktoken = value(i);
-    } else if (a == "--pattern")
+    } else if (a == "--hf") {
+      o.mode = "hf";
+      o.hf = value(i);
+    } else if (a == "--no-add-special")
+      o.add_special = false;
+    else if (a == "--pattern")
       o.pattern = value(i);
     else if (a == "--special")
       o.special = true;
@@ -269,6 +282,24 @@ int run_main(const Options& o) {
     w.min_frequency = o.min_frequency;
     const auto tok = tk::WordTokenizer(o.corpus ? tk::read_file(*o.corpus) : text, w);
     return run(tok, o, text, tok.encode(text), "word");
+  }
+  if (o.mode == "hf") {
+    namespace fs = std::filesystem;
+    const std::string& path = *o.hf;
+    std::error_code ec;
+    const tk::HfTokenizer tok =
+        fs::is_directory(path, ec) ? tk::HfTokenizer::from_directory(path)
+        : path.ends_with(".model")
+            ? tk::HfTokenizer::from_sentencepiece(tk::SentencePieceModel::read(path))
+            : tk::HfTokenizer::from_tokenizer_json(path);
+    static constexpr const char* kFamilies[] = {"byte-level BPE", "SentencePiece-style BPE",
+                                                "WordPiece", "Unigram"};
+    const std::string name =
+        std::string("Hugging Face, ") + kFamilies[static_cast<int>(tok.family())];
+    return run(tok, o, text,
+               tok.encode(text, o.add_special ? tk::AddSpecial::kYes : tk::AddSpecial::kNo,
+                          o.special ? tk::SpecialTokens::kRecognize : tk::SpecialTokens::kAsText),
+               name.c_str());
   }
   if (o.mode == "gpt2") {
     const std::string enc = o.gpt2_dir ? *o.gpt2_dir + "/encoder.json" : *o.encoder;

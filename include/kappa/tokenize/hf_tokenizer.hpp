@@ -952,7 +952,7 @@ class HfTokenizer {
       a.content = detail::json_string(e, "content", path, key);
       if (a.content.empty()) detail::hf_error(path, key + ".content", "empty token");
       read_added_token_flags(
-          a, [&](const char* k, bool d) { return detail::json_bool(e, k, d, path, key); });
+          a, [&](const char* name, bool d) { return detail::json_bool(e, name, d, path, key); });
       spec.added.push_back(std::move(a));
     }
   }

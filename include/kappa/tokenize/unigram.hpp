@@ -676,7 +676,7 @@ class UnigramTokenizer {
         AddedToken t;
         t.content = content;
         t.id = id_of(*id, key + ".id");
-        read_added_token_flags(t, [&](const char* k, bool d) { return flag(e, k, key, d); });
+        read_added_token_flags(t, [&](const char* name, bool d) { return flag(e, name, key, d); });
         c.added.push_back(std::move(t));
       }
     }

@@ -471,7 +471,7 @@ class WordPieceTokenizer {
         if (id->get<long long>() < 0 || id->get<long long>() > (1LL << 30))
           fail(key + ".id", "out of range");
         t.id = static_cast<TokenId>(id->get<long long>());
-        read_added_token_flags(t, [&](const char* k, bool d) { return flag(a, k, key, d); });
+        read_added_token_flags(t, [&](const char* name, bool d) { return flag(a, name, key, d); });
         c.added_tokens.push_back(std::move(t));
       }
     }
