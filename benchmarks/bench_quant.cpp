@@ -1,0 +1,160 @@
+// bench_quant: the weight products of a decode step with weights stored as
+// float, bfloat16, Q8_0 and Q4_0 (kappa/core/weight_storage.hpp,
+// kappa/core/quant_weights.hpp), beside a plain read of as many bytes.
+//
+//   BM_Decode<Storage>/k/m/head/threads  one row: out = x W (W: k x m, the
+//       projections; head = 0) or out = x E^T (E: m x k, the output head;
+//       head = 1), on 1 or 2 threads. Counter GB/s: the weight bytes
+//       (WeightMatrix::bytes()) per second; the time is the time per token.
+//   BM_PlainRead/bytes/threads  the ceiling: as many bytes summed
+//       (kappa_bench::memory_read); one per format and shape, since the
+//       bytes differ (and smaller ones may stay in a larger cache).
+//   BM_Prefill<Storage>/n/k/m/threads  n = 128 rows times W (4096 x 4096):
+//       GFLOP/s = 2 n k m per second; dense is Eigen's GEMM.
+//   BM_FmaPeak/threads  the FMA peak, the prefill ceiling.
+// The matrices are built once per format and shape (quantizing takes longer
+// than the products) and kept for the binary's run.
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+#include <type_traits>
+
+#include "bench_common.hpp"
+#include "kappa/core/quant_weights.hpp"
+#include "kappa/core/threading.hpp"
+#include "kappa/core/weight_storage.hpp"
+
+namespace {
+
+using kappa::Index;
+using kappa::RowMatrix;
+
+RowMatrix<float> random_matrix(Index r, Index c, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> n(0.0f, 0.02f);
+  RowMatrix<float> m(r, c);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(g);
+  return m;
+}
+
+/// W (k x m) for out = x W, or E (m x k) for out = x E^T, in storage S,
+/// built once.
+template <class S>
+const kappa::WeightMatrix<float, S>& weights(Index k, Index m, bool head) {
+  static std::map<std::tuple<Index, Index, bool>, std::unique_ptr<kappa::WeightMatrix<float, S>>>
+      made;
+  auto& slot = made[{k, m, head}];
+  if (!slot) {
+    const RowMatrix<float> w = head ? random_matrix(m, k, 1) : random_matrix(k, m, 1);
+    if constexpr (std::is_same_v<S, kappa::Q8_0Weights> || std::is_same_v<S, kappa::Q4_0Weights>)
+      slot = std::make_unique<kappa::WeightMatrix<float, S>>(
+          w, head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows);
+    else
+      slot = std::make_unique<kappa::WeightMatrix<float, S>>(w);
+  }
+  return *slot;
+}
+
+struct ThreadsScope {
+  explicit ThreadsScope(int n) { kappa::set_num_threads(n); }
+  ~ThreadsScope() { kappa::set_num_threads(1); }
+};
+
+template <class S>
+void BM_Decode(benchmark::State& st) {
+  const Index k = st.range(0), m = st.range(1);
+  const bool head = st.range(2) != 0;
+  const ThreadsScope threads(static_cast<int>(st.range(3)));
+  const auto& w = weights<S>(k, m, head);
+  const RowMatrix<float> x = random_matrix(1, k, 2) * 50.0f;
+  RowMatrix<float> out(1, m);
+  for (auto _ : st) {
+    if (head)
+      w.multiply_transposed(x, out);
+    else
+      w.multiply(x, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) * 1e-9,
+                                           benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["MB"] = static_cast<double>(w.bytes()) * 1e-6;
+}
+
+void BM_PlainRead(benchmark::State& st) {
+  kappa_bench::memory_read(st, static_cast<std::size_t>(st.range(0)),
+                           static_cast<int>(st.range(1)));
+}
+
+template <class S>
+void BM_Prefill(benchmark::State& st) {
+  const Index n = st.range(0), k = st.range(1), m = st.range(2);
+  const ThreadsScope threads(static_cast<int>(st.range(3)));
+  const auto& w = weights<S>(k, m, false);
+  const RowMatrix<float> x = random_matrix(n, k, 3) * 50.0f;
+  RowMatrix<float> out(n, m);
+  for (auto _ : st) {
+    w.multiply(x, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * k * m) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_FmaPeak(benchmark::State& st) {
+  kappa_bench::fma_peak(st, static_cast<int>(st.range(0)));
+}
+
+/// The three decode shapes: 4096 x 4096, 2048 x 8192, and the GPT-2 head
+/// (768 x 50257, transposed).
+void decode_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"k", "m", "head", "threads"});
+  for (int threads : {1, 2}) {
+    b->Args({4096, 4096, 0, threads});
+    b->Args({2048, 8192, 0, threads});
+    b->Args({768, 50257, 1, threads});
+  }
+  b->UseRealTime();
+}
+
+/// Plain reads of the bytes each format takes for the decode shapes (the
+/// 4096 x 4096 and 2048 x 8192 matrices take the same bytes).
+void read_sizes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"bytes", "threads"});
+  const long long weights_square = 4096LL * 4096, weights_head = 768LL * 50257;
+  for (int threads : {1, 2}) {
+    for (long long weights : {weights_square, weights_head}) {
+      const long long blocks = weights / 32;
+      b->Args({4 * weights, threads});  // float
+      b->Args({2 * weights, threads});  // bfloat16
+      b->Args({34 * blocks, threads});  // Q8_0
+      b->Args({18 * blocks, threads});  // Q4_0
+    }
+  }
+  b->UseRealTime();
+}
+
+void prefill_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"n", "k", "m", "threads"});
+  for (int threads : {1, 2}) b->Args({128, 4096, 4096, threads});
+  b->UseRealTime();
+}
+
+BENCHMARK_TEMPLATE(BM_Decode, kappa::DenseWeights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, kappa::Bf16Weights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, kappa::Q8_0Weights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_0Weights)->Apply(decode_shapes);
+BENCHMARK(BM_PlainRead)->Apply(read_sizes);
+BENCHMARK_TEMPLATE(BM_Prefill, kappa::DenseWeights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, kappa::Bf16Weights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q8_0Weights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_0Weights)->Apply(prefill_shapes);
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,618 @@
+// kappa/core/quant_weights.hpp - weights stored in GGUF's 8-bit and 4-bit
+// blocks (Q8_0, Q4_0), multiplied without dequantizing the matrix.
+//
+//   Q8_0Weights  34 bytes per 32 weights (8.5 bits): w = d q, q int8
+//   Q4_0Weights  18 bytes per 32 weights (4.5 bits): w = d (q - 8), q 4-bit
+//
+// Layout. A product reduces over one dimension of W; the blocks run along
+// that dimension, so a product reads contiguous blocks. The packed matrix P
+// has one row per output element, each row k / 32 blocks (k the reduction
+// length), rows one after another:
+//
+//   BlocksAlong::kRows (default)  P = W^T: row j of P is column j of W
+//                                 (k = rows of W). For out = X W: the
+//                                 projections and the feed-forward.
+//   BlocksAlong::kCols            P = W: row i of P is row i of W
+//                                 (k = cols of W). For out = X W^T: the
+//                                 output head X E^T.
+//
+// This is GGUF's layout: a GGUF tensor of shape [n_out][n_in] (ne0 = n_in)
+// is P row by row, so its bytes are used as they are (the constructor from
+// packed bytes copies or views them, never repacks). A projection
+// y = x W (W: d_in x d_out) is a GGUF tensor [d_out][d_in] with kRows; the
+// output head or embedding E (N_T x d) is [N_T][d] with kCols. k must be a
+// multiple of 32 (GGUF's own rule): other shapes throw ShapeError naming the
+// shape of W and of a block; there is no padding, so the bytes stay GGUF's.
+//
+// Products. Both products compute out = X P^T when the blocks run along the
+// reduction ("the fast layout"):
+//   - up to kFewRows (8) rows of X (decoding): each row of X is quantized to
+//     Q8_0 once (quant::quantize_row_q8_0, ggml's reference quantizer, from
+//     X's values as float), and each output is a sum over blocks of an
+//     integer block dot product times the two fp16 scales, as ggml's
+//     vec_dot_q8_0_q8_0 / vec_dot_q4_0_q8_0 do. The integer sums are exact
+//     (eight int32 lanes of 4 products per block); each lane's term d s_l
+//     (d = d_w d_x, exact in float) is added into float lane sums with a
+//     fused multiply-add where the build has FMA, in a fixed order
+//     (detail::lanes_add: two sets for even and odd blocks, as ggml's AVX2
+//     code with one more set), so the AVX2 path and the portable path give
+//     the same float bit for bit, and so does every thread count (output
+//     elements are split over kappa::num_threads() threads by contiguous
+//     ranges of rows of P, each computed by one thread alone). The float
+//     summation adds at most (k / 32 + 8) 2^-24 sum |terms| to the exact
+//     sum of the block terms.
+//   - more rows (prefill): panels of 64 rows of P are dequantized into a
+//     buffer in T and multiplied with Eigen's GEMM (X is not quantized, so
+//     prefill is as exact as the weights allow; decode adds X's Q8_0 error).
+// A product along the other dimension (multiply() of a kCols matrix,
+// multiply_transposed() of a kRows one) is supported but slow: panels of P
+// are dequantized and accumulated with Eigen's GEMM for any number of rows.
+// No product allocates more than one panel per thread plus X's Q8_0 rows.
+//
+// Instruction sets: the integer block dot products use AVX2
+// (_mm256_maddubs_epi16 / _mm256_madd_epi16 with the sign trick: |w| as
+// unsigned times x with w's sign) or VNNI (_mm256_dpbusd_epi32 with
+// AVX512-VNNI + VL, _mm256_dpbusd_avx_epi32 with AVX-VNNI) when the build
+// enables them (-march=native), else the portable scalar code; all give the
+// same int32 lane sums (the sign trick keeps every pair of products within
+// int16: |w| <= 128, |x| <= 127). detail::kQuantDotIsa names the one built.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
+#include "kappa/core/quant_blocks.hpp"
+#include "kappa/core/threading.hpp"
+#include "kappa/core/weight_storage.hpp"
+
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#define KAPPA_QUANT_AVX2 1
+#else
+#define KAPPA_QUANT_AVX2 0
+#endif
+
+namespace kappa {
+
+/// Weights in GGUF's Q8_0 blocks: 32 weights w_j = d q_j (q_j int8, d fp16)
+/// in 34 bytes.
+struct Q8_0Weights {
+  static constexpr const char* kName = "q8_0";
+  /// Weights per block.
+  static constexpr Index kBlockWeights = quant::kBlock32;
+  /// Bytes per block.
+  static constexpr std::size_t kBlockBytes = quant::kBytesQ8_0;
+};
+/// Weights in GGUF's Q4_0 blocks: 32 weights w_j = d (q_j - 8) (q_j in
+/// 0..15, d fp16) in 18 bytes.
+struct Q4_0Weights {
+  static constexpr const char* kName = "q4_0";
+  /// Weights per block.
+  static constexpr Index kBlockWeights = quant::kBlock32;
+  /// Bytes per block.
+  static constexpr std::size_t kBlockBytes = quant::kBytesQ4_0;
+};
+
+/// Which dimension of W the blocks run along: the one the product that the
+/// matrix serves reduces over.
+enum class BlocksAlong {
+  kRows,  ///< blocks along W's rows (P = W^T, GGUF [cols][rows]): for out = X W
+  kCols,  ///< blocks along W's columns (P = W, GGUF [rows][cols]): for out = X W^T
+};
+
+namespace detail {
+
+/// The instruction set of the block dot products in this build.
+#if KAPPA_QUANT_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+inline constexpr const char* kQuantDotIsa = "avx512-vnni";
+#elif KAPPA_QUANT_AVX2 && defined(__AVXVNNI__)
+inline constexpr const char* kQuantDotIsa = "avx-vnni";
+#elif KAPPA_QUANT_AVX2
+inline constexpr const char* kQuantDotIsa = "avx2";
+#else
+inline constexpr const char* kQuantDotIsa = "portable";
+#endif
+
+/// The fp16 scale at the start of a Q8_0 or Q4_0 block, as float (exact).
+inline float block_scale(const unsigned char* block) {
+  return quant::fp16_to_float(quant::detail::load_u16(block));
+}
+
+/// One row of X in Q8_0 (nb blocks), unpacked for the dot products: the
+/// quants x_j contiguous, the scales as float (exact), and per block and
+/// lane l (elements 4 l .. 4 l + 3) the offset -8 sum x_j that Q4_0's
+/// w = d (q - 8) needs.
+struct Q8Row {
+  Index nb = 0;
+  std::vector<std::int8_t> q;
+  std::vector<float> d;
+  std::vector<std::int32_t> offset;
+
+  Q8Row() = default;
+  /// From nb Q8_0 blocks of 34 bytes.
+  Q8Row(const unsigned char* blocks, Index n_blocks) { assign(blocks, n_blocks); }
+  void assign(const unsigned char* blocks, Index n_blocks) {
+    nb = n_blocks;
+    const auto n = static_cast<std::size_t>(nb);
+    q.resize(32 * n);
+    d.resize(n);
+    offset.resize(8 * n);
+    for (std::size_t b = 0; b < n; ++b, blocks += quant::kBytesQ8_0) {
+      d[b] = block_scale(blocks);
+      std::memcpy(q.data() + 32 * b, blocks + 2, 32);
+      for (std::size_t l = 0; l < 8; ++l) {
+        std::int32_t sum = 0;
+        for (std::size_t j = 4 * l; j < 4 * l + 4; ++j) sum += q[32 * b + j];
+        offset[8 * b + l] = -8 * sum;
+      }
+    }
+  }
+};
+
+/// d s + acc with one rounding where the build has FMA (both paths then
+/// fuse), else with two (neither does).
+inline float lane_fma(float d, float s, float acc) {
+#if defined(__FMA__)
+  return std::fma(d, s, acc);
+#else
+  const float p = d * s;
+  return p + acc;
+#endif
+}
+
+/// The order in which both paths add the block terms, as ggml's AVX2 code
+/// does: block b's eight int32 lane sums s_l (elements 4 l .. 4 l + 3, exact)
+/// become floats (exact) and d s_l (d = d_w d_x, exact in float) is added
+/// to float lane l of set b mod 2 (lane_fma). The total adds the two sets
+/// lane by lane, then lanes l and l + 4, then (0 + 2) + (1 + 3).
+inline void lanes_add(float (&acc)[2][8], Index b, float d, const std::int32_t (&s)[8]) {
+  for (int l = 0; l < 8; ++l) acc[b & 1][l] = lane_fma(d, static_cast<float>(s[l]), acc[b & 1][l]);
+}
+inline float lanes_total(const float (&acc)[2][8]) {
+  float t[8];
+  for (int l = 0; l < 8; ++l) t[l] = acc[0][l] + acc[1][l];
+  float u[4];
+  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
+  return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+/// Sum over blocks of d_w d_x (sum_j w_j x_j) for a row of Q8_0 weight
+/// blocks `w` and X's row `x`, portable scalar code.
+inline float dot_q8_0_portable(const unsigned char* w, const Q8Row& x) {
+  float acc[2][8] = {};
+  for (Index b = 0; b < x.nb; ++b, w += quant::kBytesQ8_0) {
+    const std::int8_t* xq = x.q.data() + 32 * b;
+    std::int32_t s[8];
+    for (int l = 0; l < 8; ++l) {
+      std::int32_t sum = 0;
+      for (int j = 4 * l; j < 4 * l + 4; ++j)
+        sum += static_cast<std::int32_t>(static_cast<std::int8_t>(w[2 + j])) * xq[j];
+      s[l] = sum;
+    }
+    lanes_add(acc, b, block_scale(w) * x.d[static_cast<std::size_t>(b)], s);
+  }
+  return lanes_total(acc);
+}
+
+/// As dot_q8_0_portable for Q4_0 weight blocks: w_j = d (q_j - 8), element
+/// j < 16 the low nibble of qs[j], element j + 16 its high nibble; the
+/// integer sums are sum q_j x_j plus X's offset -8 sum x_j.
+inline float dot_q4_0_portable(const unsigned char* w, const Q8Row& x) {
+  float acc[2][8] = {};
+  for (Index b = 0; b < x.nb; ++b, w += quant::kBytesQ4_0) {
+    const std::int8_t* xq = x.q.data() + 32 * b;
+    std::int32_t s[8];
+    for (int l = 0; l < 8; ++l) {
+      std::int32_t sum = x.offset[static_cast<std::size_t>(8 * b + l)];
+      for (int j = 4 * l; j < 4 * l + 4; ++j) {
+        const int q = j < 16 ? (w[2 + j] & 0x0F) : (w[2 + j - 16] >> 4);
+        sum += static_cast<std::int32_t>(q) * xq[j];
+      }
+      s[l] = sum;
+    }
+    lanes_add(acc, b, block_scale(w) * x.d[static_cast<std::size_t>(b)], s);
+  }
+  return lanes_total(acc);
+}
+
+#if KAPPA_QUANT_AVX2
+/// The fp16 scale of a block with F16C (exact, as block_scale).
+inline float block_scale_f16c(const unsigned char* block) {
+  return _cvtsh_ss(quant::detail::load_u16(block));
+}
+
+/// acc += s + offset: u8 a times s8 b, summed four by four into eight int32
+/// lanes (lane l: elements 4 l .. 4 l + 3). Every pair of products stays
+/// within int16 for the maddubs path (|a| <= 128, |b| <= 127).
+inline __m256i lane_dot_u8s8(__m256i offset, __m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(offset, a, b);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(offset, a, b);
+#else
+  return _mm256_add_epi32(offset,
+                          _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+#endif
+}
+
+/// acc += d s (eight float lanes): lanes_add in vector form.
+inline void lanes_add_avx2(__m256& acc, float d, __m256i s) {
+#if defined(__FMA__)
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
+#else
+  acc = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s)), acc);
+#endif
+}
+/// lanes_total of the two vector sets.
+inline float lanes_total_avx2(__m256 acc0, __m256 acc1) {
+  const __m256 t = _mm256_add_ps(acc0, acc1);
+  const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));  // (u0 + u2, u1 + u3)
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+
+/// Block b of a Q8_0 row against X: the sign trick, |w| times x with w's sign.
+inline __m256i q8_lanes(const unsigned char* w, const std::int8_t* xq) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  return lane_dot_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+}
+/// Block b of a Q4_0 row against X: the nibbles q (0..15) in element order
+/// times x, plus the offset -8 sum x.
+inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std::int32_t* off) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+  const __m256i q =
+      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  return lane_dot_u8s8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(off)), q, xv);
+}
+
+/// dot_q8_0_portable with AVX2 / VNNI (bit for bit the same result).
+inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  constexpr Index kW = static_cast<Index>(quant::kBytesQ8_0);
+  const std::int8_t* xq = x.q.data();
+  const float* xd = x.d.data();
+  Index b = 0;
+  for (; b + 2 <= x.nb; b += 2, w += 2 * kW, xq += 64, xd += 2) {
+    const __m256i s0 = q8_lanes(w, xq);
+    const __m256i s1 = q8_lanes(w + kW, xq + 32);
+    lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], s0);
+    lanes_add_avx2(acc1, block_scale_f16c(w + kW) * xd[1], s1);
+  }
+  if (b < x.nb) lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], q8_lanes(w, xq));
+  return lanes_total_avx2(acc0, acc1);
+}
+
+/// dot_q4_0_portable with AVX2 / VNNI (bit for bit the same result).
+inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  constexpr Index kW = static_cast<Index>(quant::kBytesQ4_0);
+  const std::int8_t* xq = x.q.data();
+  const float* xd = x.d.data();
+  const std::int32_t* off = x.offset.data();
+  Index b = 0;
+  for (; b + 2 <= x.nb; b += 2, w += 2 * kW, xq += 64, xd += 2, off += 16) {
+    const __m256i s0 = q4_lanes(w, xq, off);
+    const __m256i s1 = q4_lanes(w + kW, xq + 32, off + 8);
+    lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], s0);
+    lanes_add_avx2(acc1, block_scale_f16c(w + kW) * xd[1], s1);
+  }
+  if (b < x.nb) lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], q4_lanes(w, xq, off));
+  return lanes_total_avx2(acc0, acc1);
+}
+#endif
+
+/// The block dot product of this build: AVX2 / VNNI where enabled, else
+/// portable; the same value either way.
+inline float dot_q8_0(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_AVX2
+  return dot_q8_0_avx2(w, x);
+#else
+  return dot_q8_0_portable(w, x);
+#endif
+}
+/// As dot_q8_0 for Q4_0 weights.
+inline float dot_q4_0(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_AVX2
+  return dot_q4_0_avx2(w, x);
+#else
+  return dot_q4_0_portable(w, x);
+#endif
+}
+
+/// The per-format operations of BlockWeightMatrix.
+template <class Format>
+struct BlockFormatOps;
+template <>
+struct BlockFormatOps<Q8_0Weights> {
+  static void quantize(const float* x, unsigned char* out, Index k) {
+    quant::quantize_row_q8_0(x, out, k);
+  }
+  static void dequantize(const unsigned char* in, float* y, Index k) {
+    quant::dequantize_row_q8_0(in, y, k);
+  }
+  static float dot(const unsigned char* w, const Q8Row& x) { return dot_q8_0(w, x); }
+};
+template <>
+struct BlockFormatOps<Q4_0Weights> {
+  static void quantize(const float* x, unsigned char* out, Index k) {
+    quant::quantize_row_q4_0(x, out, k);
+  }
+  static void dequantize(const unsigned char* in, float* y, Index k) {
+    quant::dequantize_row_q4_0(in, y, k);
+  }
+  static float dot(const unsigned char* w, const Q8Row& x) { return dot_q4_0(w, x); }
+};
+
+/// W (rows x cols) stored as block-quantized rows of P (see the file
+/// comment); the common code of `WeightMatrix<T, Q8_0Weights>` and
+/// `WeightMatrix<T, Q4_0Weights>`.
+template <Scalar T, class Format>
+class BlockWeightMatrix {
+  using Ops = BlockFormatOps<Format>;
+  static constexpr Index kB = Format::kBlockWeights;
+  static constexpr std::size_t kBlockBytes = Format::kBlockBytes;
+
+ public:
+  BlockWeightMatrix() = default;
+
+  /// Quantizes W (rows x cols) with the format's reference quantizer
+  /// (byte-identical to ggml's quantize_row_*_ref), blocks along `along`.
+  /// \throws ShapeError when the dimension the blocks run along is not a
+  /// multiple of 32.
+  explicit BlockWeightMatrix(const RowMatrix<T>& w, BlocksAlong along = BlocksAlong::kRows)
+      : BlockWeightMatrix(w.rows(), w.cols(), along) {
+    auto owned = std::make_shared<std::vector<unsigned char>>(packed_bytes());
+    std::vector<float> row(static_cast<std::size_t>(k_));
+    for (Index j = 0; j < n_p_; ++j) {
+      for (Index t = 0; t < k_; ++t)
+        row[static_cast<std::size_t>(t)] =
+            static_cast<float>(along_ == BlocksAlong::kRows ? w(t, j) : w(j, t));
+      Ops::quantize(row.data(), owned->data() + static_cast<std::size_t>(j) * row_bytes(), k_);
+    }
+    data_ = owned->data();
+    owner_ = std::move(owned);
+  }
+
+  /// W (rows x cols) from packed blocks in GGUF's layout, copied as they
+  /// are (no repacking): `blocks` holds the rows of P one after another
+  /// (kRows: cols rows of rows / 32 blocks, a GGUF tensor [cols][rows];
+  /// kCols: rows rows of cols / 32 blocks, a GGUF tensor [rows][cols]).
+  /// \throws ShapeError when the block dimension is not a multiple of 32 or
+  /// `blocks` has not exactly the size that takes.
+  BlockWeightMatrix(Index rows, Index cols, BlocksAlong along,
+                    std::span<const unsigned char> blocks)
+      : BlockWeightMatrix(rows, cols, along) {
+    require_size(blocks.size());
+    auto owned = std::make_shared<std::vector<unsigned char>>(blocks.begin(), blocks.end());
+    data_ = owned->data();
+    owner_ = std::move(owned);
+  }
+
+  /// As above, but a view: the blocks stay at `blocks` (e.g. a memory-mapped
+  /// GGUF file, unaligned is fine), kept alive by `owner`, which the matrix
+  /// and its copies hold. `size` is the bytes available at `blocks`.
+  BlockWeightMatrix(Index rows, Index cols, BlocksAlong along, const unsigned char* blocks,
+                    std::size_t size, std::shared_ptr<const void> owner)
+      : BlockWeightMatrix(rows, cols, along) {
+    require_size(size);
+    data_ = blocks;
+    owner_ = std::move(owner);
+  }
+
+  [[nodiscard]] Index rows() const { return rows_; }
+  [[nodiscard]] Index cols() const { return cols_; }
+  /// The dimension the blocks run along.
+  [[nodiscard]] BlocksAlong blocks_along() const { return along_; }
+  /// The packed size: rows of P times blocks per row times bytes per block.
+  [[nodiscard]] std::size_t bytes() const { return packed_bytes(); }
+  /// The packed blocks (rows of P one after another, GGUF's layout).
+  [[nodiscard]] std::span<const unsigned char> blocks() const { return {data_, packed_bytes()}; }
+
+  /// W dequantized to T (rows x cols; allocates the whole matrix: for tests
+  /// and inspection, never used by the products).
+  [[nodiscard]] RowMatrix<T> dense() const {
+    RowMatrix<T> w(rows_, cols_);
+    std::vector<float> row(static_cast<std::size_t>(k_));
+    for (Index j = 0; j < n_p_; ++j) {
+      Ops::dequantize(packed_row(j), row.data(), k_);
+      for (Index t = 0; t < k_; ++t) {
+        const T v = static_cast<T>(row[static_cast<std::size_t>(t)]);
+        if (along_ == BlocksAlong::kRows)
+          w(t, j) = v;
+        else
+          w(j, t) = v;
+      }
+    }
+    return w;
+  }
+
+  /// out = X W for X (n x rows) and out (n x cols). Fast with kRows.
+  /// \throws ShapeError on mismatch.
+  void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   product_name(false), "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows, the output (rows of X) x "
+                   "(columns of W)");
+    if (along_ == BlocksAlong::kRows)
+      product_p_transposed(x, out);
+    else
+      product_p(x, out);
+  }
+
+  /// out = X W^T for X (n x cols) and out (n x rows): the output head
+  /// X E^T. Fast with kCols. \throws ShapeError on mismatch.
+  void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
+                   product_name(true), "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X and W must have the same number of columns, the output (rows of X) x "
+                   "(rows of W)");
+    if (along_ == BlocksAlong::kCols)
+      product_p_transposed(x, out);
+    else
+      product_p(x, out);
+  }
+
+ private:
+  /// Shapes only; validates that k is a multiple of the block.
+  BlockWeightMatrix(Index rows, Index cols, BlocksAlong along)
+      : rows_(rows), cols_(cols), along_(along) {
+    const bool by_rows = along == BlocksAlong::kRows;
+    k_ = by_rows ? rows : cols;
+    n_p_ = by_rows ? cols : rows;
+    require_shapes(rows >= 0 && cols >= 0 && k_ % kB == 0, storage_name(), "W", rows, cols,
+                   "a block", by_rows ? kB : 1, by_rows ? 1 : kB,
+                   by_rows ? "the blocks run along W's rows (the dimension X W reduces over), so "
+                             "W's rows must be a multiple of 32"
+                           : "the blocks run along W's columns (the dimension X W^T reduces "
+                             "over), so W's columns must be a multiple of 32");
+    nb_ = k_ / kB;
+  }
+
+  void require_size(std::size_t size) const {
+    if (size == packed_bytes()) return;
+    throw ShapeError(std::string("kappa: ") + storage_name() + ": W is " +
+                     shape_string(rows_, cols_) + ", which takes " +
+                     std::to_string(packed_bytes()) + " bytes of blocks, but " +
+                     std::to_string(size) + " bytes were given");
+  }
+
+  static std::string storage_name() { return std::string(Format::kName) + " weights"; }
+  static std::string product_name(bool transposed) {
+    return std::string(transposed ? "product X W^T (" : "product X W (") + Format::kName +
+           " weights)";
+  }
+
+  [[nodiscard]] std::size_t row_bytes() const {
+    return static_cast<std::size_t>(nb_) * kBlockBytes;
+  }
+  [[nodiscard]] std::size_t packed_bytes() const {
+    return static_cast<std::size_t>(n_p_) * row_bytes();
+  }
+  [[nodiscard]] const unsigned char* packed_row(Index j) const {
+    return data_ + static_cast<std::size_t>(j) * row_bytes();
+  }
+
+  /// Rows r0 .. r0 + nr - 1 of P dequantized into `panel` (nr x k).
+  void dequantize_panel(Index r0, Index nr, RowMatrix<T>& panel, std::vector<float>& row) const {
+    for (Index i = 0; i < nr; ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        Ops::dequantize(packed_row(r0 + i), panel.row(i).data(), k_);
+      } else {
+        Ops::dequantize(packed_row(r0 + i), row.data(), k_);
+        for (Index t = 0; t < k_; ++t)
+          panel(i, t) = static_cast<T>(row[static_cast<std::size_t>(t)]);
+      }
+    }
+  }
+
+  /// out = X P^T (X: n x k, out: n x n_p): the fast product.
+  void product_p_transposed(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
+    const Index n = x.rows();
+    const int threads = num_threads();
+    const int parts = (threads > 1 && n_p_ >= 64) ? threads : 1;
+    if (n > kFewRows) {
+      // Prefill: panels of P in T, Eigen's GEMM.
+      constexpr Index kPanel = 64;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+      for (int p = 0; p < parts; ++p) {
+        // Whole panels per thread, at the same boundaries for every thread
+        // count, so that each output is computed the same way.
+        const Index n_panels = (n_p_ + kPanel - 1) / kPanel;
+        const Index lo = std::min(n_p_, n_panels * p / parts * kPanel);
+        const Index hi = std::min(n_p_, n_panels * (p + 1) / parts * kPanel);
+        if (hi <= lo) continue;
+        RowMatrix<T> panel(std::min(kPanel, hi - lo), k_);
+        std::vector<float> row(static_cast<std::size_t>(k_));
+        for (Index r0 = lo; r0 < hi; r0 += kPanel) {
+          const Index nr = std::min(kPanel, hi - r0);
+          dequantize_panel(r0, nr, panel, row);
+          out.middleCols(r0, nr).noalias() = x * panel.topRows(nr).transpose();  // (n, nr)
+        }
+      }
+      return;
+    }
+    // Decode: X's rows in Q8_0 once, then integer block dot products.
+    std::vector<Q8Row> xs(static_cast<std::size_t>(n));
+    {
+      std::vector<float> xr(static_cast<std::size_t>(k_));
+      std::vector<unsigned char> blocks(static_cast<std::size_t>(nb_) * quant::kBytesQ8_0);
+      for (Index r = 0; r < n; ++r) {
+        for (Index t = 0; t < k_; ++t)
+          xr[static_cast<std::size_t>(t)] = static_cast<float>(x(r, t));
+        quant::quantize_row_q8_0(xr.data(), blocks.data(), k_);
+        xs[static_cast<std::size_t>(r)].assign(blocks.data(), nb_);
+      }
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int p = 0; p < parts; ++p) {
+      Index lo = 0, hi = 0;
+      detail::block_range(n_p_, parts, p, lo, hi);
+      for (Index j = lo; j < hi; ++j) {
+        const unsigned char* w = packed_row(j);
+        for (Index r = 0; r < n; ++r)
+          out(r, j) = static_cast<T>(Ops::dot(w, xs[static_cast<std::size_t>(r)]));
+      }
+    }
+  }
+
+  /// out = X P (X: n x n_p, out: n x k): the product along the other
+  /// dimension, by panels of P and Eigen's GEMM.
+  void product_p(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
+    constexpr Index kPanel = 64;
+    out.setZero();
+    RowMatrix<T> panel(std::min(kPanel, std::max<Index>(n_p_, 1)), k_);
+    std::vector<float> row(static_cast<std::size_t>(k_));
+    for (Index r0 = 0; r0 < n_p_; r0 += kPanel) {
+      const Index nr = std::min(kPanel, n_p_ - r0);
+      dequantize_panel(r0, nr, panel, row);
+      out.noalias() += x.middleCols(r0, nr) * panel.topRows(nr);  // (n, k)
+    }
+  }
+
+  Index rows_ = 0, cols_ = 0;
+  BlocksAlong along_ = BlocksAlong::kRows;
+  Index k_ = 0, n_p_ = 0, nb_ = 0;  // reduction length, rows of P, blocks per row
+  const unsigned char* data_ = nullptr;
+  std::shared_ptr<const void> owner_;
+};
+
+}  // namespace detail
+
+/// W in Q8_0 blocks (8.5 bits per weight). Layout, products and accuracy:
+/// see the comment at the top of kappa/core/quant_weights.hpp.
+///
+/// **Example**: `WeightMatrix<float, Q8_0Weights> w(w_float);` then
+/// `w.multiply(x, out)` computes out = X W with W quantized along its rows.
+template <Scalar T>
+class WeightMatrix<T, Q8_0Weights> : public detail::BlockWeightMatrix<T, Q8_0Weights> {
+ public:
+  using detail::BlockWeightMatrix<T, Q8_0Weights>::BlockWeightMatrix;
+};
+
+/// W in Q4_0 blocks (4.5 bits per weight). Layout, products and accuracy:
+/// see the comment at the top of kappa/core/quant_weights.hpp.
+template <Scalar T>
+class WeightMatrix<T, Q4_0Weights> : public detail::BlockWeightMatrix<T, Q4_0Weights> {
+ public:
+  using detail::BlockWeightMatrix<T, Q4_0Weights>::BlockWeightMatrix;
+};
+
+}  // namespace kappa
