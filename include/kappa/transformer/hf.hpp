@@ -285,11 +285,15 @@ inline RopeScaling parse_rope_scaling(const Config& c, Index max_positions) {
 namespace detail {
 
 /// Reads weights by name with the expected shape (HF nn.Linear: out x in).
-template <Scalar T>
+/// \tparam Source  where the tensors come from: io::Checkpoint (safetensors),
+///                 or any type with its `has`, `require_shape`,
+///                 `matrix<T>(name, shape)` and `row_vector<T>(name)` under the
+///                 Hugging Face names (the GGUF loader's name map,
+///                 kappa/transformer/gguf_load.hpp)
+template <Scalar T, class Source = io::Checkpoint>
 class Weights {
  public:
-  Weights(const io::Checkpoint& ckpt, std::string prefix)
-      : ckpt_(ckpt), prefix_(std::move(prefix)) {}
+  Weights(const Source& ckpt, std::string prefix) : ckpt_(ckpt), prefix_(std::move(prefix)) {}
   [[nodiscard]] RowMatrix<T> mat(const std::string& name, Index rows, Index cols) const {
     return ckpt_.template matrix<T>(prefix_ + name, {rows, cols});
   }
@@ -298,7 +302,7 @@ class Weights {
     return ckpt_.template row_vector<T>(prefix_ + name);
   }
   [[nodiscard]] bool has(const std::string& name) const { return ckpt_.has(prefix_ + name); }
-  [[nodiscard]] const io::Checkpoint& checkpoint() const { return ckpt_; }
+  [[nodiscard]] const Source& checkpoint() const { return ckpt_; }
   /// Checks a tensor's shape against the config without reading it (a
   /// header lookup): loaders call it for the model-wide tensors first, so a
   /// config that disagrees with the file fails before anything is allocated.
@@ -308,7 +312,7 @@ class Weights {
   void check(const std::string& name, Index n) const { ckpt_.require_shape(prefix_ + name, {n}); }
 
  private:
-  const io::Checkpoint& ckpt_;
+  const Source& ckpt_;
   std::string prefix_;
 };
 
@@ -582,9 +586,9 @@ namespace detail {
 
 /// A SwiGLU read from Hugging Face's gate/up/down projections (nn.Linear
 /// layout, out x in), read (and so checked) before it is built.
-template <Scalar T, WeightStoragePolicy S>
-SwiGlu<T, S> read_swiglu(const Weights<T>& w, const std::string& gate, const std::string& up,
-                         const std::string& down, Index d, Index d_ff) {
+template <Scalar T, WeightStoragePolicy S, class Source>
+SwiGlu<T, S> read_swiglu(const Weights<T, Source>& w, const std::string& gate,
+                         const std::string& up, const std::string& down, Index d, Index d_ff) {
   const RowMatrix<T> w_gate = w.mat(gate, d_ff, d), w_up = w.mat(up, d_ff, d),
                      w_down = w.mat(down, d, d_ff);
   SwiGlu<T, S> m(d, d_ff);
@@ -593,8 +597,9 @@ SwiGlu<T, S> read_swiglu(const Weights<T>& w, const std::string& gate, const std
 }
 
 /// The dense feed-forward of LLaMA-layout layer prefix p ("layers.i.").
-template <Scalar T, WeightStoragePolicy S>
-SwiGlu<T, S> read_llama_mlp(const Weights<T>& w, const std::string& p, Index d, Index d_ff) {
+template <Scalar T, WeightStoragePolicy S, class Source>
+SwiGlu<T, S> read_llama_mlp(const Weights<T, Source>& w, const std::string& p, Index d,
+                            Index d_ff) {
   return read_swiglu<T, S>(w, p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
                            p + "mlp.down_proj.weight", d, d_ff);
 }
@@ -659,20 +664,20 @@ SwiGlu<T, S> read_fused_mlp(const Weights<T>& w, const std::string& p, Index d, 
 /// columns of each head (partial when d_rot < d_head).
 template <Scalar T>
 auto llama_rope(const LlamaSizes& s) {
-  return [&s](const Weights<T>&, Index, const std::string&) {
+  return [&s](const auto& /*weights*/, Index, const std::string&) {
     return Rope<T, RotateHalf>(s.d_rot, s.theta, s.scaling);
   };
 }
 
 /// The LLaMA layout: GQA with the position policy `make_position(w, i, p)`
-/// (RoPE, or QK-norm then RoPE), the feed-forward `make_ffn(w, i, p)`.
-template <Scalar T, WeightStoragePolicy S, class Layer, class Mask, class MakePosition,
-          class MakeFfn>
-DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s,
-                                                        const io::Checkpoint& ckpt, Mask mask,
-                                                        MakePosition make_position,
+/// (RoPE, or QK-norm then RoPE), the feed-forward `make_ffn(w, i, p)`; the
+/// tensors under the Hugging Face names from `ckpt` (see Weights' Source).
+template <Scalar T, WeightStoragePolicy S, class Layer, class Source, class Mask,
+          class MakePosition, class MakeFfn>
+DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s, const Source& ckpt,
+                                                        Mask mask, MakePosition make_position,
                                                         MakeFfn make_ffn) {
-  const detail::Weights<T> w(ckpt, "model.");
+  const detail::Weights<T, Source> w(ckpt, "model.");
   // The config's sizes against the file before anything is allocated; each
   // layer below reads (and so checks) its tensors before building on them.
   w.check("embed_tokens.weight", s.vocab, s.d);

@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""Converts tests/data/models/llama (safetensors) to GGUF with llama.cpp's own converter.
+
+Writes tests/data/models/llama-gguf/llama-f32.gguf, llama-q8_0.gguf (from
+tests/data/models/llama) and qwen2-f32.gguf (from tests/data/models/qwen2), see
+tests/data/models/llama-gguf/README.md. Never run by the build or the tests.
+
+    /usr/bin/python3 tests/reference/make_gguf_models.py
+
+The converter and gguf-py are llama.cpp's, taken at run time from the git bundle
+that the npm package node-llama-cpp@3.22.1 ships (llama/gitRelease.bundle) and
+cloned into a temporary directory (never into our tree). It runs unmodified:
+convert_hf_to_gguf.py's own model class LlamaModel writes the metadata, maps
+the tensor names (gguf.get_tensor_name_map), permutes the rows of W^Q and W^K
+(LlamaModel.permute, for ggml's interleaved RoPE) and quantizes (gguf-py's
+quants.py for Q8_0), exactly as `convert_hf_to_gguf.py --outtype f32|q8_0`
+would. Two things differ, because the `transformers` package is not
+installable here:
+  * `transformers` is a stub module: AutoConfig.from_pretrained raises, so the
+    converter falls back to reading config.json itself (its own code path);
+    AutoTokenizer.from_pretrained returns the vocabulary of tokenizer.json
+    (vocab, added tokens and their flags: the attributes get_vocab_base reads).
+  * Debian's torch 1.13 has no float8 dtypes: placeholders stand in for the
+    two names the converter's dtype tables list (no tensor here is float8).
+  * get_vocab_base_pre (the hash of the real tokenizer's ids for a test
+    string) is replaced by the answer "llama-bpe": tokenizer.json's pre-split
+    regex is Llama 3's, which llama.cpp calls "llama-bpe". set_vocab goes
+    straight to _set_vocab_gpt2, the branch LlamaModel.set_vocab reaches for a
+    tokenizer.json without tokenizer.model.
+Then the reference logits of each file: the tensors read back with gguf-py's
+GGUFReader and dequantized with gguf-py's quants.dequantize (llama.cpp's numpy
+definition of the block formats), the converter's row permutation of W^Q / W^K
+inverted (permute's reshape / swapaxes run backwards), and the float64 PyTorch
+forward of tests/reference/hf_reference.py (the same independent forward as
+tests/data/models/<model>/reference) on the input ids of
+that directory: reference/<name>-<type>_logits.npy. The F32 files'
+must equal <model>/reference/logits.npy (asserted < 1e-12, up to
+float64 rounding of the f32-stored epsilon).
+
+Needs npm (the registry), git, and Debian's python3 with numpy, python3-torch and
+python3-tqdm.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+PKG = "node-llama-cpp@3.22.1"
+HERE = Path(__file__).resolve().parent
+MODELS = HERE.parent / "data" / "models"
+SRC = MODELS / "llama"
+OUT = MODELS / "llama-gguf"
+# (source directory, output name, outtypes): llama, and qwen2 (q/k/v biases,
+# tied head, no W^Q / W^K permutation: llama.cpp rotates qwen2 in the NEOX
+# layout, which is Hugging Face's rotate_half)
+JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)))
+
+
+def fetch_llama_cpp(work: Path) -> Path:
+    subprocess.run(["npm", "pack", "--silent", PKG], cwd=work, check=True, stdout=subprocess.DEVNULL)
+    tgz = next(work.glob("node-llama-cpp-*.tgz"))
+    subprocess.run(["tar", "xzf", tgz.name, "package/llama/gitRelease.bundle"], cwd=work, check=True)
+    repo = work / "llama.cpp"
+    subprocess.run(["git", "-c", "advice.detachedHead=false", "clone", "-q", str(work / "package/llama/gitRelease.bundle"), str(repo)],
+                   check=True)
+    return repo
+
+
+def stub_transformers() -> None:
+    """The two names the converter imports from transformers (see the docstring)."""
+    mod = types.ModuleType("transformers")
+
+    class AutoConfig:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            raise RuntimeError("transformers is not installed; read config.json")
+
+    class _Added:
+        def __init__(self, t):
+            self.content, self.special, self.normalized = t["content"], t["special"], t["normalized"]
+
+    class _Tokenizer:
+        def __init__(self, d: Path):
+            j = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+            self.vocab = dict(j["model"]["vocab"])
+            self._added = {t["id"]: _Added(t) for t in j["added_tokens"]}
+            for i, t in self._added.items():
+                self.vocab[t.content] = i
+            self.added_tokens_decoder = self._added
+
+        def get_added_vocab(self):
+            return {t.content: i for i, t in self._added.items()}
+
+        # An added special token encodes to its id and decodes back to itself.
+        def encode(self, text, add_special_tokens=False):
+            return [self.vocab[text]]
+
+        def decode(self, ids):
+            inv = {i: t for t, i in self.vocab.items()}
+            return "".join(inv[i] for i in ids)
+
+    class AutoTokenizer:
+        @staticmethod
+        def from_pretrained(d, **kwargs):
+            return _Tokenizer(Path(d))
+
+    mod.AutoConfig = AutoConfig
+    mod.AutoTokenizer = AutoTokenizer
+    sys.modules["transformers"] = mod
+
+
+def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
+    import torch
+    import gguf
+
+    # Debian's torch 1.13 predates the float8 dtypes the converter lists in
+    # its dtype tables; no tensor here is float8, so placeholders suffice.
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        if not hasattr(torch, name):
+            setattr(torch, name, "torch." + name + " (absent)")
+    from conversion.llama import LlamaModel
+    from conversion.qwen import Qwen2Model
+
+    base = {"llama": LlamaModel, "qwen2": Qwen2Model}[arch]
+
+    class Converter(base):
+        model_arch = base.model_arch
+
+        def set_vocab(self):
+            self._set_vocab_gpt2()
+
+        def get_vocab_base_pre(self, tokenizer):
+            # tokenizer.json's split regex: Llama 3's (llama/), Qwen2's (qwen2/)
+            return {"llama": "llama-bpe", "qwen2": "qwen2"}[arch]
+
+    ftype = {"f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[outtype]
+    with torch.inference_mode():
+        m = Converter(src, ftype, out, is_big_endian=False, use_temp_file=False, eager=True,
+                      metadata_override=None, model_name="kappa-tiny-" + arch, split_max_tensors=0,
+                      split_max_size=0, dry_run=False, small_first_shard=False,
+                      remote_hf_model_id=None)
+        m.write()
+
+
+def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
+    """HF name -> float64 torch tensor, as hf_reference.llama_forward takes them."""
+    import numpy as np
+    import torch
+    import gguf
+
+    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    n_layer = cfg["num_hidden_layers"]
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not cfg.get("tie_word_embeddings"):
+        names.append("lm_head.weight")
+    for i in range(n_layer):
+        p = f"model.layers.{i}."
+        names += [p + x for x in ("input_layernorm.weight", "post_attention_layernorm.weight",
+                                  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                  "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                                  "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                                  "mlp.down_proj.weight")]
+        if arch == "qwen2":
+            names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
+    model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2}[arch]
+    tmap = gguf.get_tensor_name_map(model_arch, n_layer)
+    reader = gguf.GGUFReader(path)
+    by_name = {t.name: t for t in reader.tensors}
+    W = {}
+    for hf in names:
+        g = tmap.get_name(hf, try_suffixes=(".weight", ".bias"))
+        t = by_name[g]
+        a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        a = a.reshape([int(x) for x in reversed(list(t.shape))]) if a.ndim != len(t.shape) else a
+        if arch == "llama" and hf.endswith(("q_proj.weight", "k_proj.weight")):
+            n = H if "q_proj" in hf else Hkv
+            # inverse of LlamaModel.permute: reshape(n, D/2, 2, in), swap back, reshape
+            a = a.reshape(n, a.shape[0] // n // 2, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+        W[hf] = torch.from_numpy(np.ascontiguousarray(a))
+    return W
+
+
+def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -> None:
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import hf_reference as R
+
+    cfg = json.loads((src / "config.json").read_text())
+    ids = [int(x) for x in np.load(src / "reference" / "input_ids.npy").reshape(-1)]
+    ref = np.load(src / "reference" / "logits.npy")
+    (out_dir / "reference").mkdir(exist_ok=True)
+    torch.set_num_threads(1)
+    for outtype in outtypes:
+        W = hf_weights_from_gguf(out_dir / f"{name}-{outtype}.gguf", cfg, arch)
+        logits = R.llama_forward(W, cfg, ids)[0].numpy()
+        err = float(np.abs(logits - ref).max())
+        print(f"{name}-{outtype}: max |logits - {src.name}/reference/logits| = {err:.3g}",
+              "top-1 agreement", float((logits.argmax(1) == ref.argmax(1)).mean()))
+        if outtype == "f32":
+            assert err < 1e-12, err
+        np.save(out_dir / "reference" / f"{name}-{outtype}_logits.npy", logits.astype(np.float64))
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        repo = fetch_llama_cpp(work)
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        sys.path[:0] = [str(repo / "gguf-py"), str(repo)]
+        os.environ.setdefault("NO_LOCAL_GGUF", "1")
+        stub_transformers()
+        for src, name, outtypes in JOBS:
+            for outtype in outtypes:
+                convert(MODELS / src, name, outtype, OUT / f"{name}-{outtype}.gguf")
+            reference_logits(MODELS / src, name, name, outtypes, OUT)
+        print("llama.cpp commit", commit)
+
+
+if __name__ == "__main__":
+    main()

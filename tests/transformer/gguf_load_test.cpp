@@ -1,0 +1,248 @@
+// Tests for kappa/transformer/gguf_load.hpp: the tiny llama of
+// tests/data/models/llama converted by llama.cpp's own converter
+// (tests/reference/make_gguf_models.py, tests/data/models/llama-gguf/) loads
+// to the logits of the independent PyTorch reference (F32 file: within the
+// safetensors model's tolerance; Q8_0 file: within Q8_0's stated error, same
+// top-1), continues greedily as the reference does, and its tokenizer gives
+// the reference ids; hostile files name what is wrong.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kappa/transformer/gguf_load.hpp"
+#include "kappa/transformer/hf.hpp"
+#include "transformer/model_data.hpp"
+
+namespace kappa {
+namespace {
+
+using testing::kModelTol;
+using testing::model_dir;
+using testing::read_ids;
+using testing::read_ref;
+using testing::scaled_error;
+
+/// A file of tests/data/models/llama-gguf: `model` (llama, qwen2) in `type`.
+std::filesystem::path gguf_file(const std::string& type, const std::string& model = "llama") {
+  return model_dir("llama-gguf") / (model + "-" + type + ".gguf");
+}
+
+std::vector<TokenId> reference_ids(const std::string& model = "llama") {
+  return read_ids(model_dir(model) / "reference" / "input_ids.npy");
+}
+
+/// The F32 files and the directories they were converted from: llama (W^Q,
+/// W^K permuted by the converter), qwen2 (not permuted; q/k/v biases, tied
+/// head).
+const std::vector<std::string> kF32Models = {"llama", "qwen2"};
+
+/// Q8_0's error on this model's logits against the F32 model's, relative to
+/// their scale: measured 0.0399 (max abs 0.401 on logits up to 10.05; the
+/// same in the independent forward on gguf-py's dequantized weights, so it is
+/// the format's, not kappa's). Q8_0 rounds each weight to a step of 1/127 of
+/// its block's largest magnitude; this tiny model's weights are large and
+/// its logits spread (std 2.7).
+constexpr double kQ8Tol = 0.05;
+
+template <class T>
+class GgufLoadTest : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(GgufLoadTest, Scalars);
+
+TYPED_TEST(GgufLoadTest, F32LogitsMatchTheReferenceAndTheSafetensorsModel) {
+  using T = TypeParam;
+  for (const std::string& name : kF32Models) {
+    SCOPED_TRACE(name);
+    const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("f32", name));
+    const hf::CausalLM<T> st = hf::load_causal_lm<T>(model_dir(name));
+    EXPECT_EQ(lm.model_type(), name);
+    EXPECT_EQ(lm.vocab_size(), st.vocab_size());
+    EXPECT_EQ(lm.d_model(), 32);
+    EXPECT_EQ(lm.n_layers(), 2);
+    EXPECT_EQ(lm.context_length(), 64);
+    const std::vector<TokenId> ids = reference_ids(name);
+    const RowMatrix<T> logits = lm.forward(ids);
+    EXPECT_LE(scaled_error(logits, read_ref(name, "logits")), kModelTol<T>);
+    // The same F32 weights (llama's W^Q, W^K un-permuted): the safetensors
+    // model's logits to rounding; in double the GGUF's RMSNorm epsilon,
+    // stored as f32 (9.99999975e-6 for 1e-5), moves them by 3e-12.
+    const double same_tol = std::is_same_v<T, double> ? 1e-10 : 1e-6;
+    EXPECT_LE(scaled_error(logits, st.forward(ids).template cast<double>()), same_tol);
+  }
+}
+
+TYPED_TEST(GgufLoadTest, F32GreedyContinuationMatchesTheReference) {
+  using T = TypeParam;
+  for (const std::string& name : kF32Models) {
+    SCOPED_TRACE(name);
+    const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("f32", name));
+    const std::vector<TokenId> expected =
+        read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
+    typename gguf::CausalLM<T>::Cache cache = lm.make_cache();
+    std::vector<TokenId> got;
+    RowMatrix<T> logits = lm.forward_cached(reference_ids(name), cache, LogitsFor::kLast);
+    for (std::size_t step = 0; step < expected.size(); ++step) {
+      Index best = 0;
+      logits.row(0).maxCoeff(&best);
+      got.push_back(static_cast<TokenId>(best));
+      logits = lm.forward_cached(got.back(), cache);
+    }
+    EXPECT_EQ(got, expected);
+  }
+}
+
+TYPED_TEST(GgufLoadTest, Q8LogitsWithinTheFormatsErrorWithTheSameTop1) {
+  using T = TypeParam;
+  const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("q8_0"));
+  const RowMatrix<T> logits = lm.forward(reference_ids());
+  // The independent forward on the same dequantized weights
+  // (tests/reference/make_gguf_models.py): the float tolerance.
+  const RowMatrix<double> q8_ref = read_ref("llama-gguf", "llama-q8_0_logits");
+  EXPECT_LE(scaled_error(logits, q8_ref), kModelTol<T>);
+  // Against the F32 model: the format's error.
+  const RowMatrix<double> ref = read_ref("llama", "logits");
+  const double err = scaled_error(logits, ref);
+  EXPECT_LE(err, kQ8Tol);
+  EXPECT_GE(err, 1e-3);  // really quantized, not a float copy
+  for (Index r = 0; r < ref.rows(); ++r) {
+    Index a = 0, b = 0;
+    logits.row(r).maxCoeff(&a);
+    ref.row(r).maxCoeff(&b);
+    EXPECT_EQ(a, b) << "row " << r;
+  }
+}
+
+// The converter's permutation (LlamaModel.permute) followed by the loader's
+// inverse is the identity, on a W^K-shaped matrix with 2 heads of width 8.
+TEST(GgufLoad, UnpermuteInvertsTheConvertersPermutation) {
+  const Index heads = 2, width = 8, cols = 3;
+  RowMatrix<double> hf(heads * width, cols);
+  for (Index i = 0; i < hf.size(); ++i) hf.data()[i] = static_cast<double>(i);
+  // permute: reshape(heads, 2, width / 2, cols).swapaxes(1, 2).reshape(...)
+  RowMatrix<double> g(hf.rows(), cols);
+  for (Index h = 0; h < heads; ++h)
+    for (Index a = 0; a < 2; ++a)
+      for (Index b = 0; b < width / 2; ++b)
+        g.row(h * width + b * 2 + a) = hf.row(h * width + a * (width / 2) + b);
+  EXPECT_EQ(gguf::detail::unpermute_rope_rows<double>(g, heads), hf);
+}
+
+// The tokenizer.ggml.* keys give the ids of the reference tokenizer
+// (tests/reference/make_models.py's, independent of kappa) on its texts:
+// llama (pre llama-bpe, BOS prepended), qwen2 (pre qwen2, no BOS).
+TEST(GgufLoad, TokenizerGivesTheReferenceIds) {
+  for (const std::string& name : kF32Models) {
+    SCOPED_TRACE(name);
+    const io::GgufFile f(gguf_file("f32", name).string());
+    const tokenize::HfTokenizer tok = gguf::load_tokenizer(f);
+    std::ifstream in(model_dir(name) / "reference" / "tokens.json");
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    ASSERT_EQ(ref.at("texts").size(), ref.at("ids").size());
+    for (std::size_t i = 0; i < ref.at("texts").size(); ++i) {
+      const std::string text = ref.at("texts")[i].get<std::string>();
+      SCOPED_TRACE(text);
+      EXPECT_EQ(tok.encode(text), ref.at("ids")[i].get<std::vector<TokenId>>());
+    }
+  }
+  const tokenize::HfTokenizer tok = gguf::load_tokenizer(io::GgufFile(gguf_file("f32").string()));
+  EXPECT_EQ(tok.bos_id(), std::optional<TokenId>(296));
+  const auto both = gguf::load<float>(gguf_file("q8_0"));
+  EXPECT_EQ(both.eos_id, std::optional<TokenId>(297));
+  EXPECT_EQ(both.tokenizer.encode("Hello world"), tok.encode("Hello world"));
+}
+
+// ---- Hostile files: copies of the F32 file with one field changed ------------------
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// The F32 file with the first `from` replaced by `to` (same length), written
+/// to a temporary file whose path is returned.
+std::filesystem::path patched(const std::string& name, const std::string& from,
+                              const std::string& to) {
+  std::string bytes = read_bytes(gguf_file("f32"));
+  const std::size_t at = bytes.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  EXPECT_EQ(from.size(), to.size());
+  if (at != std::string::npos) bytes.replace(at, from.size(), to);
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kappa_gguf_load_test_" + name + ".gguf");
+  std::ofstream(out, std::ios::binary) << bytes;
+  return out;
+}
+
+template <class E>
+std::string message_of(const std::filesystem::path& p) {
+  try {
+    (void)gguf::load_causal_lm<float>(p);
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
+TEST(GgufLoad, UnsupportedArchitectureIsNamed) {
+  // general.architecture's value "llama" (u64 length 5, then the bytes).
+  const std::string key = "general.architecture";
+  std::string from = key + std::string("\x08\x00\x00\x00", 4) +
+                     std::string("\x05\x00\x00\x00\x00\x00\x00\x00", 8) + "llama";
+  std::string to = from;
+  to.replace(to.size() - 5, 5, "mamba");
+  const auto p = patched("arch", from, to);
+  const std::string msg = message_of<FormatError>(p);
+  EXPECT_NE(msg.find("general.architecture"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"mamba\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
+  std::filesystem::remove(p);
+}
+
+TEST(GgufLoad, MissingTensorIsNamed) {
+  const auto p = patched("missing", "blk.1.ffn_up.weight", "blk.1.ffn_uq.weight");
+  const std::string msg = message_of<FormatError>(p);
+  EXPECT_NE(msg.find("\"blk.1.ffn_up.weight\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing"), std::string::npos) << msg;
+  std::filesystem::remove(p);
+}
+
+TEST(GgufLoad, ShapeDisagreeingWithTheMetadataNamesBoth) {
+  // llama.feed_forward_length: u32 (type 4) 64 -> 48.
+  const std::string key = "llama.feed_forward_length";
+  const std::string type_u32("\x04\x00\x00\x00", 4);
+  const auto p = patched("shape", key + type_u32 + std::string("\x40\x00\x00\x00", 4),
+                         key + type_u32 + std::string("\x30\x00\x00\x00", 4));
+  const std::string msg = message_of<ShapeError>(p);
+  EXPECT_NE(msg.find("\"blk.0.ffn_gate.weight\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[64, 32]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[48, 32]"), std::string::npos) << msg;
+  std::filesystem::remove(p);
+}
+
+TEST(GgufLoad, HeadCountThatDoesNotDivideIsNamed) {
+  // llama.attention.head_count_kv: u32 2 -> 3 (does not divide 4 heads).
+  const std::string key = "llama.attention.head_count_kv";
+  const std::string type_u32("\x04\x00\x00\x00", 4);
+  const auto p = patched("kv", key + type_u32 + std::string("\x02\x00\x00\x00", 4),
+                         key + type_u32 + std::string("\x03\x00\x00\x00", 4));
+  const std::string msg = message_of<FormatError>(p);
+  EXPECT_NE(msg.find("llama.attention.head_count_kv"), std::string::npos) << msg;
+  std::filesystem::remove(p);
+}
+
+TEST(GgufLoad, NotAGgufFileIsAFormatError) {
+  const std::string msg = message_of<FormatError>(model_dir("llama") / "model.safetensors");
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace kappa
