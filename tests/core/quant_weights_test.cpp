@@ -263,7 +263,7 @@ TYPED_TEST(QuantWeights, DecodeMatchesReferenceAndBound) {
   using F = TypeParam;
   QwThreadsGuard guard;
   std::mt19937_64 g(5);
-  const Index k = 160, m = 203;  // 5 blocks, an odd number of outputs
+  const Index k = 352, m = 203;  // 11 blocks (a group of 8 and 3), an odd number of outputs
   const RowMatrix<float> w = qw_random(k, m, g, 0.05f);
   const WeightMatrix<float, F> proj(w);  // out = X W
   const WeightMatrix<float, F> head(RowMatrix<float>(w.transpose()), BlocksAlong::kCols);  // X E^T

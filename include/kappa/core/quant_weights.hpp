@@ -247,14 +247,6 @@ inline __m256i lane_dot_u8s8(__m256i offset, __m256i a, __m256i b) {
 #endif
 }
 
-/// acc += d s (eight float lanes): lanes_add in vector form.
-inline void lanes_add_avx2(__m256& acc, float d, __m256i s) {
-#if defined(__FMA__)
-  acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
-#else
-  acc = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s)), acc);
-#endif
-}
 /// lanes_total of the two vector sets.
 inline float lanes_total_avx2(__m256 acc0, __m256 acc1) {
   const __m256 t = _mm256_add_ps(acc0, acc1);
@@ -279,39 +271,70 @@ inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std
   return lane_dot_u8s8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(off)), q, xv);
 }
 
-/// dot_q8_0_portable with AVX2 / VNNI (bit for bit the same result).
-inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
+/// The scales d_w d_x of 8 blocks starting at `w` (block stride kW bytes):
+/// the 8 fp16 d_w gathered, widened with F16C (exact) and multiplied by X's
+/// 8 scales: the same floats as block_scale(w) * d_x one by one.
+template <Index kW>
+inline __m256 scales8(const unsigned char* w, const float* xd) {
+  const __m256i at = _mm256_setr_epi32(0, kW, 2 * kW, 3 * kW, 4 * kW, 5 * kW, 6 * kW, 7 * kW);
+  const __m256i raw = _mm256_i32gather_epi32(reinterpret_cast<const int*>(w), at, 1);
+  const __m256i low = _mm256_shuffle_epi8(
+      raw, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8,
+                            9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m128i h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(low, 0x08));
+  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd));
+}
+
+/// acc += d s with d broadcast from lane i of d8.
+inline void lanes_add_avx2(__m256& acc, __m256 d8, int i, __m256i s) {
+  const __m256 d = _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i));
+#if defined(__FMA__)
+  acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
+#else
+  acc = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), acc);
+#endif
+}
+
+/// The loop of the AVX2 dot products over the blocks of a weight row `w`
+/// (kW bytes per block): groups of 8 blocks with gathered scales, then
+/// pairs and a last block; block b into set b mod 2 (lanes_add's order).
+/// lanes(w_b, b) gives block b's eight int32 lane sums.
+template <Index kW, class Lanes>
+inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  constexpr Index kW = static_cast<Index>(quant::kBytesQ8_0);
-  const std::int8_t* xq = x.q.data();
   const float* xd = x.d.data();
   Index b = 0;
-  for (; b + 2 <= x.nb; b += 2, w += 2 * kW, xq += 64, xd += 2) {
-    const __m256i s0 = q8_lanes(w, xq);
-    const __m256i s1 = q8_lanes(w + kW, xq + 32);
-    lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], s0);
-    lanes_add_avx2(acc1, block_scale_f16c(w + kW) * xd[1], s1);
+  for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
+    const __m256 d8 = scales8<kW>(w, xd + b);
+    for (int i = 0; i < 8; i += 2) {
+      const __m256i s0 = lanes(w + i * kW, b + i);
+      const __m256i s1 = lanes(w + (i + 1) * kW, b + i + 1);
+      lanes_add_avx2(acc0, d8, i, s0);
+      lanes_add_avx2(acc1, d8, i + 1, s1);
+    }
   }
-  if (b < x.nb) lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], q8_lanes(w, xq));
+  for (; b < x.nb; ++b, w += kW)
+    lanes_add_avx2((b & 1) ? acc1 : acc0,
+                   _mm256_set1_ps(block_scale_f16c(w) * xd[static_cast<std::size_t>(b)]), 0,
+                   lanes(w, b));
   return lanes_total_avx2(acc0, acc1);
+}
+
+/// dot_q8_0_portable with AVX2 / VNNI (bit for bit the same result).
+inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
+  const std::int8_t* xq = x.q.data();
+  return dot_avx2<static_cast<Index>(quant::kBytesQ8_0)>(
+      w, x, [xq](const unsigned char* wb, Index b) { return q8_lanes(wb, xq + 32 * b); });
 }
 
 /// dot_q4_0_portable with AVX2 / VNNI (bit for bit the same result).
 inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  constexpr Index kW = static_cast<Index>(quant::kBytesQ4_0);
   const std::int8_t* xq = x.q.data();
-  const float* xd = x.d.data();
   const std::int32_t* off = x.offset.data();
-  Index b = 0;
-  for (; b + 2 <= x.nb; b += 2, w += 2 * kW, xq += 64, xd += 2, off += 16) {
-    const __m256i s0 = q4_lanes(w, xq, off);
-    const __m256i s1 = q4_lanes(w + kW, xq + 32, off + 8);
-    lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], s0);
-    lanes_add_avx2(acc1, block_scale_f16c(w + kW) * xd[1], s1);
-  }
-  if (b < x.nb) lanes_add_avx2(acc0, block_scale_f16c(w) * xd[0], q4_lanes(w, xq, off));
-  return lanes_total_avx2(acc0, acc1);
+  return dot_avx2<static_cast<Index>(quant::kBytesQ4_0)>(
+      w, x, [xq, off](const unsigned char* wb, Index b) {
+        return q4_lanes(wb, xq + 32 * b, off + 8 * b);
+      });
 }
 #endif
 
