@@ -83,6 +83,11 @@
 #else
 #define KAPPA_QUANT_AVX2 0
 #endif
+#if KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__)
+#define KAPPA_QUANT_AVX512 1
+#else
+#define KAPPA_QUANT_AVX512 0
+#endif
 
 namespace kappa {
 
@@ -115,8 +120,12 @@ enum class BlocksAlong {
 namespace detail {
 
 /// The instruction set of the block dot products in this build.
-#if KAPPA_QUANT_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if KAPPA_QUANT_AVX512 && defined(__AVX512VNNI__)
 inline constexpr const char* kQuantDotIsa = "avx512-vnni";
+#elif KAPPA_QUANT_AVX512
+inline constexpr const char* kQuantDotIsa = "avx512bw";
+#elif KAPPA_QUANT_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+inline constexpr const char* kQuantDotIsa = "avx2+avx512-vnni";
 #elif KAPPA_QUANT_AVX2 && defined(__AVXVNNI__)
 inline constexpr const char* kQuantDotIsa = "avx-vnni";
 #elif KAPPA_QUANT_AVX2
@@ -295,15 +304,65 @@ inline void lanes_add_avx2(__m256& acc, __m256 d8, int i, __m256i s) {
 #endif
 }
 
+#if KAPPA_QUANT_AVX512
+/// acc + (u8 a times s8 b, summed four by four into 16 int32 lanes).
+inline __m512i lane_dot_u8s8_512(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(acc, a, b);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1)));
+#endif
+}
+/// Blocks b (at w) and b + 1 (at w + 34) of a Q8_0 row in one 512-bit
+/// vector: block b's eight lane sums in lanes 0..7, block b + 1's in 8..15.
+/// The sign trick without vpsignb: |w| and x negated where w < 0.
+inline __m512i q8_lanes2(const unsigned char* w, const std::int8_t* xq) {
+  const __m512i wv = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + quant::kBytesQ8_0 + 2)), 1);
+  const __m512i xv = _mm512_loadu_si512(xq);
+  const __m512i sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), xv);
+  return lane_dot_u8s8_512(_mm512_setzero_si512(), _mm512_abs_epi8(wv), sx);
+}
+/// Blocks b and b + 1 of a Q4_0 row in one 512-bit vector: each block's
+/// 16 bytes twice, the second copy shifted by 4, masked to nibbles.
+inline __m512i q4_lanes2(const unsigned char* w, const std::int8_t* xq, const std::int32_t* off) {
+  const __m512i t = _mm512_mask_broadcast_i32x4(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2))),
+      static_cast<__mmask16>(0xFF00),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + quant::kBytesQ4_0 + 2)));
+  const __m512i q = _mm512_and_si512(
+      _mm512_srlv_epi64(t, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
+  return lane_dot_u8s8_512(_mm512_loadu_si512(off), q, _mm512_loadu_si512(xq));
+}
+#endif
+
 /// The loop of the AVX2 dot products over the blocks of a weight row `w`
-/// (kW bytes per block): groups of 8 blocks with gathered scales, then
-/// pairs and a last block; block b into set b mod 2 (lanes_add's order).
-/// lanes(w_b, b) gives block b's eight int32 lane sums.
-template <Index kW, class Lanes>
-inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes) {
+/// (kW bytes per block): groups of 8 blocks with gathered scales (with
+/// AVX-512, two blocks per 512-bit vector: block b's lanes in 0..7, which
+/// are set 0's, block b + 1's in 8..15, set 1's), then the last blocks one
+/// by one; block b into set b mod 2 (lanes_add's order). lanes(w_b, b) gives
+/// block b's eight int32 lane sums, lanes2(w_b, b) those of b and b + 1.
+template <Index kW, class Lanes, class Lanes2>
+inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
+                      [[maybe_unused]] Lanes2 lanes2) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   const float* xd = x.d.data();
   Index b = 0;
+#if KAPPA_QUANT_AVX512
+  __m512 acc = _mm512_setzero_ps();
+  const __m512i upper = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
+    const __m512 d8 = _mm512_castps256_ps512(scales8<kW>(w, xd + b));
+    for (int i = 0; i < 8; i += 2) {
+      const __m512i s = lanes2(w + i * kW, b + i);
+      const __m512 d = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(i), upper), d8);
+      acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+    }
+  }
+  acc0 = _mm512_castps512_ps256(acc);
+  acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+#else
   for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
     const __m256 d8 = scales8<kW>(w, xd + b);
     for (int i = 0; i < 8; i += 2) {
@@ -313,6 +372,7 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes) {
       lanes_add_avx2(acc1, d8, i + 1, s1);
     }
   }
+#endif
   for (; b < x.nb; ++b, w += kW)
     lanes_add_avx2((b & 1) ? acc1 : acc0,
                    _mm256_set1_ps(block_scale_f16c(w) * xd[static_cast<std::size_t>(b)]), 0,
@@ -320,20 +380,37 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes) {
   return lanes_total_avx2(acc0, acc1);
 }
 
-/// dot_q8_0_portable with AVX2 / VNNI (bit for bit the same result).
+/// dot_q8_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same result).
 inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
   const std::int8_t* xq = x.q.data();
   return dot_avx2<static_cast<Index>(quant::kBytesQ8_0)>(
-      w, x, [xq](const unsigned char* wb, Index b) { return q8_lanes(wb, xq + 32 * b); });
+      w, x, [xq](const unsigned char* wb, Index b) { return q8_lanes(wb, xq + 32 * b); },
+      [xq](const unsigned char* wb, Index b) {
+#if KAPPA_QUANT_AVX512
+        return q8_lanes2(wb, xq + 32 * b);
+#else
+        (void)wb, (void)b;
+        return 0;
+#endif
+      });
 }
 
-/// dot_q4_0_portable with AVX2 / VNNI (bit for bit the same result).
+/// dot_q4_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same result).
 inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
   const std::int8_t* xq = x.q.data();
   const std::int32_t* off = x.offset.data();
   return dot_avx2<static_cast<Index>(quant::kBytesQ4_0)>(
-      w, x, [xq, off](const unsigned char* wb, Index b) {
+      w, x,
+      [xq, off](const unsigned char* wb, Index b) {
         return q4_lanes(wb, xq + 32 * b, off + 8 * b);
+      },
+      [xq, off](const unsigned char* wb, Index b) {
+#if KAPPA_QUANT_AVX512
+        return q4_lanes2(wb, xq + 32 * b, off + 8 * b);
+#else
+        (void)wb, (void)b;
+        return 0;
+#endif
       });
 }
 #endif
