@@ -20,6 +20,9 @@ installable here:
     converter falls back to reading config.json itself (its own code path);
     AutoTokenizer.from_pretrained returns the vocabulary of tokenizer.json
     (vocab, added tokens and their flags: the attributes get_vocab_base reads).
+  * gpt2: the causal-mask buffers h.N.attn.bias, which GPT2Model means to drop
+    but in this snapshot hands to the name map (which raises), are dropped
+    by filter_tensors first.
   * Debian's torch 1.13 has no float8 dtypes: placeholders stand in for the
     two names the converter's dtype tables list (no tensor here is float8).
   * get_vocab_base_pre (the hash of the real tokenizer's ids for a test
@@ -55,8 +58,10 @@ SRC = MODELS / "llama"
 OUT = MODELS / "llama-gguf"
 # (source directory, output name, outtypes): llama, and qwen2 (q/k/v biases,
 # tied head, no W^Q / W^K permutation: llama.cpp rotates qwen2 in the NEOX
-# layout, which is Hugging Face's rotate_half)
-JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)))
+# layout, which is Hugging Face's rotate_half), and gpt2 (GPT2Model: Conv1D
+# weights transposed to (out, in), c_attn as attn_qkv, tied head)
+JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)),
+        ("gpt2", "gpt2", ("f32",)))
 
 
 def fetch_llama_cpp(work: Path) -> Path:
@@ -123,8 +128,9 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
             setattr(torch, name, "torch." + name + " (absent)")
     from conversion.llama import LlamaModel
     from conversion.qwen import Qwen2Model
+    from conversion.gpt2 import GPT2Model
 
-    base = {"llama": LlamaModel, "qwen2": Qwen2Model}[arch]
+    base = {"llama": LlamaModel, "qwen2": Qwen2Model, "gpt2": GPT2Model}[arch]
 
     class Converter(base):
         model_arch = base.model_arch
@@ -132,9 +138,19 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
         def set_vocab(self):
             self._set_vocab_gpt2()
 
+        @classmethod
+        def filter_tensors(cls, item):
+            # GPT2Model.modify_tensors means to drop GPT-2's causal-mask
+            # buffers ("we don't need these") but in this snapshot passes them
+            # on to the name map, which fails: drop them before it.
+            if arch == "gpt2" and item[0].endswith((".attn.bias", ".attn.masked_bias")):
+                return None
+            return super().filter_tensors(item)
+
         def get_vocab_base_pre(self, tokenizer):
-            # tokenizer.json's split regex: Llama 3's (llama/), Qwen2's (qwen2/)
-            return {"llama": "llama-bpe", "qwen2": "qwen2"}[arch]
+            # tokenizer.json's split regex: Llama 3's (llama/), Qwen2's
+            # (qwen2/), GPT-2's ByteLevel one (gpt2/)
+            return {"llama": "llama-bpe", "qwen2": "qwen2", "gpt2": "gpt-2"}[arch]
 
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[outtype]
     with torch.inference_mode():
@@ -151,12 +167,20 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
     import torch
     import gguf
 
-    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    n_layer = cfg["num_hidden_layers"]
-    names = ["model.embed_tokens.weight", "model.norm.weight"]
-    if not cfg.get("tie_word_embeddings"):
+    H, Hkv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    n_layer = cfg.get("num_hidden_layers")
+    if arch == "gpt2":
+        names = ["wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"]
+        for i in range(cfg["n_layer"]):
+            p = f"h.{i}."
+            names += [p + x + y for x in ("ln_1", "ln_2", "attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                          "mlp.c_proj") for y in (".weight", ".bias")]
+        n_layer = cfg["n_layer"]
+    else:
+        names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if arch != "gpt2" and not cfg.get("tie_word_embeddings"):
         names.append("lm_head.weight")
-    for i in range(n_layer):
+    for i in range(0 if arch == "gpt2" else n_layer):
         p = f"model.layers.{i}."
         names += [p + x for x in ("input_layernorm.weight", "post_attention_layernorm.weight",
                                   "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -165,7 +189,8 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
                                   "mlp.down_proj.weight")]
         if arch == "qwen2":
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
-    model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2}[arch]
+    model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2,
+                  "gpt2": gguf.MODEL_ARCH.GPT2}[arch]
     tmap = gguf.get_tensor_name_map(model_arch, n_layer)
     reader = gguf.GGUFReader(path)
     by_name = {t.name: t for t in reader.tensors}
@@ -179,6 +204,8 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
             n = H if "q_proj" in hf else Hkv
             # inverse of LlamaModel.permute: reshape(n, D/2, 2, in), swap back, reshape
             a = a.reshape(n, a.shape[0] // n // 2, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+        if arch == "gpt2" and hf.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+            a = a.T  # GPT2Model.modify_tensors transposed the Conv1D (in, out) weights
         W[hf] = torch.from_numpy(np.ascontiguousarray(a))
     return W
 
@@ -197,7 +224,8 @@ def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -
     torch.set_num_threads(1)
     for outtype in outtypes:
         W = hf_weights_from_gguf(out_dir / f"{name}-{outtype}.gguf", cfg, arch)
-        logits = R.llama_forward(W, cfg, ids)[0].numpy()
+        forward = R.gpt2_forward if arch == "gpt2" else R.llama_forward
+        logits = forward(W, cfg, ids)[0].numpy()
         err = float(np.abs(logits - ref).max())
         print(f"{name}-{outtype}: max |logits - {src.name}/reference/logits| = {err:.3g}",
               "top-1 agreement", float((logits.argmax(1) == ref.argmax(1)).mean()))

@@ -40,8 +40,9 @@ std::vector<TokenId> reference_ids(const std::string& model = "llama") {
 
 /// The F32 files and the directories they were converted from: llama (W^Q,
 /// W^K permuted by the converter), qwen2 (not permuted; q/k/v biases, tied
-/// head).
-const std::vector<std::string> kF32Models = {"llama", "qwen2"};
+/// head), gpt2 (Conv1D weights stored transposed, fused attn_qkv, learned
+/// positions, tied head).
+const std::vector<std::string> kF32Models = {"llama", "qwen2", "gpt2"};
 
 /// Q8_0's error on this model's logits against the F32 model's, relative to
 /// their scale: measured 0.0399 (max abs 0.401 on logits up to 10.05; the
@@ -66,7 +67,7 @@ TYPED_TEST(GgufLoadTest, F32LogitsMatchTheReferenceAndTheSafetensorsModel) {
     EXPECT_EQ(lm.vocab_size(), st.vocab_size());
     EXPECT_EQ(lm.d_model(), 32);
     EXPECT_EQ(lm.n_layers(), 2);
-    EXPECT_EQ(lm.context_length(), 64);
+    EXPECT_EQ(lm.context_length(), st.context_length());
     const std::vector<TokenId> ids = reference_ids(name);
     const RowMatrix<T> logits = lm.forward(ids);
     EXPECT_LE(scaled_error(logits, read_ref(name, "logits")), kModelTol<T>);
@@ -136,7 +137,8 @@ TEST(GgufLoad, UnpermuteInvertsTheConvertersPermutation) {
 
 // The tokenizer.ggml.* keys give the ids of the reference tokenizer
 // (tests/reference/make_models.py's, independent of kappa) on its texts:
-// llama (pre llama-bpe, BOS prepended), qwen2 (pre qwen2, no BOS).
+// llama (pre llama-bpe, BOS prepended), qwen2 (pre qwen2, no BOS), gpt2
+// (pre gpt-2, no BOS).
 TEST(GgufLoad, TokenizerGivesTheReferenceIds) {
   for (const std::string& name : kF32Models) {
     SCOPED_TRACE(name);
@@ -168,8 +170,8 @@ std::string read_bytes(const std::filesystem::path& p) {
 /// The F32 file with the first `from` replaced by `to` (same length), written
 /// to a temporary file whose path is returned.
 std::filesystem::path patched(const std::string& name, const std::string& from,
-                              const std::string& to) {
-  std::string bytes = read_bytes(gguf_file("f32"));
+                              const std::string& to, const std::string& model = "llama") {
+  std::string bytes = read_bytes(gguf_file("f32", model));
   const std::size_t at = bytes.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   EXPECT_EQ(from.size(), to.size());
@@ -225,6 +227,19 @@ TEST(GgufLoad, ShapeDisagreeingWithTheMetadataNamesBoth) {
   EXPECT_NE(msg.find("\"blk.0.ffn_gate.weight\""), std::string::npos) << msg;
   EXPECT_NE(msg.find("[64, 32]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[48, 32]"), std::string::npos) << msg;
+  std::filesystem::remove(p);
+}
+
+TEST(GgufLoad, Gpt2ShapeDisagreeingWithTheMetadataNamesBoth) {
+  // gpt2.feed_forward_length: u32 128 -> 96; ffn_up is stored (out, in).
+  const std::string key = "gpt2.feed_forward_length";
+  const std::string type_u32("\x04\x00\x00\x00", 4);
+  const auto p = patched("gpt2shape", key + type_u32 + std::string("\x80\x00\x00\x00", 4),
+                         key + type_u32 + std::string("\x60\x00\x00\x00", 4), "gpt2");
+  const std::string msg = message_of<ShapeError>(p);
+  EXPECT_NE(msg.find("\"blk.0.ffn_up.weight\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[128, 32]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[96, 32]"), std::string::npos) << msg;
   std::filesystem::remove(p);
 }
 

@@ -11,7 +11,8 @@
 //           converter writes as "llama"; llama.cpp applies no sliding window
 //           to them and neither does kappa)
 //   qwen2   Llama<T> with Qwen2's q/k/v biases
-// Others (gpt2, deepseek2, the mixtures of experts, ...) are refused by name.
+//   gpt2    Gpt2<T> (hf::load_gpt2 on the gpt2.* metadata: gpt2_config())
+// Others (deepseek2, the mixtures of experts, ...) are refused by name.
 //
 // Hyperparameters come from the metadata as llama.cpp reads them
 // (gguf-py/gguf/constants.py Keys, llama.cpp's llama-model.cpp):
@@ -25,13 +26,18 @@
 // rope_freqs.weight are refused by name). The vocabulary size is the length
 // of tokenizer.ggml.tokens, else <arch>.vocab_size, else token_embd's rows.
 //
-// Tensors, by llama.cpp's names (gguf-py's MODEL_TENSOR names):
+// Tensors, by llama.cpp's names (gguf-py's MODEL_TENSOR names); llama, qwen2:
 //   token_embd.weight, blk.N.attn_norm.weight, blk.N.attn_{q,k,v}.weight
 //   (and .bias for qwen2), blk.N.attn_output.weight, blk.N.ffn_norm.weight,
 //   blk.N.ffn_{gate,up,down}.weight, output_norm.weight, output.weight
-//   (absent: tied to token_embd, as llama.cpp does).
+//   (absent: tied to token_embd, as llama.cpp does). gpt2: token_embd,
+//   position_embd, blk.N.attn_norm (weight, bias), blk.N.attn_qkv (Hugging
+//   Face's c_attn), attn_output (c_proj), ffn_norm, ffn_up (c_fc), ffn_down
+//   (mlp.c_proj), output_norm, output (absent: tied); llama.cpp's converter
+//   stores the Conv1D weights transposed, (out, in), the loader turns them
+//   back.
 // They reach the same builder as a Hugging Face llama directory
-// (hf::detail::build_llama) through LlamaGgufTensors, which answers the
+// (hf::detail::build_llama; hf::load_gpt2) through GgufTensors, which answers the
 // builder's Hugging Face names with the GGUF tensors.
 //
 // The rotary layout. kappa's LLaMA rotates each head as Hugging Face does
@@ -50,18 +56,35 @@
 // the quantized blocks without a dequantized copy, and views into the mapped
 // file, are later steps (issue 27 items 1 and 3).
 //
+// The tokenizer (load(), load_tokenizer()): tokenizer.ggml.model "gpt2"
+// (byte-level BPE: tokens, merges, token types, pre llama-bpe / llama3 /
+// llama-v3 / gpt-2 / qwen2, BOS/EOS ids and add_bos/add_eos_token) becomes
+// the tokenizer.json an HfTokenizer reads (gpt2_tokenizer_json()).
+// SentencePiece-style vocabularies (model "llama": scores, byte pieces) are
+// not read yet.
+//
+// Accuracy of the interim path on tests/data/models/llama-gguf (llama.cpp's
+// converter): F32 files give the safetensors model's logits (to the
+// f32-stored epsilon); Q8_0 differs from F32 by 0.04 of the logit scale,
+// same top-1, and equals an independent forward on the same dequantized
+// weights to float rounding.
+//
 // Errors: an unsupported architecture, a missing or mistyped key or tensor
 // is a FormatError naming the file and the key or tensor; a tensor whose
 // shape disagrees with the metadata is a ShapeError naming the file, the
 // tensor, its shape and the expected one.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -75,7 +98,7 @@
 namespace kappa::gguf {
 
 /// The architectures kappa loads from GGUF.
-inline constexpr std::string_view kSupportedArchitectures = "llama, qwen2";
+inline constexpr std::string_view kSupportedArchitectures = "llama, qwen2, gpt2";
 
 namespace detail {
 
@@ -151,30 +174,52 @@ RowMatrix<T> unpermute_rope_rows(const RowMatrix<T>& g, Index n_heads) {
 
 }  // namespace detail
 
-/// The tensors of a llama-layout GGUF file under the Hugging Face names that
-/// hf::detail::build_llama asks for ("model.layers.3.self_attn.q_proj.weight"
-/// is "blk.3.attn_q.weight"), dequantized to T, W^Q and W^K in Hugging Face's
-/// row order (see the file comment). It is the Source of hf::detail::Weights.
-class LlamaGgufTensors {
- public:
-  /// `rope_permuted`: the file's W^Q / W^K rows are in llama.cpp's
-  /// interleaved order (llama); `n_head`, `n_kv`: the head counts.
-  LlamaGgufTensors(const io::GgufFile& f, bool rope_permuted, Index n_head, Index n_kv)
-      : f_(f), permuted_(rope_permuted), n_head_(n_head), n_kv_(n_kv) {}
+/// How a GGUF file stores a model's tensors, as far as the loader must undo it.
+enum class GgufLayout {
+  kLlama,  ///< LLaMA names; W^Q / W^K rows permuted per head for ggml's interleaved RoPE
+  kNeox,   ///< LLaMA names, rows as Hugging Face's (qwen2: ggml rotates it NEOX-style)
+  kGpt2,   ///< GPT-2 names; the Conv1D weights stored transposed, (out, in)
+};
 
-  /// llama.cpp's name of Hugging Face tensor `hf`, or "" if it has none.
-  [[nodiscard]] static std::string gguf_name(std::string_view hf) {
-    if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-    if (hf == "model.norm.weight") return "output_norm.weight";
-    if (hf == "lm_head.weight") return "output.weight";
-    constexpr std::string_view kLayers = "model.layers.";
-    if (hf.substr(0, kLayers.size()) != kLayers) return {};
-    hf.remove_prefix(kLayers.size());
+/// The tensors of a GGUF file under the Hugging Face names that hf.hpp's
+/// builders ask for ("model.layers.3.self_attn.q_proj.weight" is
+/// "blk.3.attn_q.weight", GPT-2's "h.3.attn.c_attn.weight" is
+/// "blk.3.attn_qkv.weight"), dequantized to T and in Hugging Face's layout
+/// (llama's W^Q and W^K rows un-permuted, GPT-2's Conv1D weights transposed
+/// back to (in, out); see the file comment). It is the Source of
+/// hf::detail::Weights.
+class GgufTensors {
+ public:
+  /// `n_head`, `n_kv`: the head counts (for kLlama's permutation).
+  GgufTensors(const io::GgufFile& f, GgufLayout layout, Index n_head, Index n_kv)
+      : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv) {}
+
+  /// llama.cpp's name of Hugging Face tensor `hf` in `layout`, or "" if it
+  /// has none.
+  [[nodiscard]] static std::string gguf_name(GgufLayout layout, std::string_view hf) {
+    using NamePair = std::pair<std::string_view, std::string_view>;
+    const bool gpt2 = layout == GgufLayout::kGpt2;
+    static constexpr NamePair kGlobal[] = {{"model.embed_tokens.weight", "token_embd.weight"},
+                                           {"model.norm.weight", "output_norm.weight"},
+                                           {"lm_head.weight", "output.weight"}};
+    static constexpr NamePair kGpt2Global[] = {{"wte.weight", "token_embd.weight"},
+                                               {"wpe.weight", "position_embd.weight"},
+                                               {"ln_f.weight", "output_norm.weight"},
+                                               {"ln_f.bias", "output_norm.bias"},
+                                               {"lm_head.weight", "output.weight"}};
+    for (const auto& [from, to] :
+         gpt2 ? std::span<const NamePair>(kGpt2Global) : std::span<const NamePair>(kGlobal))
+      if (hf == from) return std::string(to);
+    const std::string_view layers = gpt2 ? "h." : "model.layers.";
+    if (hf.substr(0, layers.size()) != layers) return {};
+    hf.remove_prefix(layers.size());
     const std::size_t dot = hf.find('.');
-    if (dot == std::string_view::npos) return {};
+    if (dot == std::string_view::npos || dot == 0) return {};
     const std::string layer(hf.substr(0, dot));
+    if (!std::all_of(layer.begin(), layer.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      return {};
     const std::string_view rest = hf.substr(dot + 1);
-    static constexpr std::pair<std::string_view, std::string_view> kMap[] = {
+    static constexpr NamePair kLayer[] = {
         {"input_layernorm.weight", "attn_norm.weight"},
         {"post_attention_layernorm.weight", "ffn_norm.weight"},
         {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -189,37 +234,51 @@ class LlamaGgufTensors {
         {"mlp.up_proj.weight", "ffn_up.weight"},
         {"mlp.down_proj.weight", "ffn_down.weight"},
     };
-    for (const auto& [from, to] : kMap)
+    static constexpr NamePair kGpt2Layer[] = {
+        {"ln_1.weight", "attn_norm.weight"},          {"ln_1.bias", "attn_norm.bias"},
+        {"ln_2.weight", "ffn_norm.weight"},           {"ln_2.bias", "ffn_norm.bias"},
+        {"attn.c_attn.weight", "attn_qkv.weight"},    {"attn.c_attn.bias", "attn_qkv.bias"},
+        {"attn.c_proj.weight", "attn_output.weight"}, {"attn.c_proj.bias", "attn_output.bias"},
+        {"mlp.c_fc.weight", "ffn_up.weight"},         {"mlp.c_fc.bias", "ffn_up.bias"},
+        {"mlp.c_proj.weight", "ffn_down.weight"},     {"mlp.c_proj.bias", "ffn_down.bias"},
+    };
+    for (const auto& [from, to] :
+         gpt2 ? std::span<const NamePair>(kGpt2Layer) : std::span<const NamePair>(kLayer))
       if (rest == from) return "blk." + layer + "." + std::string(to);
     return {};
   }
 
   [[nodiscard]] bool has(std::string_view hf) const {
-    const std::string g = gguf_name(hf);
+    const std::string g = gguf_name(layout_, hf);
     return !g.empty() && f_.has_tensor(g);
   }
 
   /// \throws FormatError naming the GGUF tensor when it is missing,
-  /// ShapeError naming it, its shape and `expected` (row-major, as
-  /// Hugging Face's: out x in) when they differ.
+  /// ShapeError naming it, its shape and the one `expected` implies when
+  /// they differ. `expected` is the Hugging Face shape (out x in; GPT-2's
+  /// Conv1D in x out); the message states the GGUF tensor's stored shape
+  /// (row-major: ne reversed) and the stored shape expected.
   void require_shape(std::string_view hf, const std::vector<std::int64_t>& expected) const {
     const io::GgufTensorInfo& t = info(hf);
-    // A vector may be stored with trailing unit dimensions; compare the
-    // row-major shape without them.
+    std::vector<std::int64_t> want = expected;
+    if (transposed(hf) && want.size() == 2) std::swap(want[0], want[1]);
+    // A vector may be stored with unit dimensions; compare without them.
     std::vector<std::int64_t> shape = t.shape();
-    while (shape.size() > expected.size() && shape.front() == 1) shape.erase(shape.begin());
-    if (shape == expected) return;
+    while (shape.size() > want.size() && shape.front() == 1) shape.erase(shape.begin());
+    if (shape == want) return;
     throw ShapeError("kappa: " + f_.path() + ": tensor " + kappa::quoted(t.name) + " has shape " +
                      io::tensor_shape_string(t.shape()) + ", expected " +
-                     io::tensor_shape_string(expected) + " from the metadata");
+                     io::tensor_shape_string(want) + " from the metadata");
   }
 
-  /// Tensor `hf` as a (rows x cols) matrix after require_shape(hf, expected).
+  /// Tensor `hf` as a matrix of shape `expected`, after require_shape(hf,
+  /// expected).
   template <Scalar T>
   [[nodiscard]] RowMatrix<T> matrix(std::string_view hf,
                                     const std::vector<std::int64_t>& expected) const {
     require_shape(hf, expected);
     RowMatrix<T> m = f_.dequantize(info(hf).name).template cast<T>();
+    if (transposed(hf)) return m.transpose();
     if (expected.size() == 1) m.resize(1, expected[0]);
     return permuted_rows(hf, std::move(m));
   }
@@ -228,10 +287,10 @@ class LlamaGgufTensors {
   template <Scalar T>
   [[nodiscard]] RowVector<T> row_vector(std::string_view hf) const {
     const io::GgufTensorInfo& t = info(hf);
-    RowMatrix<T> m = f_.dequantize(t.name).template cast<T>();
+    const RowMatrix<T> m = f_.dequantize(t.name).template cast<T>();
     // A bias of W^Q / W^K is permuted like the rows of its weight.
-    const RowMatrix<T> col = Eigen::Map<const RowMatrix<T>>(m.data(), t.numel, 1);
-    const RowMatrix<T> fixed = permuted_rows(hf, col);
+    const RowMatrix<T> fixed =
+        permuted_rows(hf, RowMatrix<T>(Eigen::Map<const RowMatrix<T>>(m.data(), t.numel, 1)));
     return Eigen::Map<const RowVector<T>>(fixed.data(), t.numel);
   }
 
@@ -239,7 +298,7 @@ class LlamaGgufTensors {
 
  private:
   const io::GgufTensorInfo& info(std::string_view hf) const {
-    const std::string g = gguf_name(hf);
+    const std::string g = gguf_name(layout_, hf);
     if (g.empty())
       throw FormatError("kappa: " + f_.path() + ": kappa knows no GGUF name for tensor " +
                         kappa::quoted(hf));
@@ -249,9 +308,18 @@ class LlamaGgufTensors {
     return f_.tensor(g);
   }
 
+  /// GPT-2's Conv1D weights (GPT2Model.modify_tensors transposed them).
+  bool transposed(std::string_view hf) const {
+    if (layout_ != GgufLayout::kGpt2) return false;
+    for (std::string_view s :
+         {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+      if (hf.size() >= s.size() && hf.substr(hf.size() - s.size()) == s) return true;
+    return false;
+  }
+
   template <Scalar T>
   RowMatrix<T> permuted_rows(std::string_view hf, RowMatrix<T> m) const {
-    if (!permuted_) return m;
+    if (layout_ != GgufLayout::kLlama) return m;
     const bool q = hf.find("self_attn.q_proj.") != std::string_view::npos;
     const bool k = hf.find("self_attn.k_proj.") != std::string_view::npos;
     if (!q && !k) return m;
@@ -259,7 +327,7 @@ class LlamaGgufTensors {
   }
 
   const io::GgufFile& f_;
-  bool permuted_ = false;
+  GgufLayout layout_ = GgufLayout::kLlama;
   Index n_head_ = 1, n_kv_ = 1;
 };
 
@@ -327,6 +395,40 @@ inline hf::LlamaSizes llama_sizes(const io::GgufFile& f, const std::string& arch
   return s;
 }
 
+/// The config.json equivalent of a gpt2 GGUF file's metadata, for
+/// hf::load_gpt2: gpt2.embedding_length, .block_count, .attention.head_count,
+/// .context_length (the learned positions), .feed_forward_length,
+/// .attention.layer_norm_epsilon; the vocabulary as llama_sizes(); tied
+/// unless output.weight is stored; llama.cpp's GPT-2 uses the tanh GELU
+/// (gelu_new). Each value is checked here, naming the GGUF key.
+inline hf::Config gpt2_config(const io::GgufFile& f) {
+  const Index d = detail::integer(f, "gpt2.embedding_length");
+  const Index n_head = detail::integer(f, "gpt2.attention.head_count", std::nullopt, 1, kMaxHeads);
+  if (d % n_head != 0)
+    detail::fail(f, "metadata key \"gpt2.attention.head_count\" = " + std::to_string(n_head) +
+                        " must divide gpt2.embedding_length = " + std::to_string(d));
+  Index vocab = 0;
+  if (f.has("tokenizer.ggml.tokens"))
+    vocab = static_cast<Index>(f.get_array<std::string>("tokenizer.ggml.tokens").size());
+  else if (f.has("gpt2.vocab_size"))
+    vocab = detail::integer(f, "gpt2.vocab_size");
+  else
+    vocab = f.tensor("token_embd.weight").rows();
+  nlohmann::json j = {
+      {"model_type", "gpt2"},
+      {"n_embd", d},
+      {"n_layer", detail::integer(f, "gpt2.block_count", std::nullopt, 0)},
+      {"n_head", n_head},
+      {"n_positions", detail::integer(f, "gpt2.context_length")},
+      {"n_inner", detail::integer(f, "gpt2.feed_forward_length")},
+      {"vocab_size", vocab},
+      {"layer_norm_epsilon",
+       detail::positive(f, "gpt2.attention.layer_norm_epsilon", std::nullopt, hf::kMaxEpsilon)},
+      {"activation_function", "gelu_new"},
+      {"tie_word_embeddings", !f.has_tensor("output.weight")}};
+  return hf::Config(std::move(j), f.path() + " (gpt2.* metadata)");
+}
+
 /// A model loaded from a GGUF file: the same CausalLM as hf::load_causal_lm
 /// returns, its model_type() the file's general.architecture.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
@@ -336,15 +438,19 @@ using CausalLM = hf::CausalLM<T, S>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 CausalLM<T, S> load_causal_lm(const io::GgufFile& f) {
   const std::string arch = detail::string(f, "general.architecture");
+  if (arch == "gpt2")
+    return CausalLM<T, S>(
+        hf::load_gpt2<T, S>(gpt2_config(f), GgufTensors(f, GgufLayout::kGpt2, 1, 1)), arch);
   if (arch != "llama" && arch != "qwen2")
     detail::fail(f, "general.architecture is " + kappa::quoted(arch) +
                         ", which kappa does not load from GGUF (" +
                         std::string(kSupportedArchitectures) + ")");
   const hf::LlamaSizes s = llama_sizes(f, arch);
-  const LlamaGgufTensors tensors(f, /*rope_permuted=*/arch == "llama", s.n_head, s.n_kv);
+  const GgufTensors tensors(f, arch == "llama" ? GgufLayout::kLlama : GgufLayout::kNeox, s.n_head,
+                            s.n_kv);
   auto model = hf::detail::build_llama<T, S, LlamaLayer<T, S>>(
       s, tensors, CausalMask{}, hf::detail::llama_rope<T>(s),
-      [&s](const hf::detail::Weights<T, LlamaGgufTensors>& w, Index, const std::string& p) {
+      [&s](const hf::detail::Weights<T, GgufTensors>& w, Index, const std::string& p) {
         return hf::detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
       });
   return CausalLM<T, S>(std::move(model), arch);

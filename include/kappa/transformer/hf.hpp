@@ -335,9 +335,10 @@ inline void require_false(const Config& c, const char* key, const std::string& w
 // ---- GPT-2 -------------------------------------------------------------------
 
 /// GPT-2 from its config.json and checkpoint (tensor names with or without
-/// the "transformer." prefix; lm_head.weight is tied to wte).
-template <Scalar T, WeightStoragePolicy S = DenseWeights>
-Gpt2<T, S> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
+/// the "transformer." prefix; lm_head.weight is tied to wte); the tensors
+/// from `ckpt` (see detail::Weights' Source).
+template <Scalar T, WeightStoragePolicy S = DenseWeights, class Source = io::Checkpoint>
+Gpt2<T, S> load_gpt2(const Config& c, const Source& ckpt) {
   const Index d = c.integer("n_embd", std::nullopt, 1),
               n_layer = c.integer("n_layer", std::nullopt, 0),
               n_head = c.integer("n_head", std::nullopt, 1),
@@ -353,7 +354,7 @@ Gpt2<T, S> load_gpt2(const Config& c, const io::Checkpoint& ckpt) {
     c.fail("scale_attn_weights", "is false; kappa scales by 1/sqrt(d_head)");
   detail::require_false(c, "scale_attn_by_inverse_layer_idx", "kappa does not support it");
   const std::string prefix = ckpt.has("transformer.wte.weight") ? "transformer." : "";
-  const detail::Weights<T> w(ckpt, prefix);
+  const detail::Weights<T, Source> w(ckpt, prefix);
   // The config's sizes against the file before anything is allocated; each
   // layer below reads (and so checks) its tensors before building on them.
   const bool tied = c.boolean("tie_word_embeddings", true);
