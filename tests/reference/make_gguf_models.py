@@ -3,7 +3,9 @@
 
 Writes tests/data/models/llama-gguf/llama-f32.gguf, llama-q8_0.gguf (from
 tests/data/models/llama) and qwen2-f32.gguf (from tests/data/models/qwen2), see
-tests/data/models/llama-gguf/README.md. Never run by the build or the tests.
+tests/data/models/llama-gguf/README.md; and spm-bpe_llama-vocab.gguf, the
+vocabulary alone of tests/data/tokenize/sentencepiece/bpe_llama.model (SentencePiece
+style: tokenizer.ggml.model "llama"). Never run by the build or the tests.
 
     /usr/bin/python3 tests/reference/make_gguf_models.py
 
@@ -41,7 +43,7 @@ must equal <model>/reference/logits.npy (asserted < 1e-12, up to
 float64 rounding of the f32-stored epsilon).
 
 Needs npm (the registry), git, and Debian's python3 with numpy, python3-torch and
-python3-tqdm.
+python3-tqdm, python3-sentencepiece.
 """
 import json
 import os
@@ -130,12 +132,14 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
     from conversion.qwen import Qwen2Model
     from conversion.gpt2 import GPT2Model
 
-    base = {"llama": LlamaModel, "qwen2": Qwen2Model, "gpt2": GPT2Model}[arch]
+    base = {"llama": LlamaModel, "spm": LlamaModel, "qwen2": Qwen2Model, "gpt2": GPT2Model}[arch]
 
     class Converter(base):
         model_arch = base.model_arch
 
         def set_vocab(self):
+            if arch == "spm":  # LlamaModel.set_vocab: tokenizer.model -> _set_vocab_sentencepiece
+                return super().set_vocab()
             self._set_vocab_gpt2()
 
         @classmethod
@@ -158,7 +162,10 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
                       metadata_override=None, model_name="kappa-tiny-" + arch, split_max_tensors=0,
                       split_max_size=0, dry_run=False, small_first_shard=False,
                       remote_hf_model_id=None)
-        m.write()
+        if arch == "spm":
+            m.write_vocab()
+        else:
+            m.write()
 
 
 def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
@@ -234,6 +241,26 @@ def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -
         np.save(out_dir / "reference" / f"{name}-{outtype}_logits.npy", logits.astype(np.float64))
 
 
+def spm_vocab(out: Path) -> None:
+    """A vocabulary-only GGUF (the converter's --vocab-only) of the SentencePiece
+    BPE model tests/data/tokenize/sentencepiece/bpe_llama.model (Llama-2's
+    settings; its ids for 338 inputs are in golden.json there), through
+    LlamaModel.set_vocab -> _set_vocab_sentencepiece (Debian's sentencepiece
+    0.1.97 binding reads the model): tokenizer.ggml.model "llama", tokens,
+    scores, token types, BOS/EOS/UNK ids."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        (d / "tokenizer.model").write_bytes(
+            (HERE.parent / "data" / "tokenize" / "sentencepiece" / "bpe_llama.model").read_bytes())
+        # The few config keys LlamaModel's constructor and set_gguf_parameters read.
+        (d / "config.json").write_text(json.dumps({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+            "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 1, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "vocab_size": 900}))
+        convert(d, "spm", "f32", out)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,6 +275,7 @@ def main() -> None:
             for outtype in outtypes:
                 convert(MODELS / src, name, outtype, OUT / f"{name}-{outtype}.gguf")
             reference_logits(MODELS / src, name, name, outtypes, OUT)
+        spm_vocab(OUT / "spm-bpe_llama-vocab.gguf")
         print("llama.cpp commit", commit)
 
 

@@ -160,6 +160,35 @@ TEST(GgufLoad, TokenizerGivesTheReferenceIds) {
   EXPECT_EQ(both.tokenizer.encode("Hello world"), tok.encode("Hello world"));
 }
 
+// A SentencePiece-style vocabulary (tokenizer.ggml.model "llama": tokens,
+// scores, token types), written by the converter's _set_vocab_sentencepiece
+// from tests/data/tokenize/sentencepiece/bpe_llama.model, gives
+// sentencepiece's own ids (golden.json there, EncodeAsIds: no BOS) on every
+// valid UTF-8 input, and prepends BOS 1 by llama.cpp's default.
+TEST(GgufLoad, SentencePieceVocabularyGivesSentencePiecesIds) {
+  namespace tk = kappa::tokenize;
+  const io::GgufFile f((model_dir("llama-gguf") / "spm-bpe_llama-vocab.gguf").string());
+  const tk::HfTokenizer tok = gguf::load_tokenizer(f);
+  std::ifstream in(std::filesystem::path(KAPPA_TEST_DATA_DIR) / "tokenize" / "sentencepiece" /
+                   "golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const nlohmann::json& inputs = golden.at("inputs");
+  const nlohmann::json& ids = golden.at("models").at("bpe_llama").at("ids");
+  std::size_t compared = 0;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k].contains("text")) continue;  // the invalid UTF-8 ("hex") inputs
+    const std::string text = inputs[k].at("text").get<std::string>();
+    const auto want = ids[k].get<std::vector<TokenId>>();
+    EXPECT_EQ(tok.encode(text, tk::AddSpecial::kNo, tk::SpecialTokens::kAsText), want) << text;
+    ++compared;
+  }
+  EXPECT_GE(compared, 300u);
+  EXPECT_EQ(tok.bos_id(), std::optional<TokenId>(1));
+  const std::vector<TokenId> with_bos = tok.encode("hello world");
+  ASSERT_FALSE(with_bos.empty());
+  EXPECT_EQ(with_bos.front(), 1);
+}
+
 // ---- Hostile files: copies of the F32 file with one field changed ------------------
 
 std::string read_bytes(const std::filesystem::path& p) {

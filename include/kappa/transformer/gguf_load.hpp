@@ -60,8 +60,9 @@
 // (byte-level BPE: tokens, merges, token types, pre llama-bpe / llama3 /
 // llama-v3 / gpt-2 / qwen2, BOS/EOS ids and add_bos/add_eos_token) becomes
 // the tokenizer.json an HfTokenizer reads (gpt2_tokenizer_json()).
-// SentencePiece-style vocabularies (model "llama": scores, byte pieces) are
-// not read yet.
+// tokenizer.ggml.model "llama" (SentencePiece-style BPE: tokens, scores,
+// token types, byte pieces) becomes a tokenize::SentencePieceModel
+// (spm_model()) and its tokenizer.json.
 //
 // Accuracy of the interim path on tests/data/models/llama-gguf (llama.cpp's
 // converter): F32 files give the safetensors model's logits (to the
@@ -77,6 +78,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <span>
@@ -93,6 +95,7 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/io/gguf.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/tokenize/sentencepiece_model.hpp"
 #include "kappa/transformer/hf.hpp"
 
 namespace kappa::gguf {
@@ -503,6 +506,132 @@ inline std::optional<GgufPreTokenizer> gguf_pre_tokenizer(std::string_view pre) 
   return std::nullopt;
 }
 
+namespace detail {
+
+/// Token id metadata `key` in [0, n); `fallback` when absent.
+inline std::optional<std::int64_t> token_id(const io::GgufFile& f, const char* key, std::int64_t n,
+                                            std::optional<std::int64_t> fallback = std::nullopt) {
+  if (!f.has(key)) return fallback;
+  const std::int64_t id = f.get_integer(key);
+  if (id < 0 || id >= n)
+    fail(f, "metadata key " + kappa::quoted(key) + " is " + std::to_string(id) +
+                ", not a token id in [0, " + std::to_string(n) + ")");
+  return id;
+}
+
+/// Boolean metadata `key`; `fallback` when absent.
+inline bool flag(const io::GgufFile& f, const char* key, bool fallback) {
+  return f.has(key) ? f.get<bool>(key) : fallback;
+}
+
+/// tokenizer.json's TemplateProcessing that puts `bos` before and `eos`
+/// after a sequence (either may be absent).
+inline nlohmann::json bos_eos_template(const std::vector<std::string>& tokens,
+                                       std::optional<std::int64_t> bos,
+                                       std::optional<std::int64_t> eos) {
+  nlohmann::json single = nlohmann::json::array(), specials = nlohmann::json::object();
+  const auto special = [&](std::int64_t id) {
+    const std::string& t = tokens[static_cast<std::size_t>(id)];
+    single.push_back({{"SpecialToken", {{"id", t}, {"type_id", 0}}}});
+    specials[t] = {{"id", t}, {"ids", {id}}, {"tokens", {t}}};
+  };
+  if (bos) special(*bos);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  if (eos) special(*eos);
+  return {{"type", "TemplateProcessing"},
+          {"single", single},
+          {"pair", single},
+          {"special_tokens", specials}};
+}
+
+/// Protocol-buffer encoding, as much as a SentencePiece ModelProto needs.
+struct ProtoWriter {
+  std::string out;
+  void varint(std::uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+  }
+  void tag(std::uint32_t field, std::uint32_t wire) { varint((std::uint64_t{field} << 3) | wire); }
+  /// A varint field (a negative value takes ten bytes, as protobuf's int32).
+  void integer(std::uint32_t field, std::int64_t v) {
+    tag(field, 0);
+    varint(static_cast<std::uint64_t>(v));
+  }
+  void bytes(std::uint32_t field, std::string_view b) {
+    tag(field, 2);
+    varint(b.size());
+    out.append(b);
+  }
+  void f32(std::uint32_t field, float x) {
+    tag(field, 5);
+    std::uint32_t u = 0;
+    std::memcpy(&u, &x, 4);
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
+  }
+};
+
+}  // namespace detail
+
+/// The SentencePiece model (ModelProto) of a GGUF file's SentencePiece-style
+/// vocabulary (tokenizer.ggml.model "llama"), as llama.cpp's tokenizer reads
+/// it (llama-vocab.cpp, LLAMA_VOCAB_TYPE_SPM): BPE over the pieces
+/// tokenizer.ggml.tokens with their .scores and .token_type (llama.cpp's
+/// numbering is sentencepiece's: normal 1, unknown 2, control 3,
+/// user-defined 4, unused 5, byte 6), byte fallback when byte pieces exist,
+/// a space prefix unless .add_space_prefix is false, whitespace escaped as
+/// U+2581, no other normalization; unknown / BOS / EOS from
+/// .unknown_token_id / .bos_token_id / .eos_token_id (llama.cpp's defaults
+/// 0, 1, 2). \throws FormatError naming the key, or as
+/// tokenize::SentencePieceModel::parse for a vocabulary sentencepiece would
+/// refuse (e.g. no piece of type unknown).
+inline tokenize::SentencePieceModel spm_model(const io::GgufFile& f) {
+  const std::vector<std::string>& tokens = f.get_array<std::string>("tokenizer.ggml.tokens");
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const std::vector<float>& scores = f.get_array<float>("tokenizer.ggml.scores");
+  std::vector<std::int32_t> types(tokens.size(), static_cast<std::int32_t>(GgufTokenType::kNormal));
+  if (f.has("tokenizer.ggml.token_type"))
+    types = f.get_array<std::int32_t>("tokenizer.ggml.token_type");
+  for (const auto& [key, size] : {std::pair{"tokenizer.ggml.scores", scores.size()},
+                                  std::pair{"tokenizer.ggml.token_type", types.size()}})
+    if (static_cast<std::int64_t>(size) != n)
+      detail::fail(f, "metadata key " + kappa::quoted(key) + " has " + std::to_string(size) +
+                          " entries for " + std::to_string(n) + " tokens");
+  bool bytes = false;
+  detail::ProtoWriter model;
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    if (types[k] < 1 || types[k] > 6)
+      detail::fail(f, "metadata key \"tokenizer.ggml.token_type\" holds " +
+                          std::to_string(types[k]) + " for token " + std::to_string(k) +
+                          " (normal 1 ... byte 6)");
+    bytes = bytes || types[k] == static_cast<std::int32_t>(GgufTokenType::kByte);
+    detail::ProtoWriter piece;
+    piece.bytes(1, tokens[k]);
+    piece.f32(2, scores[k]);
+    piece.integer(3, types[k]);
+    model.bytes(1, piece.out);
+  }
+  detail::ProtoWriter trainer;
+  trainer.integer(3, 2);  // model_type: BPE
+  trainer.integer(4, n);  // vocab_size
+  trainer.integer(35, bytes ? 1 : 0);
+  trainer.integer(40, *detail::token_id(f, "tokenizer.ggml.unknown_token_id", n, 0));
+  trainer.integer(41, *detail::token_id(f, "tokenizer.ggml.bos_token_id", n, 1));
+  trainer.integer(42, *detail::token_id(f, "tokenizer.ggml.eos_token_id", n, 2));
+  trainer.integer(43, detail::token_id(f, "tokenizer.ggml.padding_token_id", n).value_or(-1));
+  model.bytes(2, trainer.out);
+  detail::ProtoWriter normalizer;
+  normalizer.bytes(1, "identity");
+  normalizer.integer(3, detail::flag(f, "tokenizer.ggml.add_space_prefix", true) ? 1 : 0);
+  normalizer.integer(4, 0);  // remove_extra_whitespaces
+  normalizer.integer(5, 1);  // escape_whitespaces
+  model.bytes(3, normalizer.out);
+  return tokenize::SentencePieceModel::parse(
+      model.out, f.path() + " (tokenizer.ggml.* as a SentencePiece model)");
+}
+
 /// The tokenizer.json (as Hugging Face's tokenizers library writes it) of a
 /// GGUF file's byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"):
 /// tokenizer.ggml.tokens (id = index), .merges ("a b" each), .token_type
@@ -527,21 +656,10 @@ inline nlohmann::json gpt2_tokenizer_json(const io::GgufFile& f) {
                           std::to_string(types.size()) + " entries for " + std::to_string(n) +
                           " tokens");
   }
-  const auto token_id = [&](const char* key) -> std::optional<std::int64_t> {
-    if (!f.has(key)) return std::nullopt;
-    const std::int64_t id = f.get_integer(key);
-    if (id < 0 || id >= n)
-      detail::fail(f, "metadata key " + kappa::quoted(key) + " is " + std::to_string(id) +
-                          ", not a token id in [0, " + std::to_string(n) + ")");
-    return id;
-  };
-  const std::optional<std::int64_t> bos = token_id("tokenizer.ggml.bos_token_id");
-  const std::optional<std::int64_t> eos = token_id("tokenizer.ggml.eos_token_id");
-  const auto flag = [&](const char* key, bool fallback) {
-    return f.has(key) ? f.get<bool>(key) : fallback;
-  };
-  const bool add_bos = flag("tokenizer.ggml.add_bos_token", split->ignore_merges);
-  const bool add_eos = flag("tokenizer.ggml.add_eos_token", false);
+  const std::optional<std::int64_t> bos = detail::token_id(f, "tokenizer.ggml.bos_token_id", n);
+  const std::optional<std::int64_t> eos = detail::token_id(f, "tokenizer.ggml.eos_token_id", n);
+  const bool add_bos = detail::flag(f, "tokenizer.ggml.add_bos_token", split->ignore_merges);
+  const bool add_eos = detail::flag(f, "tokenizer.ggml.add_eos_token", false);
 
   nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
   for (std::int64_t i = 0; i < n; ++i) {
@@ -565,21 +683,10 @@ inline nlohmann::json gpt2_tokenizer_json(const io::GgufFile& f) {
     for (const std::string& m : f.get_array<std::string>("tokenizer.ggml.merges"))
       merges.push_back(m);
 
-  nlohmann::json single = nlohmann::json::array(), specials = nlohmann::json::object();
-  const auto special = [&](std::int64_t id) {
-    const std::string& t = tokens[static_cast<std::size_t>(id)];
-    single.push_back({{"SpecialToken", {{"id", t}, {"type_id", 0}}}});
-    specials[t] = {{"id", t}, {"ids", {id}}, {"tokens", {t}}};
-  };
-  if (add_bos) {
-    if (!bos) detail::fail(f, "tokenizer.ggml.add_bos_token is true but no bos_token_id is set");
-    special(*bos);
-  }
-  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
-  if (add_eos) {
-    if (!eos) detail::fail(f, "tokenizer.ggml.add_eos_token is true but no eos_token_id is set");
-    special(*eos);
-  }
+  if (add_bos && !bos)
+    detail::fail(f, "tokenizer.ggml.add_bos_token is true but no bos_token_id is set");
+  if (add_eos && !eos)
+    detail::fail(f, "tokenizer.ggml.add_eos_token is true but no eos_token_id is set");
   return {{"version", "1.0"},
           {"added_tokens", added},
           {"normalizer", nullptr},
@@ -594,11 +701,8 @@ inline nlohmann::json gpt2_tokenizer_json(const io::GgufFile& f) {
                {"add_prefix_space", false},
                {"trim_offsets", true},
                {"use_regex", false}}}}}},
-          {"post_processor",
-           {{"type", "TemplateProcessing"},
-            {"single", single},
-            {"pair", single},
-            {"special_tokens", specials}}},
+          {"post_processor", detail::bos_eos_template(tokens, add_bos ? bos : std::nullopt,
+                                                      add_eos ? eos : std::nullopt)},
           {"decoder",
            {{"type", "ByteLevel"},
             {"add_prefix_space", true},
@@ -617,19 +721,31 @@ inline nlohmann::json gpt2_tokenizer_json(const io::GgufFile& f) {
             {"merges", merges}}}};
 }
 
-/// The tokenizer of an open GGUF file (tokenizer.ggml.model "gpt2": see
-/// gpt2_tokenizer_json). bos_id() is the prepended BOS; eos_id() is the
-/// template's EOS when add_eos_token is set (the file's
-/// tokenizer.ggml.eos_token_id is LoadedCausalLM::eos_id). \throws
-/// FormatError naming the key; tokenizer.ggml.model "llama" (SentencePiece
-/// scores) is not read yet.
+/// The tokenizer of an open GGUF file: tokenizer.ggml.model "gpt2" (see
+/// gpt2_tokenizer_json) or "llama" (spm_model(), in the tokenizer.json
+/// layout of transformers' LlamaConverter: tokenize::SentencePieceModel::
+/// to_hf_json). BOS is prepended and EOS appended as .add_bos_token /
+/// .add_eos_token say (llama.cpp's defaults: BOS for "llama" and for the
+/// llama3 pre types); bos_id() is then that BOS. The file's
+/// tokenizer.ggml.eos_token_id is LoadedCausalLM::eos_id. \throws
+/// FormatError naming the key.
 inline tokenize::HfTokenizer load_tokenizer(const io::GgufFile& f) {
   const std::string model = detail::string(f, "tokenizer.ggml.model");
-  if (model != "gpt2")
+  const std::string source = f.path() + " (tokenizer.ggml.* as tokenizer.json)";
+  if (model == "gpt2") return tokenize::HfTokenizer::from_json(gpt2_tokenizer_json(f), source);
+  if (model != "llama")
     detail::fail(f, "metadata key \"tokenizer.ggml.model\" is " + kappa::quoted(model) +
-                        "; kappa reads \"gpt2\" (byte-level BPE) vocabularies from GGUF so far");
-  return tokenize::HfTokenizer::from_json(gpt2_tokenizer_json(f),
-                                          f.path() + " (tokenizer.ggml.* as tokenizer.json)");
+                        "; kappa reads \"gpt2\" (byte-level BPE) and \"llama\" (SentencePiece "
+                        "BPE) vocabularies from GGUF");
+  nlohmann::json j = spm_model(f).to_hf_json();
+  const std::vector<std::string>& tokens = f.get_array<std::string>("tokenizer.ggml.tokens");
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const bool add_bos = detail::flag(f, "tokenizer.ggml.add_bos_token", true);
+  const bool add_eos = detail::flag(f, "tokenizer.ggml.add_eos_token", false);
+  j["post_processor"] = detail::bos_eos_template(
+      tokens, add_bos ? detail::token_id(f, "tokenizer.ggml.bos_token_id", n, 1) : std::nullopt,
+      add_eos ? detail::token_id(f, "tokenizer.ggml.eos_token_id", n, 2) : std::nullopt);
+  return tokenize::HfTokenizer::from_json(j, source);
 }
 
 /// What one call loads from a GGUF file: the model, its tokenizer, the
@@ -653,6 +769,8 @@ LoadedCausalLM<T, S> load(const std::filesystem::path& path) {
   std::optional<TokenId> eos;
   if (f.has("tokenizer.ggml.eos_token_id"))
     eos = static_cast<TokenId>(f.get_integer("tokenizer.ggml.eos_token_id"));
+  else if (detail::string(f, "tokenizer.ggml.model") == "llama")
+    eos = 2;  // llama.cpp's default for SentencePiece vocabularies
   return {std::move(model), std::move(tok), eos, path};
 }
 
