@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Converts tests/data/models/llama (safetensors) to GGUF with llama.cpp's own converter.
+"""Converts tiny models of tests/data/models (safetensors) to GGUF with llama.cpp's own converter.
 
 Writes tests/data/models/llama-gguf/llama-f32.gguf, llama-q8_0.gguf (from
-tests/data/models/llama) and qwen2-f32.gguf (from tests/data/models/qwen2), see
+tests/data/models/llama), qwen2-f32.gguf, gpt2-f32.gguf and mistral-f32.gguf (from
+those directories), see
 tests/data/models/llama-gguf/README.md; and spm-bpe_llama-vocab.gguf, the
 vocabulary alone of tests/data/tokenize/sentencepiece/bpe_llama.model (SentencePiece
 style: tokenizer.ggml.model "llama"). Never run by the build or the tests.
@@ -62,8 +63,12 @@ OUT = MODELS / "llama-gguf"
 # tied head, no W^Q / W^K permutation: llama.cpp rotates qwen2 in the NEOX
 # layout, which is Hugging Face's rotate_half), and gpt2 (GPT2Model: Conv1D
 # weights transposed to (out, in), c_attn as attn_qkv, tied head)
+# mistral: MistralForCausalLM through LlamaModel (general.architecture llama),
+# explicit head_dim 16 != d / H (attention.key_length); llama.cpp writes no
+# sliding window for it, so its reference is the forward without the window
+# (equal to mistral/reference's first sliding_window rows).
 JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)),
-        ("gpt2", "gpt2", ("f32",)))
+        ("gpt2", "gpt2", ("f32",)), ("mistral", "mistral", ("f32",)))
 
 
 def fetch_llama_cpp(work: Path) -> Path:
@@ -132,7 +137,8 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
     from conversion.qwen import Qwen2Model
     from conversion.gpt2 import GPT2Model
 
-    base = {"llama": LlamaModel, "spm": LlamaModel, "qwen2": Qwen2Model, "gpt2": GPT2Model}[arch]
+    base = {"llama": LlamaModel, "mistral": LlamaModel, "spm": LlamaModel, "qwen2": Qwen2Model,
+            "gpt2": GPT2Model}[arch]
 
     class Converter(base):
         model_arch = base.model_arch
@@ -154,7 +160,8 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
         def get_vocab_base_pre(self, tokenizer):
             # tokenizer.json's split regex: Llama 3's (llama/), Qwen2's
             # (qwen2/), GPT-2's ByteLevel one (gpt2/)
-            return {"llama": "llama-bpe", "qwen2": "qwen2", "gpt2": "gpt-2"}[arch]
+            return {"llama": "llama-bpe", "mistral": "llama-bpe", "qwen2": "qwen2",
+                    "gpt2": "gpt-2"}[arch]
 
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[outtype]
     with torch.inference_mode():
@@ -196,8 +203,8 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
                                   "mlp.down_proj.weight")]
         if arch == "qwen2":
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
-    model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2,
-                  "gpt2": gguf.MODEL_ARCH.GPT2}[arch]
+    model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "mistral": gguf.MODEL_ARCH.LLAMA,
+                  "qwen2": gguf.MODEL_ARCH.QWEN2, "gpt2": gguf.MODEL_ARCH.GPT2}[arch]
     tmap = gguf.get_tensor_name_map(model_arch, n_layer)
     reader = gguf.GGUFReader(path)
     by_name = {t.name: t for t in reader.tensors}
@@ -207,7 +214,7 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
         t = by_name[g]
         a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
         a = a.reshape([int(x) for x in reversed(list(t.shape))]) if a.ndim != len(t.shape) else a
-        if arch == "llama" and hf.endswith(("q_proj.weight", "k_proj.weight")):
+        if arch in ("llama", "mistral") and hf.endswith(("q_proj.weight", "k_proj.weight")):
             n = H if "q_proj" in hf else Hkv
             # inverse of LlamaModel.permute: reshape(n, D/2, 2, in), swap back, reshape
             a = a.reshape(n, a.shape[0] // n // 2, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
@@ -232,10 +239,15 @@ def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -
     for outtype in outtypes:
         W = hf_weights_from_gguf(out_dir / f"{name}-{outtype}.gguf", cfg, arch)
         forward = R.gpt2_forward if arch == "gpt2" else R.llama_forward
+        rows = len(ids)
+        if arch == "mistral":  # llama.cpp: no window; rows < window are unaffected by it
+            rows = cfg["sliding_window"]
+            cfg = dict(cfg, sliding_window=None)
         logits = forward(W, cfg, ids)[0].numpy()
-        err = float(np.abs(logits - ref).max())
+        err = float(np.abs(logits[:rows] - ref[:rows]).max())
         print(f"{name}-{outtype}: max |logits - {src.name}/reference/logits| = {err:.3g}",
-              "top-1 agreement", float((logits.argmax(1) == ref.argmax(1)).mean()))
+              f"(first {rows} rows)", "top-1 agreement",
+              float((logits[:rows].argmax(1) == ref[:rows].argmax(1)).mean()))
         if outtype == "f32":
             assert err < 1e-12, err
         np.save(out_dir / "reference" / f"{name}-{outtype}_logits.npy", logits.astype(np.float64))

@@ -120,6 +120,20 @@ TYPED_TEST(GgufLoadTest, Q8LogitsWithinTheFormatsErrorWithTheSameTop1) {
   }
 }
 
+// Mistral through llama.cpp's converter: general.architecture llama with
+// attention.key_length 16 != embedding_length / head_count = 8, and no
+// sliding window (llama.cpp writes none): the independent no-window forward,
+// whose first sliding_window (4) rows are the Hugging Face reference's.
+TYPED_TEST(GgufLoadTest, MistralLoadsAsLlamaWithItsHeadWidth) {
+  using T = TypeParam;
+  const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("f32", "mistral"));
+  EXPECT_EQ(lm.model_type(), "llama");
+  const RowMatrix<T> logits = lm.forward(reference_ids("mistral"));
+  EXPECT_LE(scaled_error(logits, read_ref("llama-gguf", "mistral-f32_logits")), kModelTol<T>);
+  const RowMatrix<double> hf_ref = read_ref("mistral", "logits");
+  EXPECT_LE(scaled_error(logits.topRows(4), RowMatrix<double>(hf_ref.topRows(4))), kModelTol<T>);
+}
+
 // The converter's permutation (LlamaModel.permute) followed by the loader's
 // inverse is the identity, on a W^K-shaped matrix with 2 heads of width 8.
 TEST(GgufLoad, UnpermuteInvertsTheConvertersPermutation) {
