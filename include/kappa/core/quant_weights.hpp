@@ -55,7 +55,10 @@
 // AVX512-VNNI + VL, _mm256_dpbusd_avx_epi32 with AVX-VNNI) when the build
 // enables them (-march=native), else the portable scalar code; all give the
 // same int32 lane sums (the sign trick keeps every pair of products within
-// int16: |w| <= 128, |x| <= 127). detail::kQuantDotIsa names the one built.
+// int16: |w| <= 128, |x| <= 127). The scales of 8 blocks are gathered and
+// widened (F16C) at once. With KAPPA_QUANT_AVX512=1 (off by default, see
+// below) two blocks go in one 512-bit vector, same lanes, same order.
+// detail::kQuantDotIsa names the path built.
 #pragma once
 
 #include <algorithm>
@@ -83,10 +86,16 @@
 #else
 #define KAPPA_QUANT_AVX2 0
 #endif
-#if KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__)
-#define KAPPA_QUANT_AVX512 1
-#else
+// KAPPA_QUANT_AVX512=1 (with AVX-512BW, VL and FMA) takes two blocks per
+// 512-bit vector. It is off by default: 1.1x faster on blocks in L1, but no
+// faster streaming the weights from memory (bench_quant on an AVX-512 VNNI
+// Xeon VM: equal for 4096 x 4096, 1.25x slower for GPT-2's Q4_0 head).
+#ifndef KAPPA_QUANT_AVX512
 #define KAPPA_QUANT_AVX512 0
+#endif
+#if KAPPA_QUANT_AVX512 && \
+    !(KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__))
+#error "kappa: KAPPA_QUANT_AVX512=1 needs AVX-512BW, AVX-512VL and FMA (e.g. -march=native)"
 #endif
 
 namespace kappa {
@@ -121,15 +130,15 @@ namespace detail {
 
 /// The instruction set of the block dot products in this build.
 #if KAPPA_QUANT_AVX512 && defined(__AVX512VNNI__)
-inline constexpr const char* kQuantDotIsa = "avx512-vnni";
+inline constexpr const char* kQuantDotIsa = "512-bit avx512-vnni";
 #elif KAPPA_QUANT_AVX512
-inline constexpr const char* kQuantDotIsa = "avx512bw";
+inline constexpr const char* kQuantDotIsa = "512-bit avx512bw";
 #elif KAPPA_QUANT_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-inline constexpr const char* kQuantDotIsa = "avx2+avx512-vnni";
+inline constexpr const char* kQuantDotIsa = "256-bit avx512-vnni";
 #elif KAPPA_QUANT_AVX2 && defined(__AVXVNNI__)
-inline constexpr const char* kQuantDotIsa = "avx-vnni";
+inline constexpr const char* kQuantDotIsa = "256-bit avx-vnni";
 #elif KAPPA_QUANT_AVX2
-inline constexpr const char* kQuantDotIsa = "avx2";
+inline constexpr const char* kQuantDotIsa = "256-bit avx2";
 #else
 inline constexpr const char* kQuantDotIsa = "portable";
 #endif
@@ -373,10 +382,14 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
     }
   }
 #endif
-  for (; b < x.nb; ++b, w += kW)
-    lanes_add_avx2((b & 1) ? acc1 : acc0,
-                   _mm256_set1_ps(block_scale_f16c(w) * xd[static_cast<std::size_t>(b)]), 0,
-                   lanes(w, b));
+  for (; b < x.nb; ++b, w += kW) {
+    const __m256i s = lanes(w, b);
+    const __m256 d = _mm256_set1_ps(block_scale_f16c(w) * xd[static_cast<std::size_t>(b)]);
+    if (b & 1)
+      lanes_add_avx2(acc1, d, 0, s);
+    else
+      lanes_add_avx2(acc0, d, 0, s);
+  }
   return lanes_total_avx2(acc0, acc1);
 }
 
