@@ -2,8 +2,8 @@
 """Converts tiny models of tests/data/models (safetensors) to GGUF with llama.cpp's own converter.
 
 Writes tests/data/models/llama-gguf/llama-f32.gguf, llama-q8_0.gguf (from
-tests/data/models/llama), qwen2-f32.gguf, gpt2-f32.gguf and mistral-f32.gguf (from
-those directories), see
+tests/data/models/llama), qwen2-f32.gguf, gpt2-f32.gguf, mistral-f32.gguf and
+llama3-f32.gguf (from those directories and llama3-scaled), see
 tests/data/models/llama-gguf/README.md; and spm-bpe_llama-vocab.gguf, the
 vocabulary alone of tests/data/tokenize/sentencepiece/bpe_llama.model (SentencePiece
 style: tokenizer.ggml.model "llama"). Never run by the build or the tests.
@@ -68,7 +68,8 @@ OUT = MODELS / "llama-gguf"
 # sliding window for it, so its reference is the forward without the window
 # (equal to mistral/reference's first sliding_window rows).
 JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)),
-        ("gpt2", "gpt2", ("f32",)), ("mistral", "mistral", ("f32",)))
+        ("gpt2", "gpt2", ("f32",)), ("mistral", "mistral", ("f32",)),
+        ("llama3-scaled", "llama3", ("f32",)))
 
 
 def fetch_llama_cpp(work: Path) -> Path:
@@ -137,8 +138,8 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
     from conversion.qwen import Qwen2Model
     from conversion.gpt2 import GPT2Model
 
-    base = {"llama": LlamaModel, "mistral": LlamaModel, "spm": LlamaModel, "qwen2": Qwen2Model,
-            "gpt2": GPT2Model}[arch]
+    base = {"llama": LlamaModel, "mistral": LlamaModel, "llama3": LlamaModel, "spm": LlamaModel,
+            "qwen2": Qwen2Model, "gpt2": GPT2Model}[arch]
 
     class Converter(base):
         model_arch = base.model_arch
@@ -160,8 +161,8 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
         def get_vocab_base_pre(self, tokenizer):
             # tokenizer.json's split regex: Llama 3's (llama/), Qwen2's
             # (qwen2/), GPT-2's ByteLevel one (gpt2/)
-            return {"llama": "llama-bpe", "mistral": "llama-bpe", "qwen2": "qwen2",
-                    "gpt2": "gpt-2"}[arch]
+            return {"llama": "llama-bpe", "mistral": "llama-bpe", "llama3": "llama-bpe",
+                    "qwen2": "qwen2", "gpt2": "gpt-2"}[arch]
 
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[outtype]
     with torch.inference_mode():
@@ -204,6 +205,7 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
         if arch == "qwen2":
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
     model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "mistral": gguf.MODEL_ARCH.LLAMA,
+                  "llama3": gguf.MODEL_ARCH.LLAMA,
                   "qwen2": gguf.MODEL_ARCH.QWEN2, "gpt2": gguf.MODEL_ARCH.GPT2}[arch]
     tmap = gguf.get_tensor_name_map(model_arch, n_layer)
     reader = gguf.GGUFReader(path)
@@ -214,7 +216,7 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
         t = by_name[g]
         a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
         a = a.reshape([int(x) for x in reversed(list(t.shape))]) if a.ndim != len(t.shape) else a
-        if arch in ("llama", "mistral") and hf.endswith(("q_proj.weight", "k_proj.weight")):
+        if arch in ("llama", "mistral", "llama3") and hf.endswith(("q_proj.weight", "k_proj.weight")):
             n = H if "q_proj" in hf else Hkv
             # inverse of LlamaModel.permute: reshape(n, D/2, 2, in), swap back, reshape
             a = a.reshape(n, a.shape[0] // n // 2, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
@@ -222,6 +224,14 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
             a = a.T  # GPT2Model.modify_tensors transposed the Conv1D (in, out) weights
         W[hf] = torch.from_numpy(np.ascontiguousarray(a))
     return W
+
+
+def gguf_rope_factors(path: Path):
+    import numpy as np
+    import gguf
+
+    t = next(t for t in gguf.GGUFReader(path).tensors if t.name == "rope_freqs.weight")
+    return np.asarray(t.data, dtype=np.float64).reshape(-1)
 
 
 def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -> None:
@@ -243,13 +253,32 @@ def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -
         if arch == "mistral":  # llama.cpp: no window; rows < window are unaffected by it
             rows = cfg["sliding_window"]
             cfg = dict(cfg, sliding_window=None)
-        logits = forward(W, cfg, ids)[0].numpy()
+        inv_freq = R.rope_inv_freq
+        tol = 1e-12
+        if arch == "llama3":
+            # The converter's generate_extra_tensors stores Llama 3's rule as one
+            # factor per frequency (rope_freqs.weight, computed in float32); ggml's
+            # rope divides each frequency theta^(-2i/d) by its factor. That, with
+            # the file's factors, replaces the rule; the HF reference (float64
+            # rule) agrees to float32 rounding of the factors.
+            ff = gguf_rope_factors(out_dir / f"{name}-{outtype}.gguf")
+
+            def with_factors(c, seq_len):
+                inv, _ = inv_freq(dict(c, rope_scaling=None), seq_len)
+                return inv / torch.from_numpy(ff).to(inv.dtype), 1.0
+
+            R.rope_inv_freq = with_factors
+            tol = 1e-5
+        try:
+            logits = forward(W, cfg, ids)[0].numpy()
+        finally:
+            R.rope_inv_freq = inv_freq
         err = float(np.abs(logits[:rows] - ref[:rows]).max())
         print(f"{name}-{outtype}: max |logits - {src.name}/reference/logits| = {err:.3g}",
               f"(first {rows} rows)", "top-1 agreement",
               float((logits[:rows].argmax(1) == ref[:rows].argmax(1)).mean()))
         if outtype == "f32":
-            assert err < 1e-12, err
+            assert err < tol, err
         np.save(out_dir / "reference" / f"{name}-{outtype}_logits.npy", logits.astype(np.float64))
 
 

@@ -134,6 +134,20 @@ TYPED_TEST(GgufLoadTest, MistralLoadsAsLlamaWithItsHeadWidth) {
   EXPECT_LE(scaled_error(logits.topRows(4), RowMatrix<double>(hf_ref.topRows(4))), kModelTol<T>);
 }
 
+// Llama 3's RoPE rule as the converter stores it (rope_freqs.weight, one
+// float32 divisor per frequency, generate_extra_tensors): the independent
+// forward with ggml's theta_i / f_i on the file's factors, and the Hugging
+// Face reference (the float64 rule) to the factors' float32 rounding
+// (measured 2.4e-7 there).
+TYPED_TEST(GgufLoadTest, Llama3RopeFactorsMatchTheReference) {
+  using T = TypeParam;
+  const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("f32", "llama3"));
+  const RowMatrix<T> logits = lm.forward(reference_ids("llama3-scaled"));
+  EXPECT_LE(scaled_error(logits, read_ref("llama-gguf", "llama3-f32_logits")), kModelTol<T>);
+  const double hf_tol = std::max(kModelTol<T>, 1e-6);
+  EXPECT_LE(scaled_error(logits, read_ref("llama3-scaled", "logits")), hf_tol);
+}
+
 // The converter's permutation (LlamaModel.permute) followed by the loader's
 // inverse is the identity, on a W^K-shaped matrix with 2 heads of width 8.
 TEST(GgufLoad, UnpermuteInvertsTheConvertersPermutation) {

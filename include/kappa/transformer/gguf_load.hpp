@@ -22,8 +22,11 @@
 // embedding_length / head_count), .attention.layer_norm_rms_epsilon,
 // .rope.freq_base (default 10000), .rope.dimension_count (must equal the
 // head width: kappa's LLaMA rotates whole heads), .rope.scaling.type (none
-// or linear with .rope.scaling.factor; yarn and the Llama-3 factors tensor
-// rope_freqs.weight are refused by name). The vocabulary size is the length
+// or linear with .rope.scaling.factor; yarn is refused by name). Llama 3's
+// RoPE rule arrives as the tensor rope_freqs.weight (one divisor per
+// frequency, which ggml applies as theta_i / f_i): kappa applies it through
+// RopeScaling's LongRoPE divisors (equal short and long, attention factor 1).
+// The vocabulary size is the length
 // of tokenizer.ggml.tokens, else <arch>.vocab_size, else token_embd's rows.
 //
 // Tensors, by llama.cpp's names (gguf-py's MODEL_TENSOR names); llama, qwen2:
@@ -381,10 +384,32 @@ inline hf::LlamaSizes llama_sizes(const io::GgufFile& f, const std::string& arch
     detail::fail(f, "metadata key " + kappa::quoted(a + "rope.scaling.type") + " is " +
                         kappa::quoted(scaling) + ", which kappa does not load yet (none, linear)");
   }
-  if (f.has_tensor("rope_freqs.weight"))
-    detail::fail(f,
-                 "tensor \"rope_freqs.weight\" (Llama 3's RoPE frequency factors) is not "
-                 "supported yet");
+  if (f.has_tensor("rope_freqs.weight")) {
+    // Llama 3's rule as llama.cpp's converter stores it: one factor per
+    // frequency, by which ggml's rope divides theta^(-2i/d_R) (ggml_rope_ext's
+    // freq_factors). kappa's LongRoPE divides by per-frequency factors too:
+    // equal short and long factors and attention factor 1 are exactly that.
+    const io::GgufTensorInfo& t = f.tensor("rope_freqs.weight");
+    if (t.numel != s.d_rot / 2)
+      throw ShapeError("kappa: " + f.path() + ": tensor \"rope_freqs.weight\" has shape " +
+                       io::tensor_shape_string(t.shape()) + ", expected [" +
+                       std::to_string(s.d_rot / 2) + "] (one factor per rotary frequency)");
+    if (s.scaling.kind != RopeScaling::Kind::kNone)
+      detail::fail(f, "tensor \"rope_freqs.weight\" and " + a +
+                          "rope.scaling.type are both set; kappa applies one or the other");
+    const RowMatrix<float> ff = f.dequantize("rope_freqs.weight");
+    std::vector<double> factors(ff.data(), ff.data() + ff.size());
+    for (double x : factors)
+      if (!(x > 0) || !(x <= hf::kMaxRopeFactor))
+        detail::fail(f, "tensor \"rope_freqs.weight\" holds " + std::to_string(x) +
+                            ", not a factor in (0, 1e6]");
+    s.scaling.kind = RopeScaling::Kind::kLongRope;
+    s.scaling.factor = 1.0;
+    s.scaling.original_context = s.max_pos;
+    s.scaling.attention_factor = 1.0;
+    s.scaling.short_factor = factors;
+    s.scaling.long_factor = std::move(factors);
+  }
   if (f.has("tokenizer.ggml.tokens")) {
     s.vocab = static_cast<Index>(f.get_array<std::string>("tokenizer.ggml.tokens").size());
   } else if (f.has(a + "vocab_size")) {
