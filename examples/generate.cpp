@@ -1,6 +1,8 @@
-// examples/generate.cpp - generate text with a Hugging Face model directory.
+// examples/generate.cpp - generate text with a Hugging Face model directory
+// or a llama.cpp GGUF file (llama, qwen2, gpt2 architectures; its tokenizer
+// and EOS come from the file's metadata).
 //
-//   generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]
+//   generate --model DIR|FILE.gguf --prompt TEXT [--max-new-tokens N] [--temperature T]
 //            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]
 //            [--threads N] [--greedy] [--stop STR]... [--bf16] [--json]
 //            [--logits FILE]
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -36,6 +39,7 @@
 #include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/utf8.hpp"
 #include "kappa/transformer/generate.hpp"
+#include "kappa/transformer/gguf_load.hpp"
 #include "kappa/transformer/hf.hpp"
 
 namespace {
@@ -78,7 +82,8 @@ class UsageError : public std::runtime_error {
 };
 
 constexpr const char* kUsage =
-    "usage: generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K "
+    "usage: generate --model DIR|FILE.gguf --prompt TEXT [--max-new-tokens N --temperature T "
+    "--top-k K "
     "--top-p P --min-p P --repeat-penalty R --seed S --threads N --greedy --stop STR --bf16 "
     "--json --logits FILE]";
 
@@ -158,20 +163,42 @@ Args parse(int argc, char** argv) {
     else
       throw UsageError("unknown option: " + opt);
   }
-  if (a.model.empty()) throw UsageError("--model DIR is required");
+  if (a.model.empty()) throw UsageError("--model DIR|FILE.gguf is required");
   if (!have_prompt) throw UsageError("--prompt TEXT is required");
   return a;
+}
+
+// A model directory, or a llama.cpp GGUF file (its tokenizer inside).
+template <class S>
+struct Loaded {
+  kappa::hf::CausalLM<float, S> lm;
+  kappa::tokenize::HfTokenizer tok;
+  kappa::GenerateOptions opt;
+};
+template <class S>
+Loaded<S> load(const std::string& model) {
+  std::error_code ec;
+  if (model.ends_with(".gguf") && !std::filesystem::is_directory(model, ec)) {
+    auto g = kappa::gguf::load<float, S>(model);
+    kappa::GenerateOptions opt;
+    if (g.eos_id) opt.eos_ids = std::vector<kappa::TokenId>{*g.eos_id};
+    return {std::move(g.model), std::move(g.tokenizer), std::move(opt)};
+  }
+  auto lm = kappa::hf::load_causal_lm<float, S>(model);
+  auto tok = kappa::tokenize::HfTokenizer::from_directory(model);
+  return {std::move(lm), std::move(tok), kappa::hf::generation_options(model)};
 }
 
 template <class S>
 int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto lm = kappa::hf::load_causal_lm<float, S>(a.model);
-  const auto tok = kappa::tokenize::HfTokenizer::from_directory(a.model);
+  Loaded<S> loaded = load<S>(a.model);
+  const auto& lm = loaded.lm;
+  const auto& tok = loaded.tok;
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  kappa::GenerateOptions opt = kappa::hf::generation_options(a.model);
+  kappa::GenerateOptions opt = std::move(loaded.opt);
   if (a.max_new_tokens) opt.max_new_tokens = *a.max_new_tokens;
   const bool sample = !a.greedy && (a.temperature || a.top_k || a.top_p || a.min_p || a.seed);
   opt.decoding = sample ? kappa::Decoding::kSample : kappa::Decoding::kGreedy;

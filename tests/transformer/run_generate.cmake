@@ -86,4 +86,30 @@ execute_process(COMMAND "${GENERATE}" --model "${SOURCE_DIR}/tests/data/models/q
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "generate on qwen3 with a non-ASCII prompt failed (${rc}): ${err}")
 endif()
+# 5. A GGUF file runs as its directory does (issue 27 item 6): the files
+#    llama.cpp's converter wrote from the tiny llama, qwen2 and gpt2 give the
+#    same prompt ids and greedy ids as the Hugging Face directories.
+foreach(pair "llama-f32.gguf|llama" "qwen2-f32.gguf|qwen2" "gpt2-f32.gguf|gpt2")
+  string(REPLACE "|" ";" pair "${pair}")
+  list(GET pair 0 file)
+  list(GET pair 1 dir)
+  set(results "")
+  foreach(model "${SOURCE_DIR}/tests/data/models/llama-gguf/${file}"
+                "${SOURCE_DIR}/tests/data/models/${dir}")
+    execute_process(COMMAND "${GENERATE}" --model "${model}" --prompt "Hello world"
+                            --max-new-tokens 6 --greedy --json
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "generate on ${model} failed (${rc}): ${err}")
+    endif()
+    string(JSON p GET "${out}" prompt_ids)
+    string(JSON g GET "${out}" generated_ids)
+    list(APPEND results "${p} ${g}")
+  endforeach()
+  list(GET results 0 from_gguf)
+  list(GET results 1 from_dir)
+  if(NOT from_gguf STREQUAL from_dir)
+    message(FATAL_ERROR "${file}: ${from_gguf}, its directory ${dir}: ${from_dir}")
+  endif()
+endforeach()
 message(STATUS "generate CLI: OK")
