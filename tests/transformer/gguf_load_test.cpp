@@ -146,6 +146,15 @@ TYPED_TEST(GgufLoadTest, Llama3RopeFactorsMatchTheReference) {
   EXPECT_LE(scaled_error(logits, read_ref("llama-gguf", "llama3-f32_logits")), kModelTol<T>);
   const double hf_tol = std::max(kModelTol<T>, 1e-6);
   EXPECT_LE(scaled_error(logits, read_ref("llama3-scaled", "logits")), hf_tol);
+  // Decoding through the cache, one token at a time, gives the same rows
+  // (the divisors do not depend on the length).
+  typename gguf::CausalLM<T>::Cache cache = lm.make_cache();
+  const std::vector<TokenId> ids = reference_ids("llama3-scaled");
+  RowMatrix<T> rows(static_cast<Index>(ids.size()), logits.cols());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    rows.row(static_cast<Index>(i)) = lm.forward_cached(ids[i], cache);
+  const double cache_tol = std::is_same_v<T, double> ? 1e-12 : 2e-5;
+  EXPECT_LE(scaled_error(rows, logits.template cast<double>()), cache_tol);
 }
 
 // The converter's permutation (LlamaModel.permute) followed by the loader's
