@@ -8,6 +8,7 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/core/quant_blocks.hpp"
+#include "kappa/core/quant_weights.hpp"
 #include "kappa/core/random.hpp"
 #include "kappa/core/randomized_svd.hpp"
 #include "kappa/core/threading.hpp"
@@ -66,6 +67,8 @@
 
 #include "kappa/transformer/architectures.hpp"
 #include "kappa/transformer/generate.hpp"
+#include "kappa/transformer/gguf_load.hpp"
+#include "kappa/transformer/gguf_write.hpp"
 #include "kappa/transformer/hf.hpp"
 #include "kappa/transformer/layers.hpp"
 #include "kappa/transformer/models.hpp"

@@ -114,6 +114,8 @@ struct GgufArray {
   [[nodiscard]] std::size_t size() const {
     return std::visit([](const auto& v) { return v.size(); }, values);
   }
+  /// Equal element types and elements.
+  friend bool operator==(const GgufArray&, const GgufArray&) = default;
 };
 
 /// A metadata value; the variant index is its GgufType.
