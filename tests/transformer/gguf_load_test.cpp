@@ -120,6 +120,30 @@ TYPED_TEST(GgufLoadTest, Q8LogitsWithinTheFormatsErrorWithTheSameTop1) {
   }
 }
 
+// The same Q8_0 file with the feed-forward and output-head weights kept in
+// Q8_0 blocks (Q8_0Weights: products on the packed blocks, the activations
+// quantized to Q8_0 per row as ggml does) instead of dequantized to float:
+// within the same Q8_0 tolerance of the F32 reference, the same top-1 on
+// every row, and the weights in fewer bytes.
+TEST(GgufLoad, Q8StorageKeepsTheBlocksWithinTheFormatsError) {
+  const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(gguf_file("q8_0"));
+  const gguf::CausalLM<float, kappa::Q8_0Weights> blocks =
+      gguf::load_causal_lm<float, kappa::Q8_0Weights>(gguf_file("q8_0"));
+  const RowMatrix<float> logits = blocks.forward(reference_ids());
+  const RowMatrix<double> ref = read_ref("llama", "logits");
+  EXPECT_LE(scaled_error(logits, ref), kQ8Tol);
+  EXPECT_LE(scaled_error(logits, RowMatrix<double>(dense.forward(reference_ids()).cast<double>())),
+            kQ8Tol);
+  for (Index r = 0; r < ref.rows(); ++r) {
+    Index a = 0, b = 0;
+    logits.row(r).maxCoeff(&a);
+    ref.row(r).maxCoeff(&b);
+    EXPECT_EQ(a, b) << "row " << r;
+  }
+  EXPECT_LT(static_cast<double>(blocks.weight_bytes()),
+            0.7 * static_cast<double>(dense.weight_bytes()));
+}
+
 // Mistral through llama.cpp's converter: general.architecture llama with
 // attention.key_length 16 != embedding_length / head_count = 8, and no
 // sliding window (llama.cpp writes none): the independent no-window forward,

@@ -50,6 +50,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/quant_weights.hpp"
 #include "kappa/core/weight_storage.hpp"
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
@@ -152,7 +153,10 @@ class DecoderLM {
     }
     if constexpr (!std::same_as<Storage, DenseWeights>) {
       untied_ = output_.has_value();
-      head_ = WeightMatrix<T, Storage>(output_ ? *output_ : embed_.table());
+      if constexpr (requires { Storage::kBlockBytes; })  // blocks along d, what X E^T reduces
+        head_ = WeightMatrix<T, Storage>(output_ ? *output_ : embed_.table(), BlocksAlong::kCols);
+      else
+        head_ = WeightMatrix<T, Storage>(output_ ? *output_ : embed_.table());
       output_.reset();  // the head lives in head_ only
     }
     if constexpr (detail::kHasAbsolutePositions<Positions>) {
