@@ -86,6 +86,20 @@ execute_process(COMMAND "${GENERATE}" --model "${SOURCE_DIR}/tests/data/models/q
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "generate on qwen3 with a non-ASCII prompt failed (${rc}): ${err}")
 endif()
+# Greedy "Hello world" + 6 tokens on `model`: the prompt ids and the
+# generated ids (JSON arrays) into <var>_prompt and <var>_ids.
+function(greedy_ids model var)
+  execute_process(COMMAND "${GENERATE}" --model "${model}" --prompt "Hello world"
+                          --max-new-tokens 6 --greedy --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "generate on ${model} failed (${rc}): ${err}")
+  endif()
+  string(JSON p GET "${out}" prompt_ids)
+  string(JSON g GET "${out}" generated_ids)
+  set(${var}_prompt "${p}" PARENT_SCOPE)
+  set(${var}_ids "${g}" PARENT_SCOPE)
+endfunction()
 # 5. A GGUF file runs as its directory does (issue 27 item 6): the files
 #    llama.cpp's converter wrote from the tiny llama, qwen2 and gpt2 give the
 #    same prompt ids and greedy ids as the Hugging Face directories.
@@ -93,29 +107,18 @@ foreach(pair "llama-f32.gguf|llama" "qwen2-f32.gguf|qwen2" "gpt2-f32.gguf|gpt2")
   string(REPLACE "|" ";" pair "${pair}")
   list(GET pair 0 file)
   list(GET pair 1 dir)
-  set(results "")
-  foreach(model "${SOURCE_DIR}/tests/data/models/llama-gguf/${file}"
-                "${SOURCE_DIR}/tests/data/models/${dir}")
-    execute_process(COMMAND "${GENERATE}" --model "${model}" --prompt "Hello world"
-                            --max-new-tokens 6 --greedy --json
-                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "generate on ${model} failed (${rc}): ${err}")
-    endif()
-    string(JSON p GET "${out}" prompt_ids)
-    string(JSON g GET "${out}" generated_ids)
-    list(APPEND results "${p} ${g}")
-  endforeach()
-  list(GET results 0 from_gguf)
-  list(GET results 1 from_dir)
-  if(NOT from_gguf STREQUAL from_dir)
-    message(FATAL_ERROR "${file}: ${from_gguf}, its directory ${dir}: ${from_dir}")
+  greedy_ids("${SOURCE_DIR}/tests/data/models/llama-gguf/${file}" gguf)
+  greedy_ids("${SOURCE_DIR}/tests/data/models/${dir}" hf)
+  if(NOT "${gguf_prompt} ${gguf_ids}" STREQUAL "${hf_prompt} ${hf_ids}")
+    message(FATAL_ERROR "${file}: ${gguf_prompt} ${gguf_ids}, its directory ${dir}: "
+                        "${hf_prompt} ${hf_ids}")
   endif()
 endforeach()
 # 6. The round trip (issue 27 items 2 and 6): the quantize command writes the
 #    tiny llama and qwen2 as GGUF; in F32 they generate their directories'
-#    ids, in Q8_0 and Q4_0 they load and generate.
+#    ids, in Q8_0 and Q4_0 they load, tokenize the same and generate.
 foreach(model llama qwen2)
+  greedy_ids("${SOURCE_DIR}/tests/data/models/${model}" hf)
   foreach(type f32 q8_0 q4_0)
     set(file "${WORK_DIR}/roundtrip-${model}-${type}.gguf")
     execute_process(COMMAND "${QUANTIZE}" --model "${SOURCE_DIR}/tests/data/models/${model}"
@@ -124,29 +127,12 @@ foreach(model llama qwen2)
     if(NOT rc EQUAL 0)
       message(FATAL_ERROR "quantize ${model} ${type} failed (${rc}): ${err}")
     endif()
-    set(results "")
-    foreach(m "${file}" "${SOURCE_DIR}/tests/data/models/${model}")
-      execute_process(COMMAND "${GENERATE}" --model "${m}" --prompt "Hello world"
-                              --max-new-tokens 6 --greedy --json
-                      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-      if(NOT rc EQUAL 0)
-        message(FATAL_ERROR "generate on ${m} failed (${rc}): ${err}")
-      endif()
-      string(JSON p GET "${out}" prompt_ids)
-      string(JSON g GET "${out}" generated_ids)
-      list(APPEND results "${p}|${g}")
-    endforeach()
-    list(GET results 0 from_gguf)
-    list(GET results 1 from_dir)
-    string(REPLACE "|" ";" a "${from_gguf}")
-    string(REPLACE "|" ";" b "${from_dir}")
-    list(GET a 0 prompt_gguf)
-    list(GET b 0 prompt_dir)
-    if(NOT prompt_gguf STREQUAL prompt_dir)
-      message(FATAL_ERROR "${model} ${type}: prompt ids ${prompt_gguf}, directory ${prompt_dir}")
+    greedy_ids("${file}" gguf)
+    if(NOT gguf_prompt STREQUAL hf_prompt)
+      message(FATAL_ERROR "${model} ${type}: prompt ids ${gguf_prompt}, directory ${hf_prompt}")
     endif()
-    if(type STREQUAL "f32" AND NOT from_gguf STREQUAL from_dir)
-      message(FATAL_ERROR "${model} f32 round trip: ${from_gguf}, directory ${from_dir}")
+    if(type STREQUAL "f32" AND NOT gguf_ids STREQUAL hf_ids)
+      message(FATAL_ERROR "${model} f32 round trip: ${gguf_ids}, directory ${hf_ids}")
     endif()
     file(REMOVE "${file}")
   endforeach()
