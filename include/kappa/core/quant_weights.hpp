@@ -402,7 +402,7 @@ inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
 #if KAPPA_QUANT_AVX512
         return q8_lanes2(wb, xq + 32 * b);
 #else
-        (void)wb, (void)b;
+        (void)wb, (void)b, (void)xq;
         return 0;
 #endif
       });
@@ -421,7 +421,7 @@ inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
 #if KAPPA_QUANT_AVX512
         return q4_lanes2(wb, xq + 32 * b, off + 8 * b);
 #else
-        (void)wb, (void)b;
+        (void)wb, (void)b, (void)xq, (void)off;
         return 0;
 #endif
       });

@@ -329,8 +329,8 @@ class SentencePieceModel {
     };
     std::vector<Merge> merges;
     std::vector<std::pair<TokenId, TokenId>> local;
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      const std::string_view p = pieces[i].piece;
+    for (const SentencePieceEntry& piece : pieces) {
+      const std::string_view p = piece.piece;
       local.clear();
       for (std::size_t k = 1; k < p.size(); ++k) {
         if ((static_cast<unsigned char>(p[k]) & 0xC0) == 0x80) continue;  // python splits chars
@@ -341,7 +341,7 @@ class SentencePieceModel {
         local.emplace_back(a->second, b->second);
       }
       std::sort(local.begin(), local.end());
-      for (const auto& [a, b] : local) merges.push_back({pieces[i].score, a, b});
+      for (const auto& [a, b] : local) merges.push_back({piece.score, a, b});
     }
     std::stable_sort(merges.begin(), merges.end(),
                      [](const Merge& x, const Merge& y) { return x.score > y.score; });
@@ -734,7 +734,8 @@ class SentencePieceModel {
         if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>' || hex(p[3]) < 0 ||
             hex(p[4]) < 0)
           r.fail(e.offset, name + ": byte piece " + kappa::quoted(p) + " is not <0xNN>");
-        byte_found[static_cast<std::size_t>(hex(p[3]) * 16 + hex(p[4]))] = true;
+        byte_found[static_cast<std::size_t>(hex(p[3])) * 16 + static_cast<std::size_t>(hex(p[4]))] =
+            true;
       }
     }
     if (!unk) r.fail(r.bytes.size(), "ModelProto.pieces: no piece of type UNKNOWN");
