@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -140,5 +141,48 @@ inline nlohmann::json read_json_file(const std::string& path,
                                      std::size_t max_bytes = kMaxJsonFileBytes) {
   return parse_json(read_regular_file(path, max_bytes), path);
 }
+
+/// Typed fields of a parsed JSON file (a tokenizer.json section), each bad
+/// one a FormatError "kappa: <source>: <key>: <what>". A null value counts as
+/// absent.
+class JsonFields {
+ public:
+  explicit JsonFields(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw FormatError("kappa: " + source_ + ": " + key + ": " + what);
+  }
+  /// o[k], or nullptr when o is not an object or k is absent or null.
+  static const nlohmann::json* get(const nlohmann::json& o, const char* k) {
+    if (!o.is_object()) return nullptr;
+    const auto it = o.find(k);
+    return (it == o.end() || it->is_null()) ? nullptr : &*it;
+  }
+  /// o["type"] of the object o at `key`.
+  std::string type_of(const nlohmann::json& o, const std::string& key) const {
+    if (!o.is_object()) fail(key, "not a JSON object");
+    const nlohmann::json* t = get(o, "type");
+    if (t == nullptr || !t->is_string()) fail(key + ".type", "missing or not a string");
+    return t->get<std::string>();
+  }
+  /// The boolean o[k] (`dflt` when absent) of the object at `key`.
+  bool flag(const nlohmann::json& o, const char* k, const std::string& key, bool dflt) const {
+    const nlohmann::json* v = get(o, k);
+    if (v == nullptr) return dflt;
+    if (!v->is_boolean()) fail(key + "." + k, "not true or false");
+    return v->get<bool>();
+  }
+  /// The string o[k] (`dflt` when absent) of the object at `key`.
+  std::string str(const nlohmann::json& o, const char* k, const std::string& key,
+                  const std::string& dflt) const {
+    const nlohmann::json* v = get(o, k);
+    if (v == nullptr) return dflt;
+    if (!v->is_string()) fail(key + "." + k, "not a string");
+    return v->get<std::string>();
+  }
+
+ private:
+  std::string source_;
+};
 
 }  // namespace kappa

@@ -507,35 +507,20 @@ class UnigramTokenizer {
 
   /// As from_tokenizer_json() on a parsed document; `source` names it.
   static UnigramTokenizer from_json(const nlohmann::json& j, const std::string& source) {
-    const auto fail = [&](const std::string& key, const std::string& what) -> void {
-      throw FormatError("kappa: " + source + ": " + key + ": " + what);
+    // The typed field readers every tokenizer.json loader shares (core/json.hpp).
+    const JsonFields fields(source);
+    const auto fail = [&](const std::string& key, const std::string& what) {
+      fields.fail(key, what);
     };
     if (!j.is_object()) fail("(top level)", "not a JSON object");
-    const auto get = [](const nlohmann::json& o, const char* k) -> const nlohmann::json* {
-      if (!o.is_object()) return nullptr;
-      const auto it = o.find(k);
-      return (it == o.end() || it->is_null()) ? nullptr : &*it;
-    };
-    const auto type_of = [&](const nlohmann::json& o, const std::string& key) -> std::string {
-      if (!o.is_object()) fail(key, "not a JSON object");
-      const nlohmann::json* t = get(o, "type");
-      if (t == nullptr || !t->is_string()) fail(key + ".type", "missing or not a string");
-      return t->get<std::string>();
+    const auto get = [](const nlohmann::json& o, const char* k) { return JsonFields::get(o, k); };
+    const auto type_of = [&](const nlohmann::json& o, const std::string& key) {
+      return fields.type_of(o, key);
     };
     const auto flag = [&](const nlohmann::json& o, const char* k, const std::string& key,
-                          bool dflt) -> bool {
-      const nlohmann::json* v = get(o, k);
-      if (v == nullptr) return dflt;
-      if (!v->is_boolean()) fail(key + "." + k, "not true or false");
-      return v->get<bool>();
-    };
+                          bool dflt) { return fields.flag(o, k, key, dflt); };
     const auto str = [&](const nlohmann::json& o, const char* k, const std::string& key,
-                         const std::string& dflt) -> std::string {
-      const nlohmann::json* v = get(o, k);
-      if (v == nullptr) return dflt;
-      if (!v->is_string()) fail(key + "." + k, "not a string");
-      return v->get<std::string>();
-    };
+                         const std::string& dflt) { return fields.str(o, k, key, dflt); };
     const auto id_of = [&](const nlohmann::json& v, const std::string& key) -> TokenId {
       if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
           v.get<std::int64_t>() > std::numeric_limits<TokenId>::max())
