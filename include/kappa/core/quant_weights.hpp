@@ -1,8 +1,13 @@
 // kappa/core/quant_weights.hpp - weights stored in GGUF's 8-bit and 4-bit
-// blocks (Q8_0, Q4_0), multiplied without dequantizing the matrix.
+// blocks (Q8_0, Q4_0) and k-quant super-blocks (Q4_K, Q6_K), multiplied
+// without dequantizing the matrix.
 //
 //   Q8_0Weights  34 bytes per 32 weights (8.5 bits): w = d q, q int8
 //   Q4_0Weights  18 bytes per 32 weights (4.5 bits): w = d (q - 8), q 4-bit
+//   Q4_KWeights  144 bytes per 256 weights (4.5 bits): sub-block s of 32,
+//                w = d sc_s q - dmin m_s (q 4-bit, sc_s, m_s 6-bit)
+//   Q6_KWeights  210 bytes per 256 weights (6.5625 bits): group g of 16,
+//                w = d sc_g (q - 32) (q 6-bit, sc_g int8)
 //
 // Layout. A product reduces over one dimension of W; the blocks run along
 // that dimension, so a product reads contiguous blocks. The packed matrix P
@@ -21,8 +26,10 @@
 // packed bytes copies or views them, never repacks). A projection
 // y = x W (W: d_in x d_out) is a GGUF tensor [d_out][d_in] with kRows; the
 // output head or embedding E (N_T x d) is [N_T][d] with kCols. k must be a
-// multiple of 32 (GGUF's own rule): other shapes throw ShapeError naming the
-// shape of W and of a block; there is no padding, so the bytes stay GGUF's.
+// multiple of the block, 32 or 256 (GGUF's own rule): other shapes throw
+// ShapeError naming the shape of W and of a block; there is no padding, so
+// the bytes stay GGUF's. (A row of P has k / 32 or k / 256 blocks; X's Q8_0
+// rows below always have k / 32.)
 //
 // Products. Both products compute out = X P^T when the blocks run along the
 // reduction ("the fast layout"):
@@ -41,6 +48,26 @@
 //     ranges of rows of P, each computed by one thread alone). The float
 //     summation adds at most (k / 32 + 8) 2^-24 sum |terms| to the exact
 //     sum of the block terms.
+//   - Q4_K and Q6_K, up to kFewRows rows: X's rows in the same Q8_0 blocks
+//     of 32 (not ggml's Q8_K); the super-block's bytes are unpacked in
+//     registers (nibbles, 6-bit q, 6-bit scales and mins) and each 32-element
+//     sub-block s (X's block 8 i + s in super-block i) gives exact int32s:
+//       Q4_K  I_s = sc_s sum q x,  M_s = m_s sum x; the term is
+//             (d dx_s) I_s - (dmin dx_s) M_s
+//       Q6_K  I_s = sc_lo sum_lo (q - 32) x + sc_hi sum_hi (q - 32) x
+//             (lo, hi: the two groups of 16); the term is (d dx_s) I_s
+//     (|I_s|, |M_s| <= 2^24, so exact as floats; d dx_s, dmin dx_s are exact
+//     products of two fp16 values). The float order is one for every path
+//     (detail::kq_lanes_add): float lane s of set i mod 2 gets
+//     lane_fma(d dx_s, I_s) then, for Q4_K, lane_fma(-dmin dx_s, M_s); the
+//     total is lanes_total's. So AVX2, VNNI and portable give the same float
+//     bit for bit, and so does every thread count. Each lane adds at most
+//     2 ceil(n / 2) terms (n = k / 256 super-blocks) plus the 4 additions of
+//     the total: the result is within (k / 256 + 8) 2^-24 sum |terms| of the
+//     exact sum of the sub-block terms (one term per sub-block for Q6_K, two
+//     for Q4_K). Against X's Q8_0 values times ggml's dequantized weights
+//     Q4_K adds 2^-24 sum |w x| (dequantization rounds d sc q - dmin m once;
+//     Q6_K's is exact).
 //   - more rows (prefill): panels of 64 rows of P are dequantized into a
 //     buffer in T and multiplied with Eigen's GEMM (X is not quantized, so
 //     prefill is as exact as the weights allow; decode adds X's Q8_0 error).
@@ -58,7 +85,21 @@
 // int16: |w| <= 128, |x| <= 127). The scales of 8 blocks are gathered and
 // widened (F16C) at once. With KAPPA_QUANT_AVX512=1 (off by default, see
 // below) two blocks go in one 512-bit vector, same lanes, same order.
-// detail::kQuantDotIsa names the path built.
+// detail::kQuantDotIsa names the path built. Q4_K and Q6_K use the same
+// lane dot products (q is unsigned there, 0..15 or 0..63, so no sign trick:
+// every pair of products is within int16, 2 * 63 * 128 < 2^15), hadd the
+// lanes into per-sub-block (Q4_K) or per-16 (Q6_K) sums and scale them with
+// _mm256_mullo_epi32: the same int32s as the portable loops. They use
+// 256-bit vectors whatever KAPPA_QUANT_AVX512 says.
+//
+// Quantizing floats (the RowMatrix constructor): Q8_0 and Q4_0 use ggml's
+// reference quantizers byte for byte. Q4_K and Q6_K use a simple quantizer of
+// our own from the format's definition (detail::quantize_row_q4_K_simple,
+// detail::quantize_row_q6_K_simple: sub-block min/max, scales rounded up so
+// that every value is covered); it is not ggml's iterative search, so its
+// bytes differ from ggml's and its error is somewhat larger. Each weight is
+// within half its step (d sc) of the input, plus float rounding; the bounds
+// are in the functions' comments and asserted by the tests.
 #pragma once
 
 #include <algorithm>
@@ -119,6 +160,26 @@ struct Q4_0Weights {
   static constexpr std::size_t kBlockBytes = quant::kBytesQ4_0;
 };
 
+/// Weights in GGUF's Q4_K super-blocks: 256 weights in 8 sub-blocks of 32,
+/// w = d sc_s q - dmin m_s (q 4-bit; sc_s, m_s 6-bit; d, dmin fp16) in 144
+/// bytes.
+struct Q4_KWeights {
+  static constexpr const char* kName = "q4_K";
+  /// Weights per block (super-block).
+  static constexpr Index kBlockWeights = quant::kBlockK;
+  /// Bytes per block.
+  static constexpr std::size_t kBlockBytes = quant::kBytesQ4_K;
+};
+/// Weights in GGUF's Q6_K super-blocks: 256 weights in 16 groups of 16,
+/// w = d sc_g (q - 32) (q 6-bit, sc_g int8, d fp16) in 210 bytes.
+struct Q6_KWeights {
+  static constexpr const char* kName = "q6_K";
+  /// Weights per block (super-block).
+  static constexpr Index kBlockWeights = quant::kBlockK;
+  /// Bytes per block.
+  static constexpr std::size_t kBlockBytes = quant::kBytesQ6_K;
+};
+
 /// Which dimension of W the blocks run along: the one the product that the
 /// matrix serves reduces over.
 enum class BlocksAlong {
@@ -151,12 +212,14 @@ inline float block_scale(const unsigned char* block) {
 /// One row of X in Q8_0 (nb blocks), unpacked for the dot products: the
 /// quants x_j contiguous, the scales as float (exact), and per block and
 /// lane l (elements 4 l .. 4 l + 3) the offset -8 sum x_j that Q4_0's
-/// w = d (q - 8) needs.
+/// w = d (q - 8) needs, and per 16 elements the sum of x_j (|sum| <= 2048)
+/// that Q4_K's mins and Q6_K's q - 32 need.
 struct Q8Row {
   Index nb = 0;
   std::vector<std::int8_t> q;
   std::vector<float> d;
   std::vector<std::int32_t> offset;
+  std::vector<std::int16_t> sum16;
 
   Q8Row() = default;
   /// From nb Q8_0 blocks of 34 bytes.
@@ -167,14 +230,19 @@ struct Q8Row {
     q.resize(32 * n);
     d.resize(n);
     offset.resize(8 * n);
+    sum16.resize(2 * n);
     for (std::size_t b = 0; b < n; ++b, blocks += quant::kBytesQ8_0) {
       d[b] = block_scale(blocks);
       std::memcpy(q.data() + 32 * b, blocks + 2, 32);
+      std::int32_t half[2] = {0, 0};
       for (std::size_t l = 0; l < 8; ++l) {
         std::int32_t sum = 0;
         for (std::size_t j = 4 * l; j < 4 * l + 4; ++j) sum += q[32 * b + j];
         offset[8 * b + l] = -8 * sum;
+        half[l / 4] += sum;
       }
+      sum16[2 * b] = static_cast<std::int16_t>(half[0]);
+      sum16[2 * b + 1] = static_cast<std::int16_t>(half[1]);
     }
   }
 };
@@ -241,6 +309,100 @@ inline float dot_q4_0_portable(const unsigned char* w, const Q8Row& x) {
       s[l] = sum;
     }
     lanes_add(acc, b, block_scale(w) * x.d[static_cast<std::size_t>(b)], s);
+  }
+  return lanes_total(acc);
+}
+
+/// Q4_K's eight 6-bit scales sc_s and mins m_s of a super-block (its 12
+/// packed bytes at `packed`).
+inline void q4_k_scales_mins(const unsigned char* packed, std::int32_t (&sc)[8],
+                             std::int32_t (&m)[8]) {
+  for (int s = 0; s < 8; ++s) {
+    std::uint8_t a = 0, b = 0;
+    quant::detail::q4_k_scale_min(s, packed, a, b);
+    sc[s] = a;
+    m[s] = b;
+  }
+}
+
+/// The shared float step of the k-quant dot products (both paths, one
+/// order): lane s += (scale dx_s) I_s with one lane_fma, for the 8
+/// sub-blocks s of a super-block (dx: X's 8 block scales).
+inline void kq_lanes_add(float (&acc)[8], float scale, const float* dx,
+                         const std::int32_t (&ints)[8]) {
+  for (int s = 0; s < 8; ++s) acc[s] = lane_fma(scale * dx[s], static_cast<float>(ints[s]), acc[s]);
+}
+
+/// The exact int32s of one Q4_K super-block `w` against X's 256 quants `xq`
+/// and their per-16 sums `xs`: I_s = sc_s sum q x, M_s = m_s sum x. In
+/// sub-block pair p (qs[32 p .. 32 p + 32)) the low nibbles are sub-block
+/// 2 p, the high nibbles 2 p + 1.
+inline void q4_k_ints_portable(const unsigned char* w, const std::int8_t* xq,
+                               const std::int16_t* xs, std::int32_t (&ints)[8],
+                               std::int32_t (&mins)[8]) {
+  std::int32_t sc[8], m[8];
+  q4_k_scales_mins(w + 4, sc, m);
+  const unsigned char* qs = w + 16;
+  for (int s = 0; s < 8; ++s) {
+    const unsigned char* qp = qs + 32 * (s / 2);
+    const int shift = 4 * (s & 1);
+    std::int32_t sum = 0;
+    for (int l = 0; l < 32; ++l)
+      sum += static_cast<std::int32_t>((qp[l] >> shift) & 0x0F) * xq[32 * s + l];
+    ints[s] = sc[s] * sum;
+    mins[s] = m[s] * (static_cast<std::int32_t>(xs[2 * s]) + xs[2 * s + 1]);
+  }
+}
+
+/// The exact int32s of one Q6_K super-block `w` against X's 256 quants:
+/// I_s = sc_{2s} sum_lo (q - 32) x + sc_{2s+1} sum_hi (q - 32) x over the two
+/// groups of 16 of sub-block s. Sub-block s = 4 h + j (h the half of 128):
+/// element l (0..31) has low bits ql[64 h + l + 32 (j & 1)] (the low nibble
+/// for j < 2, the high one for j >= 2) and high bits (qh[32 h + l] >> 2 j) & 3.
+inline void q6_k_ints_portable(const unsigned char* w, const std::int8_t* xq,
+                               std::int32_t (&ints)[8]) {
+  for (int s = 0; s < 8; ++s) {
+    const int h = s / 4, j = s % 4;
+    const unsigned char* ql = w + 64 * h + 32 * (j & 1);
+    const unsigned char* qh = w + 128 + 32 * h;
+    std::int32_t sum[2] = {0, 0};
+    for (int l = 0; l < 32; ++l) {
+      const int low = (ql[l] >> (4 * (j / 2))) & 0x0F;
+      const int q = low | (((qh[l] >> (2 * j)) & 3) << 4);
+      sum[l / 16] += (q - 32) * xq[32 * s + l];
+    }
+    const auto sc_lo = static_cast<std::int8_t>(w[192 + 2 * s]);
+    const auto sc_hi = static_cast<std::int8_t>(w[192 + 2 * s + 1]);
+    ints[s] = sc_lo * sum[0] + sc_hi * sum[1];
+  }
+}
+
+/// Sum over sub-blocks of (d dx_s) I_s - (dmin dx_s) M_s for a row of Q4_K
+/// super-blocks `w` and X's row `x` (x.nb = 8 per super-block), portable.
+inline float dot_q4_k_portable(const unsigned char* w, const Q8Row& x) {
+  float acc[2][8] = {};
+  for (Index i = 0; i < x.nb / 8; ++i, w += quant::kBytesQ4_K) {
+    const auto at = static_cast<std::size_t>(8 * i);
+    std::int32_t ints[8], mins[8];
+    q4_k_ints_portable(w, x.q.data() + 32 * at, x.sum16.data() + 2 * at, ints, mins);
+    const float d = block_scale(w);
+    const float dmin = quant::fp16_to_float(quant::detail::load_u16(w + 2));
+    kq_lanes_add(acc[i & 1], d, x.d.data() + at, ints);
+    kq_lanes_add(acc[i & 1], -dmin, x.d.data() + at, mins);
+  }
+  return lanes_total(acc);
+}
+
+/// Sum over sub-blocks of (d dx_s) I_s for a row of Q6_K super-blocks `w`
+/// and X's row `x`, portable.
+inline float dot_q6_k_portable(const unsigned char* w, const Q8Row& x) {
+  float acc[2][8] = {};
+  for (Index i = 0; i < x.nb / 8; ++i, w += quant::kBytesQ6_K) {
+    const auto at = static_cast<std::size_t>(8 * i);
+    std::int32_t ints[8];
+    q6_k_ints_portable(w, x.q.data() + 32 * at, ints);
+    const float d = quant::fp16_to_float(quant::detail::load_u16(w + 208));
+    kq_lanes_add(acc[i & 1], d, x.d.data() + at, ints);
   }
   return lanes_total(acc);
 }
@@ -426,6 +588,132 @@ inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
 #endif
       });
 }
+
+/// The sums of four lanes of v0..v3: [lo(v0) lo(v1) lo(v2) lo(v3) | hi(v0)
+/// hi(v1) hi(v2) hi(v3)], lo = lanes 0..3, hi = lanes 4..7 (integer adds:
+/// exact in any order).
+inline __m256i hsum4_halves(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+}
+
+/// acc += a b in float lanes with lane_fma's rounding.
+inline __m256 kq_fma(__m256 a, __m256i b, __m256 acc) {
+#if defined(__FMA__)
+  return _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(b), acc);
+#else
+  return _mm256_add_ps(_mm256_mul_ps(a, _mm256_cvtepi32_ps(b)), acc);
+#endif
+}
+
+/// One Q4_K super-block against X's 256 quants at xq (and per-16 sums xs),
+/// into acc: kq_lanes_add(d, I) then kq_lanes_add(-dmin, M), as
+/// dot_q4_k_portable, with the scales and mins unpacked from their 12 bytes
+/// as 32-bit words (sc_0..3 = the low 6 bits of bytes 0..3, m_0..3 of bytes
+/// 4..7; sc_4..7 = the low nibbles of bytes 8..11 with the top 2 bits of
+/// bytes 0..3 above them, m_4..7 the high nibbles with those of 4..7).
+inline __m256 q4_k_block_avx2(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs,
+                              const float* dx, __m256 acc) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i v[8];
+  for (int p = 0; p < 4; ++p) {
+    const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * p));
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * p));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * p + 32));
+    v[2 * p] = lane_dot_u8s8(zero, _mm256_and_si256(qv, nibble), x0);
+    v[2 * p + 1] = lane_dot_u8s8(zero, _mm256_and_si256(_mm256_srli_epi16(qv, 4), nibble), x1);
+  }
+  const __m256i a = hsum4_halves(v[0], v[1], v[2], v[3]);
+  const __m256i b = hsum4_halves(v[4], v[5], v[6], v[7]);
+  const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                                        _mm256_permute2x128_si256(a, b, 0x31));  // sum q x
+  std::uint32_t u[3];
+  std::memcpy(u, w + 4, 12);
+  const std::uint32_t sc_lo = u[0] & 0x3F3F3F3Fu;
+  const std::uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | ((u[0] >> 2) & 0x30303030u);
+  const std::uint32_t m_lo = u[1] & 0x3F3F3F3Fu;
+  const std::uint32_t m_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | ((u[1] >> 2) & 0x30303030u);
+  const __m256i sc =
+      _mm256_cvtepu8_epi32(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0));
+  const __m256i m =
+      _mm256_cvtepu8_epi32(_mm_setr_epi32(static_cast<int>(m_lo), static_cast<int>(m_hi), 0, 0));
+  const __m256i xsum = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)),
+                                         _mm256_set1_epi16(1));  // sum x per sub-block
+  const __m256 dx8 = _mm256_loadu_ps(dx);
+  const __m256 d = _mm256_mul_ps(_mm256_set1_ps(block_scale_f16c(w)), dx8);
+  const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-block_scale_f16c(w + 2)), dx8);
+  acc = kq_fma(d, _mm256_mullo_epi32(sc, sums), acc);
+  return kq_fma(dmin, _mm256_mullo_epi32(m, xsum), acc);
+}
+
+/// One Q6_K super-block against X's 256 quants into acc, as
+/// dot_q6_k_portable: q = low | high << 4 unpacked per half, sum q x per
+/// group of 16 (hsum4_halves), times the int8 scales, then minus
+/// 32 (sc_lo sum_lo x + sc_hi sum_hi x) (_mm256_madd_epi16 of the scales and
+/// X's per-16 sums).
+inline __m256 q6_k_block_avx2(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs,
+                              const float* dx, __m256 acc) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i two = _mm256_set1_epi8(0x30);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i v[8];
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * h));
+    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
+    const __m256i q[4] = {
+        _mm256_or_si256(_mm256_and_si256(ql0, nibble),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)),
+        _mm256_or_si256(_mm256_and_si256(ql1, nibble),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble),
+                        _mm256_and_si256(qh, two)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)),
+    };
+    for (int j = 0; j < 4; ++j)
+      v[4 * h + j] = lane_dot_u8s8(
+          zero, q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 128 * h + 32 * j)));
+  }
+  // [lo_0..3 | hi_0..3] and [lo_4..7 | hi_4..7]: sum q x per group of 16.
+  const __m256i a = hsum4_halves(v[0], v[1], v[2], v[3]);
+  const __m256i b = hsum4_halves(v[4], v[5], v[6], v[7]);
+  const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
+  const __m128i sc_split = _mm_shuffle_epi8(
+      sc_bytes, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+  const __m256i as = _mm256_mullo_epi32(a, _mm256_cvtepi8_epi32(sc_split));
+  const __m256i bs = _mm256_mullo_epi32(b, _mm256_cvtepi8_epi32(_mm_srli_si128(sc_split, 8)));
+  const __m256i scaled = _mm256_add_epi32(_mm256_permute2x128_si256(as, bs, 0x20),
+                                          _mm256_permute2x128_si256(as, bs, 0x31));
+  const __m256i offset = _mm256_madd_epi16(
+      _mm256_cvtepi8_epi16(sc_bytes), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
+  const __m256i ints = _mm256_sub_epi32(scaled, _mm256_slli_epi32(offset, 5));
+  const __m256 d = _mm256_mul_ps(_mm256_set1_ps(block_scale_f16c(w + 208)), _mm256_loadu_ps(dx));
+  return kq_fma(d, ints, acc);
+}
+
+/// The loop of the k-quant AVX2 dot products: super-block i into set
+/// i mod 2, as the portable code.
+template <std::size_t kW, class Block>
+inline float dot_k_avx2(const unsigned char* w, const Q8Row& x, Block block) {
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const Index n = x.nb / 8;
+  for (Index i = 0; i < n; ++i, w += kW) {
+    const auto at = static_cast<std::size_t>(8 * i);
+    acc[i & 1] =
+        block(w, x.q.data() + 32 * at, x.sum16.data() + 2 * at, x.d.data() + at, acc[i & 1]);
+  }
+  return lanes_total_avx2(acc[0], acc[1]);
+}
+
+/// dot_q4_k_portable with AVX2 / VNNI (bit for bit the same result).
+inline float dot_q4_k_avx2(const unsigned char* w, const Q8Row& x) {
+  return dot_k_avx2<quant::kBytesQ4_K>(w, x, [](auto... a) { return q4_k_block_avx2(a...); });
+}
+/// dot_q6_k_portable with AVX2 / VNNI (bit for bit the same result).
+inline float dot_q6_k_avx2(const unsigned char* w, const Q8Row& x) {
+  return dot_k_avx2<quant::kBytesQ6_K>(w, x, [](auto... a) { return q6_k_block_avx2(a...); });
+}
 #endif
 
 /// The block dot product of this build: AVX2 / VNNI where enabled, else
@@ -444,6 +732,139 @@ inline float dot_q4_0(const unsigned char* w, const Q8Row& x) {
 #else
   return dot_q4_0_portable(w, x);
 #endif
+}
+
+/// As dot_q8_0 for Q4_K weights.
+inline float dot_q4_k(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_AVX2
+  return dot_q4_k_avx2(w, x);
+#else
+  return dot_q4_k_portable(w, x);
+#endif
+}
+/// As dot_q8_0 for Q6_K weights.
+inline float dot_q6_k(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_AVX2
+  return dot_q6_k_avx2(w, x);
+#else
+  return dot_q6_k_portable(w, x);
+#endif
+}
+
+/// The smallest fp16 value not below v >= 0 (for scales that must cover a
+/// range); stays at the largest finite fp16 value for v beyond it.
+inline std::uint16_t fp16_not_below(float v) {
+  std::uint16_t h = quant::fp16_from_float(v);
+  if (h < 0x7BFFu && quant::fp16_to_float(h) < v) ++h;
+  return h < 0x7C00u ? h : std::uint16_t{0x7BFF};
+}
+
+/// Q4_K of a row x[0..k) (k a multiple of 256) into k / 256 super-blocks:
+/// our own simple quantizer from the format's definition, not ggml's
+/// iterative search (so not ggml's bytes). Per sub-block s of 32:
+/// lo_s = min(0, min x), hi_s = max x, off_s = -lo_s. dmin = the fp16 value
+/// not below max_s off_s / 63 and m_s = ceil(off_s / dmin) (so dmin m_s >=
+/// off_s); need_s = max(0, hi_s + dmin m_s) / 15, d = the fp16 not below
+/// max_s need_s / 63, sc_s = ceil(need_s / d) <= 63; q = round((x +
+/// dmin m_s) / (d sc_s)) in 0..15. Every value is covered, so for finite x
+/// well inside fp16's range each weight w = d sc_s q - dmin m_s is within
+/// half a step d sc_s of x (plus float rounding, 2^-18 max |x| of the
+/// super-block), and the step is at most (hi_s - lo_s + dmin) / 15 + d.
+inline void quantize_row_q4_K_simple(const float* x, unsigned char* out, std::int64_t k) {
+  for (std::int64_t b = 0; b < k / quant::kBlockK;
+       ++b, x += quant::kBlockK, out += quant::kBytesQ4_K) {
+    float hi[8], off[8], max_off = 0.0f;
+    for (int s = 0; s < 8; ++s) {
+      float lo = 0.0f, top = x[32 * s];
+      for (int l = 0; l < 32; ++l) {
+        lo = std::min(lo, x[32 * s + l]);
+        top = std::max(top, x[32 * s + l]);
+      }
+      hi[s] = top;
+      off[s] = -lo;
+      max_off = std::max(max_off, off[s]);
+    }
+    const std::uint16_t dmin_h = fp16_not_below(max_off / 63.0f);
+    const float dmin = quant::fp16_to_float(dmin_h);
+    int m[8];
+    float need[8], max_need = 0.0f;
+    for (int s = 0; s < 8; ++s) {
+      m[s] = dmin > 0.0f ? std::min(63, static_cast<int>(std::ceil(off[s] / dmin))) : 0;
+      need[s] = std::max(0.0f, hi[s] + dmin * static_cast<float>(m[s])) / 15.0f;
+      max_need = std::max(max_need, need[s]);
+    }
+    const std::uint16_t d_h = fp16_not_below(max_need / 63.0f);
+    const float d = quant::fp16_to_float(d_h);
+    int sc[8];
+    for (int s = 0; s < 8; ++s)
+      sc[s] = d > 0.0f ? std::min(63, static_cast<int>(std::ceil(need[s] / d))) : 0;
+    quant::detail::store_u16(out, d_h);
+    quant::detail::store_u16(out + 2, dmin_h);
+    unsigned char* packed = out + 4;
+    std::memset(packed, 0, 12);
+    for (int s = 0; s < 8; ++s) {
+      const auto scs = static_cast<unsigned>(sc[s]), ms = static_cast<unsigned>(m[s]);
+      if (s < 4) {
+        packed[s] = static_cast<unsigned char>(scs);
+        packed[s + 4] = static_cast<unsigned char>(ms);
+      } else {
+        packed[s + 4] = static_cast<unsigned char>((scs & 0xFu) | ((ms & 0xFu) << 4));
+        packed[s - 4] = static_cast<unsigned char>(packed[s - 4] | ((scs >> 4) << 6));
+        packed[s] = static_cast<unsigned char>(packed[s] | ((ms >> 4) << 6));
+      }
+    }
+    unsigned char* qs = out + 16;
+    std::memset(qs, 0, 128);
+    for (int s = 0; s < 8; ++s) {
+      const float step = d * static_cast<float>(sc[s]);
+      const float offset = dmin * static_cast<float>(m[s]);
+      for (int l = 0; l < 32; ++l) {
+        const float v = step > 0.0f ? std::round((x[32 * s + l] + offset) / step) : 0.0f;
+        const auto q = static_cast<unsigned>(std::clamp(v, 0.0f, 15.0f));
+        qs[32 * (s / 2) + l] =
+            static_cast<unsigned char>(qs[32 * (s / 2) + l] | (q << (4 * (s & 1))));
+      }
+    }
+  }
+}
+
+/// Q6_K of a row x[0..k) (k a multiple of 256) into k / 256 super-blocks:
+/// our own simple quantizer, not ggml's search (not its bytes). Per group g
+/// of 16: need_g = max |x| / 31; d = the fp16 value not below max_g need_g /
+/// 127, sc_g = ceil(need_g / d) <= 127, q - 32 = round(x / (d sc_g)) in
+/// -31..31 (32 when the step is 0). Each weight w = d sc_g (q - 32) is within
+/// half a step d sc_g of x (plus float rounding, 2^-18 max |x| of the
+/// super-block), and the step is at most max |x_g| / 31 + d.
+inline void quantize_row_q6_K_simple(const float* x, unsigned char* out, std::int64_t k) {
+  for (std::int64_t b = 0; b < k / quant::kBlockK;
+       ++b, x += quant::kBlockK, out += quant::kBytesQ6_K) {
+    float need[16], max_need = 0.0f;
+    for (int g = 0; g < 16; ++g) {
+      float amax = 0.0f;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * g + l]));
+      need[g] = amax / 31.0f;
+      max_need = std::max(max_need, need[g]);
+    }
+    const std::uint16_t d_h = fp16_not_below(max_need / 127.0f);
+    const float d = quant::fp16_to_float(d_h);
+    std::memset(out, 0, quant::kBytesQ6_K);
+    for (int g = 0; g < 16; ++g) {
+      const int sc = d > 0.0f ? std::min(127, static_cast<int>(std::ceil(need[g] / d))) : 0;
+      out[192 + g] = static_cast<unsigned char>(sc);
+      const float step = d * static_cast<float>(sc);
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * g + l;  // element 128 h + 32 j + i of the super-block
+        const float v = step > 0.0f ? std::round(x[e] / step) : 0.0f;
+        const auto q = static_cast<unsigned>(static_cast<int>(std::clamp(v, -31.0f, 31.0f)) + 32);
+        const int h = e / 128, j = (e % 128) / 32, i = e % 32;
+        unsigned char& low = out[64 * h + 32 * (j & 1) + i];
+        low = static_cast<unsigned char>(low | ((q & 0xFu) << (4 * (j / 2))));
+        unsigned char& high = out[128 + 32 * h + i];
+        high = static_cast<unsigned char>(high | ((q >> 4) << (2 * j)));
+      }
+    }
+    quant::detail::store_u16(out + 208, d_h);
+  }
 }
 
 /// The per-format operations of BlockWeightMatrix.
@@ -470,9 +891,31 @@ struct BlockFormatOps<Q4_0Weights> {
   static float dot(const unsigned char* w, const Q8Row& x) { return dot_q4_0(w, x); }
 };
 
+template <>
+struct BlockFormatOps<Q4_KWeights> {
+  static void quantize(const float* x, unsigned char* out, Index k) {
+    quantize_row_q4_K_simple(x, out, k);
+  }
+  static void dequantize(const unsigned char* in, float* y, Index k) {
+    quant::dequantize_row_q4_K(in, y, k);
+  }
+  static float dot(const unsigned char* w, const Q8Row& x) { return dot_q4_k(w, x); }
+};
+template <>
+struct BlockFormatOps<Q6_KWeights> {
+  static void quantize(const float* x, unsigned char* out, Index k) {
+    quantize_row_q6_K_simple(x, out, k);
+  }
+  static void dequantize(const unsigned char* in, float* y, Index k) {
+    quant::dequantize_row_q6_K(in, y, k);
+  }
+  static float dot(const unsigned char* w, const Q8Row& x) { return dot_q6_k(w, x); }
+};
+
 /// W (rows x cols) stored as block-quantized rows of P (see the file
-/// comment); the common code of `WeightMatrix<T, Q8_0Weights>` and
-/// `WeightMatrix<T, Q4_0Weights>`.
+/// comment); the common code of `WeightMatrix<T, Q8_0Weights>`,
+/// `WeightMatrix<T, Q4_0Weights>`, `WeightMatrix<T, Q4_KWeights>` and
+/// `WeightMatrix<T, Q6_KWeights>`.
 template <Scalar T, class Format>
 class BlockWeightMatrix {
   using Ops = BlockFormatOps<Format>;
@@ -482,10 +925,11 @@ class BlockWeightMatrix {
  public:
   BlockWeightMatrix() = default;
 
-  /// Quantizes W (rows x cols) with the format's reference quantizer
-  /// (byte-identical to ggml's quantize_row_*_ref), blocks along `along`.
+  /// Quantizes W (rows x cols), blocks along `along`: Q8_0 and Q4_0 with
+  /// the reference quantizer (byte-identical to ggml's quantize_row_*_ref),
+  /// Q4_K and Q6_K with our own simple one (see the file comment).
   /// \throws ShapeError when the dimension the blocks run along is not a
-  /// multiple of 32.
+  /// multiple of the block (32, or 256 for the k-quants).
   explicit BlockWeightMatrix(const RowMatrix<T>& w, BlocksAlong along = BlocksAlong::kRows)
       : BlockWeightMatrix(w.rows(), w.cols(), along) {
     auto owned = std::make_shared<std::vector<unsigned char>>(packed_bytes());
@@ -502,9 +946,10 @@ class BlockWeightMatrix {
 
   /// W (rows x cols) from packed blocks in GGUF's layout, copied as they
   /// are (no repacking): `blocks` holds the rows of P one after another
-  /// (kRows: cols rows of rows / 32 blocks, a GGUF tensor [cols][rows];
-  /// kCols: rows rows of cols / 32 blocks, a GGUF tensor [rows][cols]).
-  /// \throws ShapeError when the block dimension is not a multiple of 32 or
+  /// (kRows: cols rows of rows / B blocks, a GGUF tensor [cols][rows];
+  /// kCols: rows rows of cols / B blocks, a GGUF tensor [rows][cols]; B the
+  /// block's weights, 32 or 256).
+  /// \throws ShapeError when the block dimension is not a multiple of B or
   /// `blocks` has not exactly the size that takes.
   BlockWeightMatrix(Index rows, Index cols, BlocksAlong along,
                     std::span<const unsigned char> blocks)
@@ -589,10 +1034,13 @@ class BlockWeightMatrix {
     require_shapes(rows >= 0 && cols >= 0 && k_ % kB == 0, storage_name(), "W", rows, cols,
                    "a block", by_rows ? kB : 1, by_rows ? 1 : kB,
                    by_rows ? "the blocks run along W's rows (the dimension X W reduces over), so "
-                             "W's rows must be a multiple of 32"
+                             "W's rows must be a multiple of " +
+                                 std::to_string(kB)
                            : "the blocks run along W's columns (the dimension X W^T reduces "
-                             "over), so W's columns must be a multiple of 32");
+                             "over), so W's columns must be a multiple of " +
+                                 std::to_string(kB));
     nb_ = k_ / kB;
+    nx_ = k_ / quant::kBlock32;
   }
 
   void require_size(std::size_t size) const {
@@ -664,12 +1112,12 @@ class BlockWeightMatrix {
     std::vector<Q8Row> xs(static_cast<std::size_t>(n));
     {
       std::vector<float> xr(static_cast<std::size_t>(k_));
-      std::vector<unsigned char> blocks(static_cast<std::size_t>(nb_) * quant::kBytesQ8_0);
+      std::vector<unsigned char> blocks(static_cast<std::size_t>(nx_) * quant::kBytesQ8_0);
       for (Index r = 0; r < n; ++r) {
         for (Index t = 0; t < k_; ++t)
           xr[static_cast<std::size_t>(t)] = static_cast<float>(x(r, t));
         quant::quantize_row_q8_0(xr.data(), blocks.data(), k_);
-        xs[static_cast<std::size_t>(r)].assign(blocks.data(), nb_);
+        xs[static_cast<std::size_t>(r)].assign(blocks.data(), nx_);
       }
     }
 #ifdef _OPENMP
@@ -702,7 +1150,8 @@ class BlockWeightMatrix {
 
   Index rows_ = 0, cols_ = 0;
   BlocksAlong along_ = BlocksAlong::kRows;
-  Index k_ = 0, n_p_ = 0, nb_ = 0;  // reduction length, rows of P, blocks per row
+  // reduction length, rows of P, weight blocks per row of P, X's Q8_0 blocks per row
+  Index k_ = 0, n_p_ = 0, nb_ = 0, nx_ = 0;
   const unsigned char* data_ = nullptr;
   std::shared_ptr<const void> owner_;
 };
@@ -726,6 +1175,24 @@ template <Scalar T>
 class WeightMatrix<T, Q4_0Weights> : public detail::BlockWeightMatrix<T, Q4_0Weights> {
  public:
   using detail::BlockWeightMatrix<T, Q4_0Weights>::BlockWeightMatrix;
+};
+
+/// W in Q4_K super-blocks (4.5 bits per weight). Layout, products and
+/// accuracy: see the comment at the top of kappa/core/quant_weights.hpp.
+/// The reduction length must be a multiple of 256.
+template <Scalar T>
+class WeightMatrix<T, Q4_KWeights> : public detail::BlockWeightMatrix<T, Q4_KWeights> {
+ public:
+  using detail::BlockWeightMatrix<T, Q4_KWeights>::BlockWeightMatrix;
+};
+
+/// W in Q6_K super-blocks (6.5625 bits per weight). Layout, products and
+/// accuracy: see the comment at the top of kappa/core/quant_weights.hpp.
+/// The reduction length must be a multiple of 256.
+template <Scalar T>
+class WeightMatrix<T, Q6_KWeights> : public detail::BlockWeightMatrix<T, Q6_KWeights> {
+ public:
+  using detail::BlockWeightMatrix<T, Q6_KWeights>::BlockWeightMatrix;
 };
 
 }  // namespace kappa
