@@ -6,9 +6,14 @@ tests/data/models/llama), qwen2-f32.gguf, gpt2-f32.gguf, mistral-f32.gguf and
 llama3-f32.gguf (from those directories and llama3-scaled), see
 tests/data/models/llama-gguf/README.md; and spm-bpe_llama-vocab.gguf, the
 vocabulary alone of tests/data/tokenize/sentencepiece/bpe_llama.model (SentencePiece
-style: tokenizer.ggml.model "llama"). Never run by the build or the tests.
+style: tokenizer.ggml.model "llama"); and llama-256-f32.gguf (from
+tests/data/models/llama-256, whose every row length is a multiple of 256) with
+llama-256-q4_k_m.gguf, llama-256-q8_0.gguf and llama-256-q4_0.gguf made from it by
+llama.cpp's own `llama-quantize` (built from the same commit: $LLAMA_QUANTIZE, or
+built in the temporary clone). Never run by the build or the tests.
 
     /usr/bin/python3 tests/reference/make_gguf_models.py
+    LLAMA_QUANTIZE=/path/to/build/bin/llama-quantize /usr/bin/python3 tests/reference/make_gguf_models.py
 
 The converter and gguf-py are llama.cpp's, taken at run time from the git bundle
 that the npm package node-llama-cpp@3.22.1 ships (llama/gitRelease.bundle) and
@@ -43,7 +48,14 @@ that directory: reference/<name>-<type>_logits.npy. The F32 files'
 must equal <model>/reference/logits.npy (asserted < 1e-12, up to
 float64 rounding of the f32-stored epsilon).
 
-Needs npm (the registry), git, and Debian's python3 with numpy, python3-torch and
+The quantized files' references are computed the same way (gguf-py's numpy
+Q4_K / Q6_K / Q8_0 / Q4_0 dequantization); their error against the F32 model's
+logits is printed, every tensor's relative error against the F32 file's is
+asserted within its format's bound (WEIGHT_ERROR_BOUND), and the logits error
+nonzero and below half the logits' scale.
+
+Needs npm (the registry), git, cmake and a C++ compiler (unless $LLAMA_QUANTIZE),
+and Debian's python3 with numpy, python3-torch and
 python3-tqdm, python3-sentencepiece.
 """
 import json
@@ -67,9 +79,17 @@ OUT = MODELS / "llama-gguf"
 # explicit head_dim 16 != d / H (attention.key_length); llama.cpp writes no
 # sliding window for it, so its reference is the forward without the window
 # (equal to mistral/reference's first sliding_window rows).
+# llama-256: llama/'s layout at d 256, ffn 512, head_dim 64 (every reduction
+# dimension a multiple of 256, as Q4_K / Q6_K need), converted to F32 and then
+# quantized by llama.cpp's own llama-quantize (QUANTIZE below).
 JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)),
         ("gpt2", "gpt2", ("f32",)), ("mistral", "mistral", ("f32",)),
-        ("llama3-scaled", "llama3", ("f32",)))
+        ("llama3-scaled", "llama3", ("f32",)), ("llama-256", "llama-256", ("f32",)))
+# output name -> converter class key, where the name is not one
+ARCH = {"llama-256": "llama"}
+# output name -> llama-quantize types applied to <name>-f32.gguf, written as
+# <name>-<type lowercased>.gguf
+QUANTIZE = {"llama-256": ("Q4_K_M", "Q8_0", "Q4_0")}
 
 
 def fetch_llama_cpp(work: Path) -> Path:
@@ -80,6 +100,46 @@ def fetch_llama_cpp(work: Path) -> Path:
     subprocess.run(["git", "-c", "advice.detachedHead=false", "clone", "-q", str(work / "package/llama/gitRelease.bundle"), str(repo)],
                    check=True)
     return repo
+
+
+def llama_quantize(repo: Path) -> Path:
+    """llama.cpp's llama-quantize at the bundle's commit: $LLAMA_QUANTIZE if set
+    (a binary built from the same commit, e.g. by benchmarks/ggml_compare.sh, whose
+    build directory holds bin/llama-quantize), else built here in the temporary
+    clone (CPU only, Release; about 6 minutes on 2 cores)."""
+    if os.environ.get("LLAMA_QUANTIZE"):
+        return Path(os.environ["LLAMA_QUANTIZE"])
+    build = repo / "build"
+    subprocess.run(["cmake", "-S", str(repo), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                    "-DGGML_NATIVE=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                    "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
+                    # as benchmarks/ggml_compare.sh: AMX traps where the
+                    # hypervisor has not enabled it (quantizing uses no AMX)
+                    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+                    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2), "--target",
+                    "llama-quantize"], check=True, stdout=subprocess.DEVNULL)
+    return build / "bin" / "llama-quantize"
+
+
+def quantize(binary: Path, name: str, qtypes, out_dir: Path) -> None:
+    """`llama-quantize <name>-f32.gguf <name>-<type>.gguf <TYPE>` for each type, then
+    the ggml type of every tensor of each result (README's table)."""
+    import gguf
+
+    for q in qtypes:
+        dst = out_dir / f"{name}-{q.lower()}.gguf"
+        r = subprocess.run([str(binary), str(out_dir / f"{name}-f32.gguf"), str(dst), q, "1"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.stderr.write(r.stdout + r.stderr)
+            raise SystemExit(f"llama-quantize {q} failed")
+        # llama-quantize falls back to another type for a row length that is not
+        # a multiple of the block; say which types each tensor got.
+        print(f"{dst.name}: {dst.stat().st_size} bytes")
+        for t in gguf.GGUFReader(dst).tensors:
+            print(f"  {t.name:28s} {t.tensor_type.name:6s} ne {[int(x) for x in t.shape]}")
 
 
 def stub_transformers() -> None:
@@ -226,6 +286,28 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
     return W
 
 
+# Relative Frobenius error |dequantize(W) - W| / |W| a format leaves on a
+# Gaussian matrix, with margin (measured on llama-256: Q8_0 0.0054, Q6_K 0.018,
+# Q4_K 0.071, Q4_0 0.086).
+WEIGHT_ERROR_BOUND = {"Q8_0": 0.01, "Q6_K": 0.03, "Q4_K": 0.1, "Q4_0": 0.12, "F32": 0.0}
+
+
+def weight_errors(path: Path, f32_path: Path) -> dict:
+    """name -> (ggml type, relative Frobenius error of the dequantized tensor
+    against the F32 file's), each asserted within the type's bound."""
+    import numpy as np
+    import gguf
+
+    ref = {t.name: np.asarray(t.data, dtype=np.float64) for t in gguf.GGUFReader(f32_path).tensors}
+    out = {}
+    for t in gguf.GGUFReader(path).tensors:
+        a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape(ref[t.name].shape)
+        rel = float(np.linalg.norm(a - ref[t.name]) / np.linalg.norm(ref[t.name]))
+        assert rel <= WEIGHT_ERROR_BOUND[t.tensor_type.name], (t.name, t.tensor_type.name, rel)
+        out[t.name] = (t.tensor_type.name, rel)
+    return out
+
+
 def gguf_rope_factors(path: Path):
     import numpy as np
     import gguf
@@ -247,7 +329,7 @@ def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -
     (out_dir / "reference").mkdir(exist_ok=True)
     torch.set_num_threads(1)
     for outtype in outtypes:
-        W = hf_weights_from_gguf(out_dir / f"{name}-{outtype}.gguf", cfg, arch)
+        W = hf_weights_from_gguf(out_dir / f"{name}-{outtype}.gguf", cfg, ARCH.get(arch, arch))
         forward = R.gpt2_forward if arch == "gpt2" else R.llama_forward
         rows = len(ids)
         if arch == "mistral":  # llama.cpp: no window; rows < window are unaffected by it
@@ -273,12 +355,24 @@ def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -
             logits = forward(W, cfg, ids)[0].numpy()
         finally:
             R.rope_inv_freq = inv_freq
-        err = float(np.abs(logits[:rows] - ref[:rows]).max())
+        diff = logits[:rows] - ref[:rows]
+        err = float(np.abs(diff).max())
+        scale = float(np.abs(ref[:rows]).max())
+        top1 = int((logits[:rows].argmax(1) == ref[:rows].argmax(1)).sum())
         print(f"{name}-{outtype}: max |logits - {src.name}/reference/logits| = {err:.3g}",
-              f"(first {rows} rows)", "top-1 agreement",
-              float((logits[:rows].argmax(1) == ref[:rows].argmax(1)).mean()))
+              f"(first {rows} rows; {err / scale:.3g} of max |logits| {scale:.4g};",
+              f"RMS {float(np.sqrt((diff ** 2).mean())):.3g}) top-1 agreement {top1} / {rows}")
         if outtype == "f32":
             assert err < tol, err
+        else:  # a quantized file: every tensor within its format's error, some
+            # logits error (amplified through the layers), the same model
+            werr = weight_errors(out_dir / f"{name}-{outtype}.gguf", out_dir / f"{name}-f32.gguf")
+            worst = {}
+            for typ, rel in werr.values():
+                worst[typ] = max(worst.get(typ, 0.0), rel)
+            print("  weights: max relative Frobenius error per type",
+                  ", ".join(f"{k} {v:.3g}" for k, v in sorted(worst.items())))
+            assert 0 < err < 0.5 * scale, (err, scale)
         np.save(out_dir / "reference" / f"{name}-{outtype}_logits.npy", logits.astype(np.float64))
 
 
@@ -312,9 +406,14 @@ def main() -> None:
         sys.path[:0] = [str(repo / "gguf-py"), str(repo)]
         os.environ.setdefault("NO_LOCAL_GGUF", "1")
         stub_transformers()
+        quantizer = None
         for src, name, outtypes in JOBS:
             for outtype in outtypes:
-                convert(MODELS / src, name, outtype, OUT / f"{name}-{outtype}.gguf")
+                convert(MODELS / src, ARCH.get(name, name), outtype, OUT / f"{name}-{outtype}.gguf")
+            if name in QUANTIZE:
+                quantizer = quantizer or llama_quantize(repo)
+                quantize(quantizer, name, QUANTIZE[name], OUT)
+                outtypes = tuple(outtypes) + tuple(q.lower() for q in QUANTIZE[name])
             reference_logits(MODELS / src, name, name, outtypes, OUT)
         spm_vocab(OUT / "spm-bpe_llama-vocab.gguf")
         print("llama.cpp commit", commit)

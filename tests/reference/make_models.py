@@ -498,6 +498,20 @@ def make_llama_dynamic():
     return write_llama_like("llama-dynamic", cfg, Wnp, bpe, "llama", cache_check=False)[0]
 
 
+def make_llama_256(seed=2560):
+    # The llama/ layout and vocabulary at the smallest sizes llama.cpp's k-quants
+    # (Q4_K, Q6_K: super-blocks of 256 along each row) can hold: every matrix's
+    # reduction dimension (d 256, ffn 512, H head_dim 256) a multiple of 256, so
+    # llama-quantize writes Q4_K_M / Q8_0 / Q4_0 without falling back to other
+    # types. GQA 4 / 2, head_dim 64, untied head as llama/; ~5.3 MB of F32.
+    # The GGUF conversions and quantizations are in ../llama-gguf/
+    # (make_gguf_models.py).
+    bpe = family_bpe("llama")
+    cfg = llama_config(len(bpe), bpe, d=256, L=2, H=4, Hkv=2, ffn=512, head_dim=64)
+    Wnp = llama_like_weights(cfg, seed=seed)
+    return write_llama_like("llama-256", cfg, Wnp, bpe, "llama", ids_seed=seed)[0]
+
+
 def make_llama3_scaled():
     # head_dim 16 -> inv_freq 10000^(-i/8), wavelengths 2 pi 10000^(i/8) = 6.28, 19.9, 62.8, ...
     # original_max_position_embeddings 32, high_freq_factor 4, low_freq_factor 1:
@@ -2054,6 +2068,7 @@ MODELS = {
     "llama-bf16": make_llama_bf16,
     "llama-sharded": make_llama_sharded,
     "llama3-scaled": make_llama3_scaled,
+    "llama-256": make_llama_256,
     "llama-linear": make_llama_linear,
     "llama-dynamic": make_llama_dynamic,
     "mistral": make_mistral,
