@@ -14,8 +14,10 @@
 // (--greedy overrides). --json prints one JSON object instead of the text
 // ({"prompt_ids": [...], "generated_ids": [...], "text": "...", "stop": "..."}).
 // --logits FILE writes the logits of every prompt position as a float32 .npy
-// (prompt length x vocabulary). --bf16 keeps the feed-forward and output-head
-// weights in bfloat16 (half the bytes a decode step reads).
+// (prompt length x vocabulary). A GGUF file's weights stay as the file
+// stores them (Q8_0, Q4_0, ... blocks viewed in the mapped file; F32 tensors
+// in float). --bf16 rounds every projection and the output head to bfloat16
+// (half the bytes a decode step reads of a float model).
 // Errors (a missing directory, an unreadable file, a bad option) are one
 // line on stderr and a non-zero exit status.
 #include <algorithm>
@@ -266,7 +268,9 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
     kappa::set_num_threads(a.threads);
-    return a.bf16 ? run<kappa::Bf16Weights>(a) : run<kappa::DenseWeights>(a);
+    // AsStoredWeights: a directory's float weights stay dense (as
+    // DenseWeights), a GGUF file's blocks stay blocks.
+    return a.bf16 ? run<kappa::Bf16Weights>(a) : run<kappa::AsStoredWeights>(a);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "generate: %s (see generate --help)\n", e.what());
     return 2;

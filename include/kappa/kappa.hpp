@@ -11,6 +11,7 @@
 #include "kappa/core/quant_weights.hpp"
 #include "kappa/core/random.hpp"
 #include "kappa/core/randomized_svd.hpp"
+#include "kappa/core/stored_weights.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/version.hpp"
 

@@ -144,6 +144,71 @@ TEST(GgufLoad, Q8StorageKeepsTheBlocksWithinTheFormatsError) {
             0.7 * static_cast<double>(dense.weight_bytes()));
 }
 
+// AsStoredWeights keeps every matrix as the file stores it: the Q8_0 file's
+// projections (attention's W^Q, W^K, W^V, W^O included) and its Q8_0 head
+// stay in blocks, viewed in the file's mapping (no copy) except W^Q / W^K,
+// whose rows of blocks the llama layout reorders; the F32 norms and
+// embedding are read in float. Prefill (more than 8 rows: the blocks
+// dequantized panel by panel, X in float) gives the independent forward on
+// the same dequantized weights to float rounding; decoding row by row (X
+// quantized to Q8_0, as ggml does) stays within the format's tolerance with
+// the same top-1.
+TEST(GgufLoad, AsStoredKeepsTheFilesBlocksAndViewsTheMapping) {
+  const std::filesystem::path path = gguf_file("q8_0");
+  const auto shared = std::make_shared<const io::GgufFile>(path.string());
+  const io::GgufFile& file = *shared;
+  const gguf::CausalLM<float, kappa::AsStoredWeights> lm =
+      gguf::load_causal_lm<float, kappa::AsStoredWeights>(shared);
+  const auto& llama = std::get<Llama<float, kappa::AsStoredWeights>>(lm.model());
+  for (Index i = 0; i < llama.n_layers(); ++i) {
+    const auto& layer = llama.layers()[static_cast<std::size_t>(i)];
+    const auto& attn = layer.attention();
+    for (const auto* w : {&attn.w_q_stored(), &attn.w_k_stored(), &attn.w_v_stored(),
+                          &attn.w_o_stored(), &layer.feed_forward().w_gate_up(),
+                          &layer.feed_forward().w_up_split(), &layer.feed_forward().w_down()})
+      EXPECT_EQ(w->format(), "q8_0") << "layer " << i;
+    EXPECT_TRUE(layer.feed_forward().split());
+    // W^V is the file's own bytes (a view); W^Q's rows were reordered (a copy).
+    const auto& v = std::get<WeightMatrix<float, Q8_0Weights>>(attn.w_v_stored().held());
+    const std::string blk = "blk." + std::to_string(i) + ".";
+    EXPECT_EQ(v.blocks().data(), file.raw(blk + "attn_v.weight").data());
+    const auto& q = std::get<WeightMatrix<float, Q8_0Weights>>(attn.w_q_stored().held());
+    EXPECT_NE(q.blocks().data(), file.raw(blk + "attn_q.weight").data());
+  }
+  const std::vector<TokenId> ids = reference_ids();
+  ASSERT_GT(ids.size(), 8u);  // prefill takes the panel path
+  const RowMatrix<float> logits = lm.forward(ids);
+  EXPECT_LE(scaled_error(logits, read_ref("llama-gguf", "llama-q8_0_logits")), kModelTol<float>);
+  const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(path);
+  EXPECT_LT(static_cast<double>(lm.weight_bytes()),
+            0.5 * static_cast<double>(dense.weight_bytes()));
+  // Token by token: X in Q8_0.
+  auto cache = lm.make_cache();
+  const RowMatrix<double> ref = read_ref("llama", "logits");
+  RowMatrix<float> rows(static_cast<Index>(ids.size()), logits.cols());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    rows.row(static_cast<Index>(i)) = lm.forward_cached(ids[i], cache);
+  EXPECT_LE(scaled_error(rows, ref), kQ8Tol);
+  for (Index r = 0; r < ref.rows(); ++r) {
+    Index a = 0, b = 0;
+    rows.row(r).maxCoeff(&a);
+    ref.row(r).maxCoeff(&b);
+    EXPECT_EQ(a, b) << "row " << r;
+  }
+}
+
+// The view outlives every other handle on the file: a model loaded from a
+// path keeps the mapping alive itself.
+TEST(GgufLoad, AsStoredModelOwnsItsMapping) {
+  std::optional<gguf::CausalLM<float, kappa::AsStoredWeights>> lm;
+  {
+    auto loaded = gguf::load<float, kappa::AsStoredWeights>(gguf_file("q8_0"));
+    lm.emplace(std::move(loaded.model));
+  }
+  const RowMatrix<float> logits = lm->forward(reference_ids());
+  EXPECT_LE(scaled_error(logits, read_ref("llama-gguf", "llama-q8_0_logits")), kModelTol<float>);
+}
+
 // Mistral through llama.cpp's converter: general.architecture llama with
 // attention.key_length 16 != embedding_length / head_count = 8, and no
 // sliding window (llama.cpp writes none): the independent no-window forward,

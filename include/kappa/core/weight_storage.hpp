@@ -43,13 +43,14 @@ struct Bf16Weights {
   static constexpr const char* kName = "bf16";
 };
 
-/// Dense, bfloat16, or a block format: a policy with kBlockBytes (Q8_0Weights,
-/// Q4_0Weights in quant_weights.hpp).
+/// Dense, bfloat16, a block format (a policy with kBlockBytes: Q8_0Weights,
+/// Q4_0Weights, ... in quant_weights.hpp), or a format per matrix (kPerMatrix:
+/// AsStoredWeights in stored_weights.hpp).
 template <class S>
 concept WeightStoragePolicy =
     std::same_as<S, DenseWeights> || std::same_as<S, Bf16Weights> || requires {
   S::kBlockBytes;
-};
+} || requires { S::kPerMatrix; };
 
 /// float -> bfloat16, round to nearest even (NaN stays NaN).
 inline std::uint16_t float_to_bf16(float f) {

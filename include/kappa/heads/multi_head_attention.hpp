@@ -28,6 +28,12 @@
 // attends over everything cached, with the causal mask aligned to the last
 // positions and the positional policy fed the absolute positions, so prefill
 // then token-by-token decode equals the full causal forward pass.
+//
+// Weights: the Storage policy (core/weight_storage.hpp) stores W^Q, W^K,
+// W^V and W^O in T (DenseWeights), bfloat16, GGUF's blocks (Q8_0Weights,
+// ..., blocks along the rows of each W, the dimension X W reduces over) or
+// per matrix as a file stores them (AsStoredWeights); the projections are
+// WeightMatrix::multiply, the rest of the layer computes in T.
 #pragma once
 
 #include <algorithm>
@@ -49,8 +55,10 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/quant_weights.hpp"
 #include "kappa/core/random.hpp"
 #include "kappa/core/threading.hpp"
+#include "kappa/core/weight_storage.hpp"
 #include "kappa/heads/grouped_attention.hpp"
 #include "kappa/heads/grouping.hpp"
 #include "kappa/heads/positional.hpp"
@@ -138,7 +146,7 @@ struct SequenceBatch {
 /// init_random(seed). A layer object is read-only during forward calls, so
 /// several threads may call them at once.
 template <Scalar T, class Kernel = kernels::Softmax, HeadGrouping Grouping = MultiHead,
-          class Position = NoPosition>
+          class Position = NoPosition, WeightStoragePolicy Storage = DenseWeights>
 class MultiHeadAttention {
   static_assert(check_heads_kernel<Kernel>());
   static_assert(check_positional<Position, T>());
@@ -148,6 +156,8 @@ class MultiHeadAttention {
   using KernelType = Kernel;
   using GroupingType = Grouping;
   using PositionType = Position;
+  /// How W^Q, W^K, W^V and W^O are stored (core/weight_storage.hpp).
+  using StorageType = Storage;
 
   /// The options a positional policy built per head width takes
   /// (kappa::RopeOptions for kappa::Rope); an unusable type otherwise.
@@ -221,10 +231,10 @@ class MultiHeadAttention {
   void init_random(std::uint64_t seed) {
     SeededNormal g(seed);
     const HeadsConfig& c = config_;
-    w_q_ = seeded_projection<T>(c.d_in, c.n_heads * c.d_head, g);
-    w_k_ = seeded_projection<T>(c.d_kv_in, c.n_kv_heads * c.d_head, g);
-    w_v_ = seeded_projection<T>(c.d_kv_in, c.n_kv_heads * c.d_v, g);
-    w_o_ = seeded_projection<T>(c.n_heads * c.d_v, c.d_out, g);
+    w_q_ = store(seeded_projection<T>(c.d_in, c.n_heads * c.d_head, g));
+    w_k_ = store(seeded_projection<T>(c.d_kv_in, c.n_kv_heads * c.d_head, g));
+    w_v_ = store(seeded_projection<T>(c.d_kv_in, c.n_kv_heads * c.d_v, g));
+    w_o_ = store(seeded_projection<T>(c.n_heads * c.d_v, c.d_out, g));
     b_q_.resize(0);
     b_k_.resize(0);
     b_v_.resize(0);
@@ -247,11 +257,22 @@ class MultiHeadAttention {
   }
 
   /// W^Q (d_in x H d_head), W^K (d_kv_in x H_kv d_head), W^V (d_kv_in x
-  /// H_kv d_v), W^O (H d_v x d_out), and the biases (size 0 when absent).
-  [[nodiscard]] const RowMatrix<T>& w_q() const { return w_q_; }
-  [[nodiscard]] const RowMatrix<T>& w_k() const { return w_k_; }
-  [[nodiscard]] const RowMatrix<T>& w_v() const { return w_v_; }
-  [[nodiscard]] const RowMatrix<T>& w_o() const { return w_o_; }
+  /// H_kv d_v), W^O (H d_v x d_out) in T, and the biases (size 0 when
+  /// absent). With DenseWeights a reference to the weights; with another
+  /// storage a copy widened to T (w_q_stored() etc. give the stored matrix).
+  [[nodiscard]] decltype(auto) w_q() const { return w_q_.dense(); }
+  [[nodiscard]] decltype(auto) w_k() const { return w_k_.dense(); }
+  [[nodiscard]] decltype(auto) w_v() const { return w_v_.dense(); }
+  [[nodiscard]] decltype(auto) w_o() const { return w_o_.dense(); }
+  /// The stored W^Q, W^K, W^V, W^O.
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_q_stored() const { return w_q_; }
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_k_stored() const { return w_k_; }
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_v_stored() const { return w_v_; }
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_o_stored() const { return w_o_; }
+  /// The bytes of W^Q, W^K, W^V and W^O as stored (biases not counted).
+  [[nodiscard]] std::size_t weight_bytes() const {
+    return w_q_.bytes() + w_k_.bytes() + w_v_.bytes() + w_o_.bytes();
+  }
   [[nodiscard]] const RowVector<T>& b_q() const { return b_q_; }
   [[nodiscard]] const RowVector<T>& b_k() const { return b_k_; }
   [[nodiscard]] const RowVector<T>& b_v() const { return b_v_; }
@@ -271,10 +292,29 @@ class MultiHeadAttention {
     expect_shape(what, "w_v", w_v, c.d_kv_in, c.n_kv_heads * c.d_v,
                  "W^V is d_kv_in x (n_kv_heads d_v)");
     expect_shape(what, "w_o", w_o, c.n_heads * c.d_v, c.d_out, "W^O is (n_heads d_v) x d_out");
-    w_q_ = w_q;
-    w_k_ = w_k;
-    w_v_ = w_v;
-    w_o_ = w_o;
+    w_q_ = store(RowMatrix<T>(w_q));
+    w_k_ = store(RowMatrix<T>(w_k));
+    w_v_ = store(RowMatrix<T>(w_v));
+    w_o_ = store(RowMatrix<T>(w_o));
+  }
+
+  /// Sets W^Q, W^K, W^V, W^O already in the layer's storage (e.g. blocks
+  /// viewed in a memory-mapped GGUF file), shaped as set_weights() above
+  /// says. \throws ShapeError naming the actual and the expected shape.
+  void set_weights(WeightMatrix<T, Storage> w_q, WeightMatrix<T, Storage> w_k,
+                   WeightMatrix<T, Storage> w_v, WeightMatrix<T, Storage> w_o) {
+    constexpr const char* what = "MultiHeadAttention::set_weights";
+    const HeadsConfig& c = config_;
+    expect_stored(what, "w_q", w_q, c.d_in, c.n_heads * c.d_head, "W^Q is d_in x (n_heads d_head)");
+    expect_stored(what, "w_k", w_k, c.d_kv_in, c.n_kv_heads * c.d_head,
+                  "W^K is d_kv_in x (n_kv_heads d_head)");
+    expect_stored(what, "w_v", w_v, c.d_kv_in, c.n_kv_heads * c.d_v,
+                  "W^V is d_kv_in x (n_kv_heads d_v)");
+    expect_stored(what, "w_o", w_o, c.n_heads * c.d_v, c.d_out, "W^O is (n_heads d_v) x d_out");
+    w_q_ = std::move(w_q);
+    w_k_ = std::move(w_k);
+    w_v_ = std::move(w_v);
+    w_o_ = std::move(w_o);
   }
 
   /// Sets the biases b_Q (H d_head), b_K (H_kv d_head), b_V (H_kv d_v),
@@ -309,10 +349,10 @@ class MultiHeadAttention {
     expect_shape(what, "in_proj_weight", in_proj_weight, 3 * e, e,
                  "[W_q; W_k; W_v], each embed_dim x embed_dim");
     expect_shape(what, "out_proj.weight", out_proj_weight, e, e, "embed_dim x embed_dim");
-    w_q_ = in_proj_weight.topRows(e).transpose();
-    w_k_ = in_proj_weight.middleRows(e, e).transpose();
-    w_v_ = in_proj_weight.bottomRows(e).transpose();
-    w_o_ = out_proj_weight.transpose();
+    w_q_ = store(in_proj_weight.topRows(e).transpose());
+    w_k_ = store(in_proj_weight.middleRows(e, e).transpose());
+    w_v_ = store(in_proj_weight.bottomRows(e).transpose());
+    w_o_ = store(out_proj_weight.transpose());
   }
 
   /// Sets the biases from nn.MultiheadAttention: `in_proj_bias` (3E) is
@@ -356,10 +396,10 @@ class MultiHeadAttention {
                  "nn.Linear weight: (n_kv_heads d_v) x d_kv_in");
     expect_shape(what, "o_proj.weight", o_proj, c.d_out, c.n_heads * c.d_v,
                  "nn.Linear weight: d_out x (n_heads d_v)");
-    w_q_ = q_proj.transpose();
-    w_k_ = k_proj.transpose();
-    w_v_ = v_proj.transpose();
-    w_o_ = o_proj.transpose();
+    w_q_ = store(q_proj.transpose());
+    w_k_ = store(k_proj.transpose());
+    w_v_ = store(v_proj.transpose());
+    w_o_ = store(o_proj.transpose());
   }
 
   /// Self-attention of one sequence: X^Q = X^K = X^V = x (N x d_in), each
@@ -644,10 +684,10 @@ class MultiHeadAttention {
                          "build it");
       }
     }
-    w_q_ = RowMatrix<T>::Zero(config_.d_in, config_.n_heads * config_.d_head);
-    w_k_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_head);
-    w_v_ = RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_v);
-    w_o_ = RowMatrix<T>::Zero(config_.n_heads * config_.d_v, config_.d_out);
+    w_q_ = store(RowMatrix<T>::Zero(config_.d_in, config_.n_heads * config_.d_head));
+    w_k_ = store(RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_head));
+    w_v_ = store(RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_v));
+    w_o_ = store(RowMatrix<T>::Zero(config_.n_heads * config_.d_v, config_.d_out));
   }
 
   static HeadsConfig resolve(HeadsConfig c) {
@@ -693,6 +733,19 @@ class MultiHeadAttention {
     require_shapes(m.rows() == rows && m.cols() == cols, what, name, m.rows(), m.cols(),
                    "the expected shape", rows, cols, rule);
   }
+  static void expect_stored(const char* what, const char* name, const WeightMatrix<T, Storage>& m,
+                            Index rows, Index cols, const char* rule) {
+    require_shapes(m.rows() == rows && m.cols() == cols, what, name, m.rows(), m.cols(),
+                   "the expected shape", rows, cols, rule);
+  }
+  /// W (in T) in the layer's storage: as it is for DenseWeights; rounded to
+  /// bfloat16, or quantized in blocks along W's rows (what X W reduces over).
+  static WeightMatrix<T, Storage> store(RowMatrix<T> w) {
+    if constexpr (std::is_constructible_v<WeightMatrix<T, Storage>, RowMatrix<T>, BlocksAlong>)
+      return WeightMatrix<T, Storage>(std::move(w), BlocksAlong::kRows);
+    else
+      return WeightMatrix<T, Storage>(std::move(w));
+  }
   static void expect_bias(const char* what, const char* name, const RowVector<T>& b, Index n) {
     require_shapes(b.size() == 0 || b.size() == n, what, name, 1, b.size(), "the expected shape", 1,
                    n, "a bias is one row, or empty for none");
@@ -736,10 +789,10 @@ class MultiHeadAttention {
   }
 
   /// out = x W + b.
-  static void project(const ConstMatrixRef<T>& x, const RowMatrix<T>& w, const RowVector<T>& b,
-                      RowMatrix<T>& out) {
+  static void project(const ConstMatrixRef<T>& x, const WeightMatrix<T, Storage>& w,
+                      const RowVector<T>& b, RowMatrix<T>& out) {
     out.resize(x.rows(), w.cols());
-    product_into<T>(x, w, out);  // (N, width); decode rows split over the threads
+    w.multiply(x, out);  // (N, width); decode rows split over the threads
     if (b.size() != 0) out.rowwise() += b;
   }
 
@@ -832,13 +885,14 @@ class MultiHeadAttention {
   HeadsConfig config_;
   Kernel kernel_;
   Position position_;
-  RowMatrix<T> w_q_, w_k_, w_v_, w_o_;
+  WeightMatrix<T, Storage> w_q_, w_k_, w_v_, w_o_;
   RowVector<T> b_q_, b_k_, b_v_, b_o_;
 };
 
 /// Grouped-query attention: H_kv divides H (HeadsConfig::n_kv_heads).
-template <Scalar T, class Kernel = kernels::Softmax, class Position = NoPosition>
-using GroupedQueryAttention = MultiHeadAttention<T, Kernel, GroupedQuery, Position>;
+template <Scalar T, class Kernel = kernels::Softmax, class Position = NoPosition,
+          WeightStoragePolicy Storage = DenseWeights>
+using GroupedQueryAttention = MultiHeadAttention<T, Kernel, GroupedQuery, Position, Storage>;
 
 /// Multi-query attention: one key/value head for all query heads.
 template <Scalar T, class Kernel = kernels::Softmax, class Position = NoPosition>

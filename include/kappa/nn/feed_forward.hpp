@@ -80,6 +80,21 @@ class Mlp {
     b_2_ = std::move(b_2);
   }
 
+  /// As above with W_1 and W_2 already in the layer's storage (e.g. blocks
+  /// viewed in a memory-mapped GGUF file).
+  void set_weights(WeightMatrix<T, Storage> w_1, RowVector<T> b_1, WeightMatrix<T, Storage> w_2,
+                   RowVector<T> b_2) {
+    constexpr const char* what = "Mlp::set_weights";
+    detail::expect_ffn_shape(what, "W_1", w_1, d_model(), d_ff());
+    detail::expect_ffn_shape(what, "W_2", w_2, d_ff(), d_model());
+    if (b_1.size() > 0) detail::expect_ffn_shape(what, "b_1", b_1, 1, d_ff());
+    if (b_2.size() > 0) detail::expect_ffn_shape(what, "b_2", b_2, 1, d_model());
+    w_1_ = std::move(w_1);
+    b_1_ = std::move(b_1);
+    w_2_ = std::move(w_2);
+    b_2_ = std::move(b_2);
+  }
+
   /// Draws W_1 then W_2 from one SeededNormal(seed) stream and removes the
   /// biases: each W (fan_in x fan_out) has entries W_ij ~ U(-a, a],
   /// a = sqrt(3 / fan_in), i.e. mean 0 and variance 1 / fan_in
@@ -147,6 +162,9 @@ class GatedMlp {
 
   [[nodiscard]] Index d_model() const { return w_gate_up_.rows(); }
   [[nodiscard]] Index d_ff() const { return w_down_.rows(); }
+  /// Whether W_gate and W_up are stored apart (set from stored matrices)
+  /// rather than side by side.
+  [[nodiscard]] bool split() const { return split_; }
 
   /// W_gate, W_up (d, d_ff) and W_down (d_ff, d).
   /// \throws ShapeError naming the weight, its shape and the expected one.
@@ -161,6 +179,25 @@ class GatedMlp {
     gate_up.rightCols(d_ff()) = w_up;
     w_gate_up_ = WeightMatrix<T, Storage>(std::move(gate_up));
     w_down_ = WeightMatrix<T, Storage>(std::move(w_down));
+    w_up_ = {};
+    split_ = false;
+  }
+
+  /// As above with the three matrices already in the layer's storage (e.g.
+  /// blocks viewed in a memory-mapped GGUF file, where W_gate and W_up are
+  /// two tensors): W_gate and W_up are then kept apart, two products instead
+  /// of one. \throws ShapeError naming the weight, its shape and the
+  /// expected one.
+  void set_weights(WeightMatrix<T, Storage> w_gate, WeightMatrix<T, Storage> w_up,
+                   WeightMatrix<T, Storage> w_down) {
+    constexpr const char* what = "GatedMlp::set_weights";
+    detail::expect_ffn_shape(what, "W_gate", w_gate, d_model(), d_ff());
+    detail::expect_ffn_shape(what, "W_up", w_up, d_model(), d_ff());
+    detail::expect_ffn_shape(what, "W_down", w_down, d_ff(), d_model());
+    w_gate_up_ = std::move(w_gate);
+    w_up_ = std::move(w_up);
+    w_down_ = std::move(w_down);
+    split_ = true;
   }
 
   /// Draws W_gate, W_up, then W_down from one SeededNormal(seed) stream: each
@@ -180,7 +217,12 @@ class GatedMlp {
                    d_model(), d_ff(), "X must have d_model columns");
     const Index f = d_ff();
     RowMatrix<T> gu(x.rows(), 2 * f);
-    w_gate_up_.multiply(x, gu);  // (N, 2 d_ff): [X W_gate | X W_up]
+    if (split_) {
+      w_gate_up_.multiply(x, gu.leftCols(f));  // X W_gate
+      w_up_.multiply(x, gu.rightCols(f));      // X W_up
+    } else {
+      w_gate_up_.multiply(x, gu);  // (N, 2 d_ff): [X W_gate | X W_up]
+    }
     Act::template apply<T>(gu.leftCols(f));
     RowMatrix<T> h = gu.leftCols(f).cwiseProduct(gu.rightCols(f));  // (N, d_ff)
     RowMatrix<T> y(x.rows(), d_model());
@@ -188,10 +230,14 @@ class GatedMlp {
     return y;
   }
 
-  /// [W_gate | W_up] (d, 2 d_ff) and W_down.
+  /// [W_gate | W_up] (d, 2 d_ff), or W_gate alone when split(); W_up when
+  /// split() (else empty); W_down.
   [[nodiscard]] const WeightMatrix<T, Storage>& w_gate_up() const { return w_gate_up_; }
+  [[nodiscard]] const WeightMatrix<T, Storage>& w_up_split() const { return w_up_; }
   [[nodiscard]] const WeightMatrix<T, Storage>& w_down() const { return w_down_; }
-  [[nodiscard]] std::size_t weight_bytes() const { return w_gate_up_.bytes() + w_down_.bytes(); }
+  [[nodiscard]] std::size_t weight_bytes() const {
+    return w_gate_up_.bytes() + w_down_.bytes() + (split_ ? w_up_.bytes() : 0);
+  }
 
  private:
   static Index check_size(Index n) {
@@ -199,6 +245,8 @@ class GatedMlp {
     return n;
   }
   WeightMatrix<T, Storage> w_gate_up_, w_down_;
+  WeightMatrix<T, Storage> w_up_{};  // W_up when split_
+  bool split_ = false;
 };
 
 /// SwiGLU: the gated MLP with SiLU (LLaMA, Mistral, Qwen2, DeepSeek-V2).

@@ -21,9 +21,12 @@
 //   PaperTransformer  the original encoder-decoder: post-norm LayerNorm, MHA,
 //                sinusoidal positions, ReLU MLP
 //
-// The decoder-only aliases take a weight storage policy S (DenseWeights, or
-// Bf16Weights for the feed-forward and output-head weights, which are most of
-// the bytes a decode step reads; attention projections stay in T).
+// The decoder-only aliases take a weight storage policy S (DenseWeights,
+// Bf16Weights, the GGUF block formats Q8_0Weights, ..., or AsStoredWeights:
+// each matrix as its file stores it) for every weight matrix a decode step
+// reads: the attention projections, the feed-forward and the output head.
+// DeepSeek's latent attention keeps its projections in T (only its
+// feed-forward and head take S).
 #pragma once
 
 #include "kappa/attention/kernels.hpp"
@@ -46,20 +49,21 @@ namespace kappa {
 
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Gpt2Layer =
-    DecoderOnlyLayer<T, MultiHeadAttention<T>, LayerNorm<T>, Mlp<T, GeluTanh, S>, PreNorm>;
+    DecoderOnlyLayer<T, MultiHeadAttention<T, kernels::Softmax, MultiHead, NoPosition, S>,
+                     LayerNorm<T>, Mlp<T, GeluTanh, S>, PreNorm>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Gpt2 = DecoderLM<T, Gpt2Layer<T, S>, LearnedPositions<T>, S>;
 
-template <Scalar T>
-using LlamaAttention = GroupedQueryAttention<T, kernels::Softmax, Rope<T, RotateHalf>>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-using LlamaLayer = DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
+using LlamaAttention = GroupedQueryAttention<T, kernels::Softmax, Rope<T, RotateHalf>, S>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using LlamaLayer = DecoderOnlyLayer<T, LlamaAttention<T, S>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Llama = DecoderLM<T, LlamaLayer<T, S>, NoAbsolutePositions, S>;
 
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using MistralSlidingLayer =
-    DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGlu<T, S>, PreNorm, SlidingWindowMask>;
+    DecoderOnlyLayer<T, LlamaAttention<T, S>, RMSNorm<T>, SwiGlu<T, S>, PreNorm, SlidingWindowMask>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using MistralSliding = DecoderLM<T, MistralSlidingLayer<T, S>, NoAbsolutePositions, S>;
 
@@ -70,10 +74,11 @@ template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = Abso
 using DeepSeekV2 = DecoderLM<T, DeepSeekV2Layer<T, S, Path>, NoAbsolutePositions, S>;
 
 /// Qwen3: LLaMA with an RMSNorm of each head's queries and keys before RoPE.
-template <Scalar T>
-using Qwen3Attention = GroupedQueryAttention<T, kernels::Softmax, QkNorm<T, Rope<T, RotateHalf>>>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-using Qwen3Layer = DecoderOnlyLayer<T, Qwen3Attention<T>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
+using Qwen3Attention =
+    GroupedQueryAttention<T, kernels::Softmax, QkNorm<T, Rope<T, RotateHalf>>, S>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Qwen3Layer = DecoderOnlyLayer<T, Qwen3Attention<T, S>, RMSNorm<T>, SwiGlu<T, S>, PreNorm>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Qwen3 = DecoderLM<T, Qwen3Layer<T, S>, NoAbsolutePositions, S>;
 
@@ -83,10 +88,10 @@ using Qwen3 = DecoderLM<T, Qwen3Layer<T, S>, NoAbsolutePositions, S>;
 /// layer's mask is a SlidingWindowMask, the global ones as wide as the
 /// context (its cache grows as tokens arrive, so a wide window costs no
 /// memory up front).
-template <Scalar T>
-using Gemma2Attention = GroupedQueryAttention<T, kernels::SoftCapped, Rope<T, RotateHalf>>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-using Gemma2Layer = DecoderOnlyLayer<T, Gemma2Attention<T>, Sandwich<RMSNorm<T>>,
+using Gemma2Attention = GroupedQueryAttention<T, kernels::SoftCapped, Rope<T, RotateHalf>, S>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using Gemma2Layer = DecoderOnlyLayer<T, Gemma2Attention<T, S>, Sandwich<RMSNorm<T>>,
                                      GatedMlp<T, GeluTanh, S>, SandwichNorm, SlidingWindowMask>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Gemma2 = DecoderLM<T, Gemma2Layer<T, S>, NoAbsolutePositions, S>;
@@ -94,7 +99,7 @@ using Gemma2 = DecoderLM<T, Gemma2Layer<T, S>, NoAbsolutePositions, S>;
 /// Gemma 3 (text): Gemma 2's layer with QK-norm instead of soft-capping, and
 /// per-layer RoPE bases (local and global).
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-using Gemma3Layer = DecoderOnlyLayer<T, Qwen3Attention<T>, Sandwich<RMSNorm<T>>,
+using Gemma3Layer = DecoderOnlyLayer<T, Qwen3Attention<T, S>, Sandwich<RMSNorm<T>>,
                                      GatedMlp<T, GeluTanh, S>, SandwichNorm, SlidingWindowMask>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using Gemma3 = DecoderLM<T, Gemma3Layer<T, S>, NoAbsolutePositions, S>;
@@ -105,7 +110,7 @@ using SwiGluOrExperts = DenseOrSparse<SwiGlu<T, S>, MixtureOfExperts<T, S>>;
 
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using LlamaMoeLayer =
-    DecoderOnlyLayer<T, LlamaAttention<T>, RMSNorm<T>, SwiGluOrExperts<T, S>, PreNorm>;
+    DecoderOnlyLayer<T, LlamaAttention<T, S>, RMSNorm<T>, SwiGluOrExperts<T, S>, PreNorm>;
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using LlamaMoe = DecoderLM<T, LlamaMoeLayer<T, S>, NoAbsolutePositions, S>;
 

@@ -83,6 +83,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -96,6 +97,8 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/quant_weights.hpp"
+#include "kappa/core/stored_weights.hpp"
 #include "kappa/io/gguf.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/tokenize/sentencepiece_model.hpp"
@@ -197,8 +200,11 @@ enum class GgufLayout {
 class GgufTensors {
  public:
   /// `n_head`, `n_kv`: the head counts (for kLlama's permutation).
-  GgufTensors(const io::GgufFile& f, GgufLayout layout, Index n_head, Index n_kv)
-      : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv) {}
+  /// `mapping`: what keeps `f` (its mapping) alive, for weight matrices that
+  /// view the file's blocks (stored_weight()); null: they copy the blocks.
+  GgufTensors(const io::GgufFile& f, GgufLayout layout, Index n_head, Index n_kv,
+              std::shared_ptr<const void> mapping = nullptr)
+      : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv), mapping_(std::move(mapping)) {}
 
   /// llama.cpp's name of Hugging Face tensor `hf` in `layout`, or "" if it
   /// has none.
@@ -300,9 +306,88 @@ class GgufTensors {
     return Eigen::Map<const RowVector<T>>(fixed.data(), t.numel);
   }
 
+  /// nn.Linear weight `hf` (out x in; stored as GGUF [out][in], blocks
+  /// along `in`) as a weight matrix in storage S without converting its
+  /// values: W = weight^T (in x out, BlocksAlong::kRows) if `transposed`, for
+  /// X W; else W = weight (out x in, BlocksAlong::kCols), for X W^T (the
+  /// output head). The blocks are viewed in the mapping (or copied when no
+  /// mapping was given); W^Q / W^K of the llama layout get their rows of
+  /// blocks reordered (a copy: whole rows move, no value changes). nullopt
+  /// when S cannot hold the tensor's type as it is (the caller then reads
+  /// it in T): AsStoredWeights holds Q8_0, Q4_0 and BF16 (F32 and F16 are
+  /// read in T); a block policy holds its own type. GPT-2's layout gives
+  /// nullopt (its fused, transposed tensors are read in T).
+  /// \throws FormatError / ShapeError as require_shape().
+  template <Scalar T, WeightStoragePolicy S>
+  [[nodiscard]] std::optional<WeightMatrix<T, S>> stored_weight(std::string_view hf, Index out,
+                                                                Index in, bool transposed) const {
+    if (layout_ == GgufLayout::kGpt2) return std::nullopt;
+    require_shape(hf, {out, in});
+    const io::GgufTensorInfo& t = info(hf);
+    const Index rows = transposed ? in : out, cols = transposed ? out : in;
+    const BlocksAlong along = transposed ? BlocksAlong::kRows : BlocksAlong::kCols;
+    const auto blocks = [&]<class F>() -> std::optional<WeightMatrix<T, F>> {
+      const unsigned char* p = f_.raw(t.name).data();
+      const auto size = static_cast<std::size_t>(t.bytes);
+      const Index perm_heads = permuted_heads(hf);
+      if (perm_heads > 0) {  // reorder whole rows of blocks, HF order
+        const std::size_t row = size / static_cast<std::size_t>(out);
+        std::vector<unsigned char> re(size);
+        const Index width = out / perm_heads, half = width / 2;
+        for (Index h = 0; h < perm_heads; ++h)
+          for (Index j = 0; j < 2; ++j)
+            for (Index i = 0; i < half; ++i)
+              std::memcpy(re.data() + static_cast<std::size_t>(h * width + j * half + i) * row,
+                          p + static_cast<std::size_t>(h * width + 2 * i + j) * row, row);
+        return WeightMatrix<T, F>(rows, cols, along, std::span<const unsigned char>(re));
+      }
+      if (mapping_) return WeightMatrix<T, F>(rows, cols, along, p, size, mapping_);
+      return WeightMatrix<T, F>(rows, cols, along, std::span<const unsigned char>(p, size));
+    };
+    const auto held = [&]<class F>() -> std::optional<WeightMatrix<T, S>> {
+      auto m = blocks.template operator()<F>();
+      if constexpr (requires { S::kPerMatrix; })
+        return WeightMatrix<T, S>(std::move(*m));
+      else
+        return std::move(m);
+    };
+    constexpr bool kAny = requires {
+      S::kPerMatrix;
+    };
+    switch (t.type) {
+      case io::GgmlType::kQ8_0:
+        if constexpr (kAny || std::same_as<S, Q8_0Weights>)
+          return held.template operator()<Q8_0Weights>();
+        break;
+      case io::GgmlType::kQ4_0:
+        if constexpr (kAny || std::same_as<S, Q4_0Weights>)
+          return held.template operator()<Q4_0Weights>();
+        break;
+      case io::GgmlType::kBF16:
+        if constexpr (kAny) {  // exact: bfloat16 -> T -> bfloat16
+          RowMatrix<T> w = matrix<T>(hf, {out, in});
+          if (transposed) w.transposeInPlace();
+          return WeightMatrix<T, S>(WeightMatrix<T, Bf16Weights>(w));
+        }
+        break;
+      default:
+        break;
+    }
+    return std::nullopt;
+  }
+
   [[nodiscard]] const io::GgufFile& file() const { return f_; }
 
  private:
+  /// The head count whose rows llama's converter permuted in tensor `hf`
+  /// (W^Q: n_head, W^K: n_kv), or 0 for a tensor taken as stored.
+  Index permuted_heads(std::string_view hf) const {
+    if (layout_ != GgufLayout::kLlama) return 0;
+    if (hf.find("self_attn.q_proj.") != std::string_view::npos) return n_head_;
+    if (hf.find("self_attn.k_proj.") != std::string_view::npos) return n_kv_;
+    return 0;
+  }
+
   const io::GgufTensorInfo& info(std::string_view hf) const {
     const std::string g = gguf_name(layout_, hf);
     if (g.empty())
@@ -335,6 +420,7 @@ class GgufTensors {
   const io::GgufFile& f_;
   GgufLayout layout_ = GgufLayout::kLlama;
   Index n_head_ = 1, n_kv_ = 1;
+  std::shared_ptr<const void> mapping_;
 };
 
 /// The sizes of a llama-layout GGUF file (llama, qwen2) from its metadata,
@@ -462,9 +548,29 @@ inline hf::Config gpt2_config(const io::GgufFile& f) {
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using CausalLM = hf::CausalLM<T, S>;
 
-/// The model of an open GGUF file (see the file comment).
+namespace detail {
+template <Scalar T, WeightStoragePolicy S>
+CausalLM<T, S> load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping);
+}  // namespace detail
+
+/// The model of an open GGUF file (see the file comment). Weight matrices
+/// kept in the file's format (AsStoredWeights, or a block policy matching a
+/// tensor's type) copy their blocks: the model does not need `f` afterwards.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 CausalLM<T, S> load_causal_lm(const io::GgufFile& f) {
+  return detail::load_causal_lm<T, S>(f, nullptr);
+}
+
+/// As above for a file shared with the model: weight matrices kept in the
+/// file's format view its mapping (no copy), and keep `f` alive.
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+CausalLM<T, S> load_causal_lm(std::shared_ptr<const io::GgufFile> f) {
+  const io::GgufFile& file = *f;
+  return detail::load_causal_lm<T, S>(file, std::move(f));
+}
+
+template <Scalar T, WeightStoragePolicy S>
+CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping) {
   const std::string arch = detail::string(f, "general.architecture");
   if (arch == "gpt2")
     return CausalLM<T, S>(
@@ -475,7 +581,7 @@ CausalLM<T, S> load_causal_lm(const io::GgufFile& f) {
                         std::string(kSupportedArchitectures) + ")");
   const hf::LlamaSizes s = llama_sizes(f, arch);
   const GgufTensors tensors(f, arch == "llama" ? GgufLayout::kLlama : GgufLayout::kNeox, s.n_head,
-                            s.n_kv);
+                            s.n_kv, std::move(mapping));
   auto model = hf::detail::build_llama<T, S, LlamaLayer<T, S>>(
       s, tensors, CausalMask{}, hf::detail::llama_rope<T>(s),
       [&s](const hf::detail::Weights<T, GgufTensors>& w, Index, const std::string& p) {
@@ -489,8 +595,7 @@ CausalLM<T, S> load_causal_lm(const io::GgufFile& f) {
 /// with the metadata (see the file comment).
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 CausalLM<T, S> load_causal_lm(const std::filesystem::path& path) {
-  const io::GgufFile f(path.string());
-  return load_causal_lm<T, S>(f);
+  return load_causal_lm<T, S>(std::make_shared<const io::GgufFile>(path.string()));
 }
 
 // ---- The tokenizer --------------------------------------------------------------
@@ -788,8 +893,9 @@ struct LoadedCausalLM {
 /// load_tokenizer().
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 LoadedCausalLM<T, S> load(const std::filesystem::path& path) {
-  const io::GgufFile f(path.string());
-  CausalLM<T, S> model = load_causal_lm<T, S>(f);
+  const auto shared = std::make_shared<const io::GgufFile>(path.string());
+  const io::GgufFile& f = *shared;
+  CausalLM<T, S> model = load_causal_lm<T, S>(shared);
   tokenize::HfTokenizer tok = load_tokenizer(f);
   std::optional<TokenId> eos;
   if (f.has("tokenizer.ggml.eos_token_id"))

@@ -54,6 +54,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/stored_weights.hpp"
 #include "kappa/embed/rope_scaling.hpp"
 #include "kappa/io/safetensors.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
@@ -303,6 +304,31 @@ class Weights {
   }
   [[nodiscard]] bool has(const std::string& name) const { return ckpt_.has(prefix_ + name); }
   [[nodiscard]] const Source& checkpoint() const { return ckpt_; }
+
+  /// Whether the source hands out weight matrices in storage S as it stores
+  /// them (a GGUF file's blocks: stored_weight<T, S>(name, out, in,
+  /// transposed) returning std::optional<WeightMatrix<T, S>>).
+  template <WeightStoragePolicy S>
+  static constexpr bool kStores =
+      !std::same_as<S, DenseWeights> && requires(const Source& src, const std::string& n) {
+    src.template stored_weight<T, S>(n, Index{}, Index{}, true);
+  };
+
+  /// nn.Linear weight `name` (out x in) as W = weight^T (in x out) in
+  /// storage S: the source's stored matrix where it has one (kStores),
+  /// else read in T and stored with blocks along W's rows.
+  template <WeightStoragePolicy S>
+  [[nodiscard]] WeightMatrix<T, S> linear(const std::string& name, Index out, Index in) const {
+    if constexpr (kStores<S>) {
+      if (auto m = ckpt_.template stored_weight<T, S>(prefix_ + name, out, in, true))
+        return std::move(*m);
+    }
+    RowMatrix<T> w = mat(name, out, in).transpose();
+    if constexpr (std::is_constructible_v<WeightMatrix<T, S>, RowMatrix<T>, BlocksAlong>)
+      return WeightMatrix<T, S>(std::move(w), BlocksAlong::kRows);
+    else
+      return WeightMatrix<T, S>(std::move(w));
+  }
   /// Checks a tensor's shape against the config without reading it (a
   /// header lookup): loaders call it for the model-wide tensors first, so a
   /// config that disagrees with the file fails before anything is allocated.
@@ -367,7 +393,7 @@ Gpt2<T, S> load_gpt2(const Config& c, const Source& ckpt) {
     const RowMatrix<T> c_attn = w.mat(p + "attn.c_attn.weight", d, d3);  // Conv1D: X W
     const RowVector<T> c_attn_b = w.vec(p + "attn.c_attn.bias", d3);
     const RowMatrix<T> w_fc = w.mat(p + "mlp.c_fc.weight", d, d_ff);
-    MultiHeadAttention<T> attn({.d_in = d, .n_heads = n_head});
+    typename Gpt2Layer<T, S>::AttentionType attn({.d_in = d, .n_heads = n_head});
     attn.set_weights(c_attn.leftCols(d), c_attn.middleCols(d, d), c_attn.rightCols(d),
                      w.mat(p + "attn.c_proj.weight", d, d));
     attn.set_biases(c_attn_b.leftCols(d), c_attn_b.middleCols(d, d), c_attn_b.rightCols(d),
@@ -590,6 +616,14 @@ namespace detail {
 template <Scalar T, WeightStoragePolicy S, class Source>
 SwiGlu<T, S> read_swiglu(const Weights<T, Source>& w, const std::string& gate,
                          const std::string& up, const std::string& down, Index d, Index d_ff) {
+  if constexpr (Weights<T, Source>::template kStores<S>) {  // as the file stores them
+    auto g = w.template linear<S>(gate, d_ff, d);
+    auto u = w.template linear<S>(up, d_ff, d);
+    auto dn = w.template linear<S>(down, d, d_ff);
+    SwiGlu<T, S> m(d, d_ff);
+    m.set_weights(std::move(g), std::move(u), std::move(dn));
+    return m;
+  }
   const RowMatrix<T> w_gate = w.mat(gate, d_ff, d), w_up = w.mat(up, d_ff, d),
                      w_down = w.mat(down, d, d_ff);
   SwiGlu<T, S> m(d, d_ff);
@@ -687,22 +721,29 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s, con
   const Index dq = s.q_width, dkv = s.kv_width;
   for (Index i = 0; i < s.n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    RowMatrix<T> w_q, w_k, w_v;
-    if (s.tensors == LlamaSizes::Tensors::kFused) {  // rows: q, then k, then v
-      const RowMatrix<T> qkv = w.mat(p + "self_attn.qkv_proj.weight", dq + 2 * dkv, s.d);
-      w_q = qkv.topRows(dq);
-      w_k = qkv.middleRows(dq, dkv);
-      w_v = qkv.bottomRows(dkv);
-    } else {
-      w_q = w.mat(p + "self_attn.q_proj.weight", dq, s.d);
-      w_k = w.mat(p + "self_attn.k_proj.weight", dkv, s.d);
-      w_v = w.mat(p + "self_attn.v_proj.weight", dkv, s.d);
-    }
-    const RowMatrix<T> w_o = w.mat(p + "self_attn.o_proj.weight", s.d, dq);
     typename Layer::AttentionType attn(
         {.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv}, {},
         make_position(w, i, p));
-    attn.set_weights_from_hf(w_q, w_k, w_v, w_o);
+    if constexpr (Weights<T, Source>::template kStores<S>) {  // as the file stores them
+      auto sq = w.template linear<S>(p + "self_attn.q_proj.weight", dq, s.d);
+      auto sk = w.template linear<S>(p + "self_attn.k_proj.weight", dkv, s.d);
+      auto sv = w.template linear<S>(p + "self_attn.v_proj.weight", dkv, s.d);
+      auto so = w.template linear<S>(p + "self_attn.o_proj.weight", s.d, dq);
+      attn.set_weights(std::move(sq), std::move(sk), std::move(sv), std::move(so));
+    } else {
+      RowMatrix<T> w_q, w_k, w_v;
+      if (s.tensors == LlamaSizes::Tensors::kFused) {  // rows: q, then k, then v
+        const RowMatrix<T> qkv = w.mat(p + "self_attn.qkv_proj.weight", dq + 2 * dkv, s.d);
+        w_q = qkv.topRows(dq);
+        w_k = qkv.middleRows(dq, dkv);
+        w_v = qkv.bottomRows(dkv);
+      } else {
+        w_q = w.mat(p + "self_attn.q_proj.weight", dq, s.d);
+        w_k = w.mat(p + "self_attn.k_proj.weight", dkv, s.d);
+        w_v = w.mat(p + "self_attn.v_proj.weight", dkv, s.d);
+      }
+      attn.set_weights_from_hf(w_q, w_k, w_v, w.mat(p + "self_attn.o_proj.weight", s.d, dq));
+    }
     if (s.qkv_bias || s.o_bias) {
       attn.set_biases(s.qkv_bias ? w.vec(p + "self_attn.q_proj.bias", dq) : RowVector<T>(),
                       s.qkv_bias ? w.vec(p + "self_attn.k_proj.bias", dkv) : RowVector<T>(),
@@ -713,6 +754,14 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s, con
     layers.emplace_back(
         std::move(attn), RMSNorm<T>(w.vec(p + "input_layernorm.weight", s.d), s.eps),
         RMSNorm<T>(w.vec(p + "post_attention_layernorm.weight", s.d), s.eps), std::move(mlp), mask);
+  }
+  if constexpr (Weights<T, Source>::template kStores<S>) {  // the head as the file stores it
+    auto head = ckpt.template stored_weight<T, S>(
+        s.tied ? "model.embed_tokens.weight" : "lm_head.weight", s.vocab, s.d, false);
+    if (head)
+      return DecoderLM<T, Layer, NoAbsolutePositions, S>(
+          Embedding<T>(w.mat("embed_tokens.weight", s.vocab, s.d)), {}, std::move(layers),
+          RMSNorm<T>(w.vec("norm.weight", s.d), s.eps), std::move(*head), s.tied, s.max_pos);
   }
   std::optional<RowMatrix<T>> head;
   if (!s.tied) head = ckpt.template matrix<T>("lm_head.weight", {s.vocab, s.d});
@@ -859,10 +908,10 @@ Model build_gemma(const Config& c, const io::Checkpoint& ckpt) {
                                    local && gemma3 ? RopeScaling{} : global_scaling);
     const HeadsConfig hc{.d_in = d, .n_heads = n_head, .d_head = d_head, .n_kv_heads = n_kv};
     typename Layer::AttentionType attn = [&] {
-      if constexpr (std::same_as<typename Layer::AttentionType, Gemma2Attention<T>>) {
-        return Gemma2Attention<T>(hc, kernels::SoftCapped(attn_cap, scale), rope);
+      if constexpr (std::same_as<typename Layer::AttentionType, Gemma2Attention<T, S>>) {
+        return Gemma2Attention<T, S>(hc, kernels::SoftCapped(attn_cap, scale), rope);
       } else {
-        return Qwen3Attention<T>(
+        return Qwen3Attention<T, S>(
             hc, kernels::Softmax{scale},
             QkNorm<T, Rope<T, RotateHalf>>(gemma_gain(w, p + "self_attn.q_norm.weight", d_head),
                                            gemma_gain(w, p + "self_attn.k_norm.weight", d_head),

@@ -86,9 +86,9 @@ struct SelfAttentionOps {
 /// MHA / GQA / MQA: the mask is CausalMask (a KVCache that grows) or
 /// SlidingWindowMask (a KVCache that keeps the window, as Mistral), or NoMask
 /// for encoders (no cache).
-template <Scalar T, class K, HeadGrouping G, class P, class Mask>
-struct SelfAttentionOps<MultiHeadAttention<T, K, G, P>, Mask> {
-  using Attn = MultiHeadAttention<T, K, G, P>;
+template <Scalar T, class K, HeadGrouping G, class P, WeightStoragePolicy S, class Mask>
+struct SelfAttentionOps<MultiHeadAttention<T, K, G, P, S>, Mask> {
+  using Attn = MultiHeadAttention<T, K, G, P, S>;
   static constexpr bool kWindowed = std::same_as<Mask, SlidingWindowMask>;
   using Cache = KVCache<T, std::conditional_t<kWindowed, cache::SlidingWindow, cache::Growable>>;
 
@@ -113,12 +113,7 @@ struct SelfAttentionOps<MultiHeadAttention<T, K, G, P>, Mask> {
                                    const std::vector<Cache*>& caches) {
     return a.forward_cached(x, caches);
   }
-  static std::size_t weight_bytes(const Attn& a) {
-    const HeadsConfig& c = a.config();
-    const Index n = c.d_in * c.n_heads * c.d_head + 2 * c.d_kv_in * c.n_kv_heads * c.d_head +
-                    c.n_heads * c.d_v * c.d_out;
-    return sizeof(T) * static_cast<std::size_t>(n);
-  }
+  static std::size_t weight_bytes(const Attn& a) { return a.weight_bytes(); }
 };
 
 /// Latent attention (DeepSeek-V2): always causal, cached in a LatentCache.

@@ -142,6 +142,32 @@ class DecoderLM {
   /// \throws ShapeError if the widths or vocabulary sizes disagree.
   DecoderLM(Embedding<T> embed, Positions positions, std::vector<Layer> layers, Norm final_norm,
             std::optional<RowMatrix<T>> output = std::nullopt, Index context_length = 0)
+      : DecoderLM(std::move(embed), std::move(positions), std::move(layers), std::move(final_norm),
+                  std::move(output), context_length, true) {}
+
+  /// As above with the output head already in the model's storage (e.g. a
+  /// GGUF file's blocks, viewed in the mapped file): `head` is E_out
+  /// (N_T x d), the file's separate output tensor or its copy of E when
+  /// `tied`. \throws ShapeError if the widths or vocabulary sizes disagree.
+  DecoderLM(Embedding<T> embed, Positions positions, std::vector<Layer> layers, Norm final_norm,
+            WeightMatrix<T, Storage> head, bool tied,
+            Index context_length) requires(!std::same_as<Storage, DenseWeights>)
+      : DecoderLM(std::move(embed), std::move(positions), std::move(layers), std::move(final_norm),
+                  std::nullopt, context_length, false) {
+    require_shapes(head.cols() == embed_.dim() && (!tied || head.rows() == embed_.vocab_size()),
+                   "DecoderLM", "E_out", head.rows(), head.cols(), "E", embed_.vocab_size(),
+                   embed_.dim(),
+                   "the output head must be as wide as the embeddings (and as tall when tied)");
+    head_ = std::move(head);
+    untied_ = !tied;
+    stored_head_ = true;
+  }
+
+ private:
+  /// The constructors' common part; builds head_ from E_out in T when
+  /// `build_head` and the storage keeps its own head.
+  DecoderLM(Embedding<T> embed, Positions positions, std::vector<Layer> layers, Norm final_norm,
+            std::optional<RowMatrix<T>> output, Index context_length, bool build_head)
       : embed_(std::move(embed)),
         positions_(std::move(positions)),
         layers_(std::move(layers)),
@@ -151,7 +177,11 @@ class DecoderLM {
     if (output_) {
       detail::require_output_head("DecoderLM", *output_, embed_.dim());
     }
-    if constexpr (!std::same_as<Storage, DenseWeights>) {
+    if constexpr (std::same_as<Storage, DenseWeights> || kHeadInT) {
+      // The head is E_out in T (AsStoredWeights built from floats keeps it so
+      // too: no second copy of a tied E).
+      (void)build_head;
+    } else if (build_head) {
       untied_ = output_.has_value();
       if constexpr (requires { Storage::kBlockBytes; })  // blocks along d, what X E^T reduces
         head_ = WeightMatrix<T, Storage>(output_ ? *output_ : embed_.table(), BlocksAlong::kCols);
@@ -166,15 +196,16 @@ class DecoderLM {
     }
   }
 
+ public:
   [[nodiscard]] Index vocab_size() const {
-    if constexpr (!std::same_as<Storage, DenseWeights>) return head_.rows();
+    if (!dense_head()) return head_.rows();
     return output_ ? output_->rows() : embed_.vocab_size();
   }
   [[nodiscard]] Index d_model() const { return embed_.dim(); }
   [[nodiscard]] Index n_layers() const { return static_cast<Index>(layers_.size()); }
   [[nodiscard]] Index context_length() const { return context_length_; }
   [[nodiscard]] bool tied() const {
-    if constexpr (std::same_as<Storage, DenseWeights>) return !output_.has_value();
+    if (dense_head()) return !output_.has_value();
     return !untied_;
   }
   [[nodiscard]] const Embedding<T>& embedding() const { return embed_; }
@@ -184,7 +215,7 @@ class DecoderLM {
   /// Bytes of every weight held (memory).
   [[nodiscard]] std::size_t weight_bytes() const {
     std::size_t b = sizeof(T) * static_cast<std::size_t>(embed_.table().size());
-    if constexpr (std::same_as<Storage, DenseWeights>) {
+    if (dense_head()) {
       if (output_) b += sizeof(T) * static_cast<std::size_t>(output_->size());
     } else {
       b += head_.bytes();
@@ -198,8 +229,8 @@ class DecoderLM {
   /// and one row of E (and of the position table).
   [[nodiscard]] std::size_t decode_bytes() const {
     std::size_t b = sizeof(T) * static_cast<std::size_t>(embed_.dim());
-    if constexpr (std::same_as<Storage, DenseWeights>) {
-      b += sizeof(T) * static_cast<std::size_t>(output_projection().size());
+    if (dense_head()) {
+      b += sizeof(T) * static_cast<std::size_t>((output_ ? *output_ : embed_.table()).size());
     } else {
       b += head_.bytes();
     }
@@ -361,8 +392,8 @@ class DecoderLM {
     require_shapes(h.cols() == d_model(), "DecoderLM::project", "H", h.rows(), h.cols(), "E_out",
                    vocab_size(), d_model(), "H must have d_model columns");
     RowMatrix<T> logits(h.rows(), vocab_size());
-    if constexpr (std::same_as<Storage, DenseWeights>) {
-      product_transposed_into<T>(h, output_projection(), logits);  // (N, N_T)
+    if (dense_head()) {
+      product_transposed_into<T>(h, output_ ? *output_ : embed_.table(), logits);  // (N, N_T)
     } else {
       head_.multiply_transposed(h, logits);  // (N, N_T)
     }
@@ -397,11 +428,8 @@ class DecoderLM {
   /// E_out (N_T x d) in the compute type: the separate head, or E when tied
   /// (a widened copy for non-dense storage).
   [[nodiscard]] RowMatrix<T> output_projection_dense() const {
-    if constexpr (std::same_as<Storage, DenseWeights>) {
-      return output_projection();
-    } else {
-      return head_.dense();
-    }
+    if (dense_head()) return output_ ? *output_ : embed_.table();
+    return head_.dense();
   }
 
  private:
@@ -422,6 +450,19 @@ class DecoderLM {
   double final_cap_ = 0.0;           // logits soft-cap c; 0: none
   WeightMatrix<T, Storage> head_{};  // the output head, for non-dense storage
   bool untied_ = false;
+  bool stored_head_ = false;  // head_ given in the storage (AsStoredWeights)
+
+  /// AsStoredWeights keeps a head built from floats in T, as DenseWeights.
+  static constexpr bool kHeadInT = requires { Storage::kPerMatrix; };
+  /// Whether the logits use E_out in T (output_ or E) rather than head_.
+  [[nodiscard]] bool dense_head() const {
+    if constexpr (std::same_as<Storage, DenseWeights>)
+      return true;
+    else if constexpr (kHeadInT)
+      return !stored_head_;
+    else
+      return false;
+  }
 
  public:
   /// E_out (N_T x d) for dense storage: the separate output head, or E when tied.

@@ -1,0 +1,102 @@
+// kappa/core/stored_weights.hpp - weights kept in the format a file stores
+// each of them in, chosen per matrix when the file is read.
+//
+// A llama.cpp "Q4_K_M" file mixes formats: most matrices in Q4_K, some
+// (W^V and W_down of half the layers, the output head) in Q6_K, the norms in
+// F32; a "Q8_0" file has Q8_0 matrices and F32 norms. A model whose storage
+// policy is one compile-time format would requantize or widen the others.
+// AsStoredWeights keeps each matrix as the file has it:
+//
+//   WeightMatrix<T, AsStoredWeights> holds one of
+//     WeightMatrix<T, DenseWeights>   F32 (and F16, widened to T)
+//     WeightMatrix<T, Bf16Weights>    BF16
+//     WeightMatrix<T, Q8_0Weights>    Q8_0   blocks: views into the file
+//     WeightMatrix<T, Q4_0Weights>    Q4_0   (quant_weights.hpp)
+//   and forwards rows(), cols(), bytes(), dense(), multiply() and
+//   multiply_transposed() to it (one branch per product, nothing per
+//   element). format() names the one held.
+//
+// A model with AsStoredWeights builds every weight matrix it is given from
+// floats as DenseWeights (so it behaves as a dense model when built in
+// memory); the GGUF loader (transformer/gguf_load.hpp) hands it the file's
+// blocks instead.
+#pragma once
+
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "kappa/core/concepts.hpp"
+#include "kappa/core/matrix.hpp"
+#include "kappa/core/quant_weights.hpp"
+#include "kappa/core/weight_storage.hpp"
+
+namespace kappa {
+
+/// Each weight matrix in the format its file stores it in (see the file
+/// comment of kappa/core/stored_weights.hpp).
+struct AsStoredWeights {
+  static constexpr const char* kName = "as stored";
+  /// A storage whose format is chosen per matrix at run time.
+  static constexpr bool kPerMatrix = true;
+};
+
+/// One weight matrix in any of the formats AsStoredWeights holds.
+template <Scalar T>
+class WeightMatrix<T, AsStoredWeights> {
+ public:
+  using Held = std::variant<WeightMatrix<T, DenseWeights>, WeightMatrix<T, Bf16Weights>,
+                            WeightMatrix<T, Q8_0Weights>, WeightMatrix<T, Q4_0Weights>>;
+
+  WeightMatrix() = default;
+  /// W kept dense, in T. (The block constructors of the models quantize
+  /// along a dimension; with this storage, W built from floats stays dense.)
+  explicit WeightMatrix(RowMatrix<T> w) : m_(WeightMatrix<T, DenseWeights>(std::move(w))) {}
+  /// As above; `along` does not apply to dense weights.
+  WeightMatrix(RowMatrix<T> w, BlocksAlong /*along*/)
+      : m_(WeightMatrix<T, DenseWeights>(std::move(w))) {}
+  /// W in one of the held formats.
+  template <WeightStoragePolicy S>
+  requires std::is_constructible_v<Held, WeightMatrix<T, S>>
+  explicit WeightMatrix(WeightMatrix<T, S> w) : m_(std::move(w)) {}
+
+  [[nodiscard]] Index rows() const {
+    return std::visit([](const auto& m) { return m.rows(); }, m_);
+  }
+  [[nodiscard]] Index cols() const {
+    return std::visit([](const auto& m) { return m.cols(); }, m_);
+  }
+  /// The bytes of the held matrix (packed blocks as stored).
+  [[nodiscard]] std::size_t bytes() const {
+    return std::visit([](const auto& m) { return m.bytes(); }, m_);
+  }
+  /// The name of the held format: "dense", "bf16", "q8_0", "q4_0".
+  [[nodiscard]] std::string format() const {
+    return std::visit([](const auto& m) -> std::string { return storage_name(m); }, m_);
+  }
+  /// The held matrix.
+  [[nodiscard]] const Held& held() const { return m_; }
+
+  /// W in T (rows x cols; a copy).
+  [[nodiscard]] RowMatrix<T> dense() const {
+    return std::visit([](const auto& m) { return RowMatrix<T>(m.dense()); }, m_);
+  }
+  /// out = X W. \throws ShapeError on mismatch.
+  void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    std::visit([&](const auto& m) { m.multiply(x, out); }, m_);
+  }
+  /// out = X W^T. \throws ShapeError on mismatch.
+  void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    std::visit([&](const auto& m) { m.multiply_transposed(x, out); }, m_);
+  }
+
+ private:
+  template <WeightStoragePolicy S>
+  static const char* storage_name(const WeightMatrix<T, S>& /*m*/) {
+    return S::kName;
+  }
+  Held m_{};
+};
+
+}  // namespace kappa
