@@ -1,5 +1,5 @@
 // bench_quant: the weight products of a decode step with weights stored as
-// float, bfloat16, Q8_0 and Q4_0 (kappa/core/weight_storage.hpp,
+// float, bfloat16, Q8_0, Q4_0, Q4_K and Q6_K (kappa/core/weight_storage.hpp,
 // kappa/core/quant_weights.hpp), beside a plain read of as many bytes.
 //
 //   BM_Decode<Storage>/k/m/head/threads  one row: out = x W (W: k x m, the
@@ -49,7 +49,7 @@ const kappa::WeightMatrix<float, S>& weights(Index k, Index m, bool head) {
   auto& slot = made[{k, m, head}];
   if (!slot) {
     const RowMatrix<float> w = head ? random_matrix(m, k, 1) : random_matrix(k, m, 1);
-    if constexpr (std::is_same_v<S, kappa::Q8_0Weights> || std::is_same_v<S, kappa::Q4_0Weights>)
+    if constexpr (requires { S::kBlockBytes; })  // the block formats
       slot = std::make_unique<kappa::WeightMatrix<float, S>>(
           w, head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows);
     else
@@ -110,7 +110,8 @@ void BM_FmaPeak(benchmark::State& st) {
 }
 
 /// The three decode shapes: 4096 x 4096, 2048 x 8192, and the GPT-2 head
-/// (768 x 50257, transposed).
+/// (768 x 50257, transposed). Every k is a multiple of 256, so the k-quants
+/// (Q4_K, Q6_K) take them too.
 void decode_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"k", "m", "head", "threads"});
   for (int threads : {1, 2}) {
@@ -129,10 +130,11 @@ void read_sizes(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     for (long long weights : {weights_square, weights_head}) {
       const long long blocks = weights / 32;
-      b->Args({4 * weights, threads});  // float
-      b->Args({2 * weights, threads});  // bfloat16
-      b->Args({34 * blocks, threads});  // Q8_0
-      b->Args({18 * blocks, threads});  // Q4_0
+      b->Args({4 * weights, threads});            // float
+      b->Args({2 * weights, threads});            // bfloat16
+      b->Args({34 * blocks, threads});            // Q8_0
+      b->Args({18 * blocks, threads});            // Q4_0, and Q4_K (144 bytes per 256: the same)
+      b->Args({210 * (weights / 256), threads});  // Q6_K
     }
   }
   b->UseRealTime();
@@ -148,11 +150,15 @@ BENCHMARK_TEMPLATE(BM_Decode, kappa::DenseWeights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Bf16Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q8_0Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_0Weights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_KWeights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, kappa::Q6_KWeights)->Apply(decode_shapes);
 BENCHMARK(BM_PlainRead)->Apply(read_sizes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::DenseWeights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Bf16Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q8_0Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_0Weights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_KWeights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q6_KWeights)->Apply(prefill_shapes);
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
 
 }  // namespace
