@@ -12,6 +12,8 @@
 //     WeightMatrix<T, Bf16Weights>    BF16
 //     WeightMatrix<T, Q8_0Weights>    Q8_0   blocks: views into the file
 //     WeightMatrix<T, Q4_0Weights>    Q4_0   (quant_weights.hpp)
+//     WeightMatrix<T, Q4_KWeights>    Q4_K
+//     WeightMatrix<T, Q6_KWeights>    Q6_K
 //   and forwards rows(), cols(), bytes(), dense(), multiply() and
 //   multiply_transposed() to it (one branch per product, nothing per
 //   element). format() names the one held.
@@ -47,7 +49,8 @@ template <Scalar T>
 class WeightMatrix<T, AsStoredWeights> {
  public:
   using Held = std::variant<WeightMatrix<T, DenseWeights>, WeightMatrix<T, Bf16Weights>,
-                            WeightMatrix<T, Q8_0Weights>, WeightMatrix<T, Q4_0Weights>>;
+                            WeightMatrix<T, Q8_0Weights>, WeightMatrix<T, Q4_0Weights>,
+                            WeightMatrix<T, Q4_KWeights>, WeightMatrix<T, Q6_KWeights>>;
 
   WeightMatrix() = default;
   /// W kept dense, in T. (The block constructors of the models quantize
@@ -71,7 +74,8 @@ class WeightMatrix<T, AsStoredWeights> {
   [[nodiscard]] std::size_t bytes() const {
     return std::visit([](const auto& m) { return m.bytes(); }, m_);
   }
-  /// The name of the held format: "dense", "bf16", "q8_0", "q4_0".
+  /// The name of the held format: "dense", "bf16", "q8_0", "q4_0", "q4_K",
+  /// "q6_K".
   [[nodiscard]] std::string format() const {
     return std::visit([](const auto& m) -> std::string { return storage_name(m); }, m_);
   }

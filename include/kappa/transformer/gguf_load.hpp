@@ -314,8 +314,8 @@ class GgufTensors {
   /// mapping was given); W^Q / W^K of the llama layout get their rows of
   /// blocks reordered (a copy: whole rows move, no value changes). nullopt
   /// when S cannot hold the tensor's type as it is (the caller then reads
-  /// it in T): AsStoredWeights holds Q8_0, Q4_0 and BF16 (F32 and F16 are
-  /// read in T); a block policy holds its own type. GPT-2's layout gives
+  /// it in T): AsStoredWeights holds Q8_0, Q4_0, Q4_K, Q6_K and BF16 (F32
+  /// and F16 are read in T); a block policy holds its own type. GPT-2's layout gives
   /// nullopt (its fused, transposed tensors are read in T).
   /// \throws FormatError / ShapeError as require_shape().
   template <Scalar T, WeightStoragePolicy S>
@@ -362,6 +362,14 @@ class GgufTensors {
       case io::GgmlType::kQ4_0:
         if constexpr (kAny || std::same_as<S, Q4_0Weights>)
           return held.template operator()<Q4_0Weights>();
+        break;
+      case io::GgmlType::kQ4_K:
+        if constexpr (kAny || std::same_as<S, Q4_KWeights>)
+          return held.template operator()<Q4_KWeights>();
+        break;
+      case io::GgmlType::kQ6_K:
+        if constexpr (kAny || std::same_as<S, Q6_KWeights>)
+          return held.template operator()<Q6_KWeights>();
         break;
       case io::GgmlType::kBF16:
         if constexpr (kAny) {  // exact: bfloat16 -> T -> bfloat16
