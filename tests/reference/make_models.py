@@ -504,10 +504,12 @@ def make_llama_256(seed=2560):
     # reduction dimension (d 256, ffn 512, H head_dim 256) a multiple of 256, so
     # llama-quantize writes Q4_K_M / Q8_0 / Q4_0 without falling back to other
     # types. GQA 4 / 2, head_dim 64, untied head as llama/; ~5.3 MB of F32.
+    # max_position_embeddings 256: room for a 128-token prompt and 64 generated
+    # tokens (benchmarks/ggml_compare.sh's llama-bench -p 128 -n 64).
     # The GGUF conversions and quantizations are in ../llama-gguf/
     # (make_gguf_models.py).
     bpe = family_bpe("llama")
-    cfg = llama_config(len(bpe), bpe, d=256, L=2, H=4, Hkv=2, ffn=512, head_dim=64)
+    cfg = llama_config(len(bpe), bpe, d=256, L=2, H=4, Hkv=2, ffn=512, head_dim=64, mpe=256)
     Wnp = llama_like_weights(cfg, seed=seed)
     return write_llama_like("llama-256", cfg, Wnp, bpe, "llama", ids_seed=seed)[0]
 
