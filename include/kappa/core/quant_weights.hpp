@@ -11,8 +11,9 @@
 //
 // Layout. A product reduces over one dimension of W; the blocks run along
 // that dimension, so a product reads contiguous blocks. The packed matrix P
-// has one row per output element, each row k / 32 blocks (k the reduction
-// length), rows one after another:
+// has one row per output element, each row k / B blocks (k the reduction
+// length, B = 32 weights per block, 256 for the k-quants), rows one after
+// another:
 //
 //   BlocksAlong::kRows (default)  P = W^T: row j of P is column j of W
 //                                 (k = rows of W). For out = X W: the
