@@ -252,11 +252,28 @@ TEST(GgufLoad, LlamaQuantizeFilesRunAsStored) {
   EXPECT_EQ(l0.feed_forward().w_down().format(), "q4_K");
   EXPECT_EQ(l1.feed_forward().w_down().format(), "q6_K");
   EXPECT_EQ(l1.feed_forward().w_up_split().format(), "q4_K");
+  // The embedding stays in its Q4_K blocks (rows dequantized per lookup),
+  // the head in Q6_K: the weights take the file's tensor bytes, no float copy.
+  ASSERT_TRUE(llama.embedding_stored().has_value());
+  EXPECT_EQ(llama.embedding_stored()->format(), "q4_K");
+  EXPECT_EQ(llama.embedding().table().size(), 0);
+  const io::GgufFile file((model_dir("llama-gguf") / "llama-256-q4_k_m.gguf").string());
+  std::uint64_t tensor_bytes = 0;
+  for (const io::GgufTensorInfo& t : file.tensors()) tensor_bytes += t.bytes;
+  EXPECT_NEAR(static_cast<double>(lm.weight_bytes()), static_cast<double>(tensor_bytes),
+              0.02 * static_cast<double>(tensor_bytes));
   const gguf::CausalLM<float> dense =
       gguf::load_causal_lm<float>(model_dir("llama-gguf") / "llama-256-q4_k_m.gguf");
-  // Blocks: 4.5 to 6.6 bits per weight instead of 32, the embedding in float.
   EXPECT_LT(static_cast<double>(lm.weight_bytes()),
-            0.3 * static_cast<double>(dense.weight_bytes()));
+            0.2 * static_cast<double>(dense.weight_bytes()));
+  // A token id outside the stored table is named with the table's size.
+  try {
+    (void)lm.forward(std::vector<TokenId>{5, 298});
+    ADD_FAILURE() << "no RangeError";
+  } catch (const RangeError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("298"), std::string::npos) << msg;
+  }
 }
 
 // The view outlives every other handle on the file: a model loaded from a

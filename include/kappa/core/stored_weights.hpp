@@ -24,6 +24,8 @@
 // blocks instead.
 #pragma once
 
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -82,6 +84,31 @@ class WeightMatrix<T, AsStoredWeights> {
   /// The held matrix.
   [[nodiscard]] const Held& held() const { return m_; }
 
+  /// Whether rows_into() can read W's rows one by one: W dense, or in blocks
+  /// along its columns (BlocksAlong::kCols: an embedding or output head
+  /// [N_T][d] as GGUF stores it).
+  [[nodiscard]] bool rows_readable() const {
+    return std::visit(
+        [](const auto& m) {
+          using M = std::remove_cvref_t<decltype(m)>;
+          if constexpr (std::same_as<M, WeightMatrix<T, DenseWeights>>)
+            return true;
+          else if constexpr (requires { m.blocks_along(); })
+            return m.blocks_along() == BlocksAlong::kCols;
+          else
+            return false;
+        },
+        m_);
+  }
+
+  /// Rows ids[j] of W into row j of out (ids.size() x cols), each row of
+  /// blocks dequantized on its own (an embedding lookup without a float copy
+  /// of the table). The ids must be in [0, rows()) (checked by the caller).
+  /// \throws std::logic_error unless rows_readable().
+  void rows_into(std::span<const TokenId> ids, MatrixRef<T> out) const {
+    std::visit([&](const auto& m) { rows_of(m, ids, out); }, m_);
+  }
+
   /// W in T (rows x cols; a copy).
   [[nodiscard]] RowMatrix<T> dense() const {
     return std::visit([](const auto& m) { return RowMatrix<T>(m.dense()); }, m_);
@@ -96,6 +123,34 @@ class WeightMatrix<T, AsStoredWeights> {
   }
 
  private:
+  [[noreturn]] static void not_readable() {
+    throw std::logic_error(
+        "kappa: WeightMatrix<AsStoredWeights>::rows_into: the held matrix cannot be read row by "
+        "row (its blocks do not run along its columns)");
+  }
+  template <WeightStoragePolicy F>
+  static void rows_of(const WeightMatrix<T, F>& m, std::span<const TokenId> ids,
+                      MatrixRef<T>& out) {
+    if constexpr (std::same_as<F, DenseWeights>) {
+      for (std::size_t j = 0; j < ids.size(); ++j)
+        out.row(static_cast<Index>(j)) = m.dense().row(ids[j]);
+    } else if constexpr (requires { F::kBlockBytes; }) {
+      if (m.blocks_along() != BlocksAlong::kCols) not_readable();
+      const std::size_t row_bytes = m.blocks().size() / static_cast<std::size_t>(m.rows());
+      std::vector<float> row(static_cast<std::size_t>(m.cols()));
+      for (std::size_t j = 0; j < ids.size(); ++j) {
+        detail::BlockFormatOps<F>::dequantize(
+            m.blocks().data() + static_cast<std::size_t>(ids[j]) * row_bytes, row.data(), m.cols());
+        for (Index c = 0; c < m.cols(); ++c)
+          out(static_cast<Index>(j), c) = static_cast<T>(row[static_cast<std::size_t>(c)]);
+      }
+    } else {
+      (void)m;
+      (void)ids;
+      (void)out;
+      not_readable();
+    }
+  }
   template <WeightStoragePolicy S>
   static const char* storage_name(const WeightMatrix<T, S>& /*m*/) {
     return S::kName;

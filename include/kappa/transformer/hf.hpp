@@ -758,10 +758,21 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s, con
   if constexpr (Weights<T, Source>::template kStores<S>) {  // the head as the file stores it
     auto head = ckpt.template stored_weight<T, S>(
         s.tied ? "model.embed_tokens.weight" : "lm_head.weight", s.vocab, s.d, false);
-    if (head)
+    if (head) {
+      if constexpr (requires { S::kPerMatrix; }) {  // E too, read by rows from its blocks
+        std::optional<WeightMatrix<T, S>> emb =
+            s.tied ? head
+                   : ckpt.template stored_weight<T, S>("model.embed_tokens.weight", s.vocab, s.d,
+                                                       false);
+        if (emb && emb->rows_readable())
+          return DecoderLM<T, Layer, NoAbsolutePositions, S>(
+              std::move(*emb), {}, std::move(layers), RMSNorm<T>(w.vec("norm.weight", s.d), s.eps),
+              std::move(*head), s.tied, s.max_pos);
+      }
       return DecoderLM<T, Layer, NoAbsolutePositions, S>(
           Embedding<T>(w.mat("embed_tokens.weight", s.vocab, s.d)), {}, std::move(layers),
           RMSNorm<T>(w.vec("norm.weight", s.d), s.eps), std::move(*head), s.tied, s.max_pos);
+    }
   }
   std::optional<RowMatrix<T>> head;
   if (!s.tied) head = ckpt.template matrix<T>("lm_head.weight", {s.vocab, s.d});

@@ -163,6 +163,32 @@ class DecoderLM {
     stored_head_ = true;
   }
 
+  /// As above with the embedding E too in the model's storage
+  /// (AsStoredWeights; `embedding` readable row by row: dense, or blocks
+  /// along d as a GGUF token_embd): a lookup dequantizes the rows it needs,
+  /// and no float copy of E is made. `head` may be the same matrix (a tied
+  /// model keeps one copy of the blocks).
+  /// \throws ShapeError if the widths or vocabulary sizes disagree,
+  /// std::invalid_argument if `embedding` cannot be read by rows.
+  DecoderLM(WeightMatrix<T, Storage> embedding, Positions positions, std::vector<Layer> layers,
+            Norm final_norm, WeightMatrix<T, Storage> head, bool tied,
+            Index context_length) requires requires {
+    Storage::kPerMatrix;
+  } : DecoderLM(Embedding<T>(RowMatrix<T>(0, embedding.cols())), std::move(positions),
+                std::move(layers), std::move(final_norm), std::nullopt, context_length, false) {
+    if (!embedding.rows_readable())
+      throw std::invalid_argument("kappa: DecoderLM: the embedding (" + embedding.format() +
+                                  ") cannot be read row by row");
+    require_shapes(head.cols() == embedding.cols() && (!tied || head.rows() == embedding.rows()),
+                   "DecoderLM", "E_out", head.rows(), head.cols(), "E", embedding.rows(),
+                   embedding.cols(),
+                   "the output head must be as wide as the embeddings (and as tall when tied)");
+    embed_rows_ = std::move(embedding);
+    head_ = std::move(head);
+    untied_ = !tied;
+    stored_head_ = true;
+  }
+
  private:
   /// The constructors' common part; builds head_ from E_out in T when
   /// `build_head` and the storage keeps its own head.
@@ -208,13 +234,19 @@ class DecoderLM {
     if (dense_head()) return !output_.has_value();
     return !untied_;
   }
+  /// E in T (0 x d when the model keeps E in its storage: embedding_stored()).
   [[nodiscard]] const Embedding<T>& embedding() const { return embed_; }
+  /// E in the model's storage, when it keeps it so (AsStoredWeights).
+  [[nodiscard]] const std::optional<WeightMatrix<T, Storage>>& embedding_stored() const {
+    return embed_rows_;
+  }
   [[nodiscard]] const Positions& positions() const { return positions_; }
   [[nodiscard]] const std::vector<Layer>& layers() const { return layers_; }
   [[nodiscard]] const Norm& final_norm() const { return final_norm_; }
   /// Bytes of every weight held (memory).
   [[nodiscard]] std::size_t weight_bytes() const {
     std::size_t b = sizeof(T) * static_cast<std::size_t>(embed_.table().size());
+    if (embed_rows_ && untied_) b += embed_rows_->bytes();  // tied: head_'s bytes
     if (dense_head()) {
       if (output_) b += sizeof(T) * static_cast<std::size_t>(output_->size());
     } else {
@@ -244,7 +276,17 @@ class DecoderLM {
   /// \throws RangeError naming a token id outside [0, N_T) or a position
   ///         beyond the learned table.
   [[nodiscard]] RowMatrix<T> embed(std::span<const TokenId> ids, Index first = 0) const {
-    RowMatrix<T> x = embed_.lookup(ids);  // (N, d)
+    RowMatrix<T> x;
+    if constexpr (kHeadInT) {
+      if (embed_rows_) {  // E in its stored format: the rows asked for
+        const Index n_t = embed_rows_->rows();
+        for (const TokenId id : ids)
+          require_index("token id", id, static_cast<long long>(n_t), "the embedding table E (N_T)");
+        x.resize(static_cast<Index>(ids.size()), embed_rows_->cols());
+        embed_rows_->rows_into(ids, x);
+      }
+    }
+    if (x.size() == 0 && !embed_rows_) x = embed_.lookup(ids);  // (N, d)
     if (embed_scale_ != 1.0) x *= static_cast<T>(embed_scale_);
     if constexpr (detail::kHasAbsolutePositions<Positions>) {
       x += positions_.encode(x.rows(), first);
@@ -451,6 +493,8 @@ class DecoderLM {
   WeightMatrix<T, Storage> head_{};  // the output head, for non-dense storage
   bool untied_ = false;
   bool stored_head_ = false;  // head_ given in the storage (AsStoredWeights)
+  // E in the storage (AsStoredWeights), read by rows; embed_ is then 0 x d.
+  std::optional<WeightMatrix<T, Storage>> embed_rows_;
 
   /// AsStoredWeights keeps a head built from floats in T, as DenseWeights.
   static constexpr bool kHeadInT = requires { Storage::kPerMatrix; };
