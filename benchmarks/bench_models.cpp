@@ -5,8 +5,14 @@
 // 8 kv heads, ffn 8192, vocab 32000, tied), both with random weights, on 1
 // and 2 threads.
 //
-// Bf16 variants keep the feed-forward and output-head weights in bfloat16
-// (Bf16Weights): half of those bytes per decoded token.
+// Storage variants keep every projection (attention's W^Q, W^K, W^V, W^O,
+// the feed-forward) and the output head in bfloat16 (Bf16Weights: half the
+// bytes per decoded token), GGUF's Q8_0 blocks (8.5 bits per weight), Q4_0
+// (4.5) or Q4_K (4.5, in 256-weight super-blocks): the products read the
+// blocks, a decode step's X is quantized to Q8_0. The token embedding stays
+// in float (one row is read per token). Their weights GB/s against
+// BM_Ceiling_Read_Gpt2Weights (a plain read) is the fraction of the
+// bandwidth bound reached.
 //
 // Ceilings in the same binary:
 //   prefill (GEMM-bound): GFLOP/s of the model (2 x parameters x tokens) beside
@@ -44,7 +50,7 @@ std::unique_ptr<kappa::Gpt2<float, S>> make_gpt2() {
   const Index d = 768, L = 12, H = 12, V = 50257, P = 1024, F = 3072;
   std::vector<kappa::Gpt2Layer<float, S>> layers;
   for (Index l = 0; l < L; ++l) {
-    kappa::MultiHeadAttention<float> attn({.d_in = d, .n_heads = H});
+    typename kappa::Gpt2Layer<float, S>::AttentionType attn({.d_in = d, .n_heads = H});
     attn.set_weights(fill(d, d, 10 * l + 1), fill(d, d, 10 * l + 2), fill(d, d, 10 * l + 3),
                      fill(d, d, 10 * l + 4));
     attn.set_biases(fill(1, d, 5), fill(1, d, 6), fill(1, d, 7), fill(1, d, 8));
@@ -63,8 +69,9 @@ std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
   const Index d = 2048, L = 16, H = 32, Hkv = 8, dh = 64, V = 32000, F = 8192;
   std::vector<kappa::LlamaLayer<float, S>> layers;
   for (Index l = 0; l < L; ++l) {
-    kappa::LlamaAttention<float> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
-                                      kappa::RopeOptions{.base = 500000.0});
+    kappa::LlamaAttention<float, S> attn(
+        {.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
+        kappa::RopeOptions{.base = 500000.0});
     attn.set_weights(fill(d, H * dh, 10 * l + 1), fill(d, Hkv * dh, 10 * l + 2),
                      fill(d, Hkv * dh, 10 * l + 3), fill(H * dh, d, 10 * l + 4));
     kappa::SwiGlu<float, S> mlp(d, F);
@@ -77,22 +84,15 @@ std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
       kappa::RMSNorm<float>(ones(d), 1e-5), std::nullopt, 131072);
 }
 
-kappa::Gpt2<float>& gpt2() {
-  static const std::unique_ptr<kappa::Gpt2<float>> m = make_gpt2();
+/// The models, built on first use (one per storage).
+template <class S = kappa::DenseWeights>
+kappa::Gpt2<float, S>& gpt2() {
+  static const std::unique_ptr<kappa::Gpt2<float, S>> m = make_gpt2<S>();
   return *m;
 }
-kappa::Llama<float>& llama() {
-  static const std::unique_ptr<kappa::Llama<float>> m = make_llama_1b();
-  return *m;
-}
-kappa::Gpt2<float, kappa::Bf16Weights>& gpt2_bf16() {
-  static const std::unique_ptr<kappa::Gpt2<float, kappa::Bf16Weights>> m =
-      make_gpt2<kappa::Bf16Weights>();
-  return *m;
-}
-kappa::Llama<float, kappa::Bf16Weights>& llama_bf16() {
-  static const std::unique_ptr<kappa::Llama<float, kappa::Bf16Weights>> m =
-      make_llama_1b<kappa::Bf16Weights>();
+template <class S = kappa::DenseWeights>
+kappa::Llama<float, S>& llama() {
+  static const std::unique_ptr<kappa::Llama<float, S>> m = make_llama_1b<S>();
   return *m;
 }
 
@@ -129,11 +129,14 @@ void BM_Model_Prefill_Llama1B(benchmark::State& st) {
 void BM_Model_Decode_Llama1B(benchmark::State& st) {
   decode(st, llama());
 }
-void BM_Model_Decode_Gpt2Small_Bf16(benchmark::State& st) {
-  decode(st, gpt2_bf16());
+/// Decode with the weights in storage S (Bf16Weights, Q8_0Weights, ...).
+template <class S>
+void BM_Model_Decode_Gpt2Small_(benchmark::State& st) {
+  decode(st, gpt2<S>());
 }
-void BM_Model_Decode_Llama1B_Bf16(benchmark::State& st) {
-  decode(st, llama_bf16());
+template <class S>
+void BM_Model_Decode_Llama1B_(benchmark::State& st) {
+  decode(st, llama<S>());
 }
 
 /// Where a decode step's time goes: the attention sub-layers (projections,
@@ -178,8 +181,9 @@ void decode_split(benchmark::State& st, M& m) {
 void BM_Model_DecodeSplit_Gpt2Small(benchmark::State& st) {
   decode_split(st, gpt2());
 }
-void BM_Model_DecodeSplit_Gpt2Small_Bf16(benchmark::State& st) {
-  decode_split(st, gpt2_bf16());
+template <class S>
+void BM_Model_DecodeSplit_Gpt2Small_(benchmark::State& st) {
+  decode_split(st, gpt2<S>());
 }
 
 /// Ceiling for decode: a memcpy of the GPT-2 weights' bytes.
@@ -198,9 +202,15 @@ void BM_Ceiling_Gemm_128x768x3072(benchmark::State& st) {
 using kappa_bench::on_1_and_2_threads;
 BENCHMARK(BM_Model_Prefill_Gpt2Small)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Model_Decode_Gpt2Small)->Apply(on_1_and_2_threads);
-BENCHMARK(BM_Model_Decode_Gpt2Small_Bf16)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_0Weights)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)->Apply(on_1_and_2_threads);
-BENCHMARK(BM_Model_DecodeSplit_Gpt2Small_Bf16)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Bf16Weights)
+    ->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Q4_KWeights)
+    ->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Read_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Gemm_128x768x3072)->Apply(on_1_and_2_threads);
@@ -211,7 +221,9 @@ const bool kLarge = [] {
   if (e != nullptr && e[0] == '1') {
     BENCHMARK(BM_Model_Prefill_Llama1B)->Apply(on_1_and_2_threads);
     BENCHMARK(BM_Model_Decode_Llama1B)->Apply(on_1_and_2_threads);
-    BENCHMARK(BM_Model_Decode_Llama1B_Bf16)->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
     return true;
   }
   return false;
