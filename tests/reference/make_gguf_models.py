@@ -85,6 +85,17 @@ OUT = MODELS / "llama-gguf"
 JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)),
         ("gpt2", "gpt2", ("f32",)), ("mistral", "mistral", ("f32",)),
         ("llama3-scaled", "llama3", ("f32",)), ("llama-256", "llama-256", ("f32",)))
+# Mixture-of-experts, QK-norm and MLA models (directory = output name), converted
+# to F32 by the class convert_hf_to_gguf.py itself picks for config.json's
+# architecture (conversion.get_model_class); their check is not a new forward
+# but that every GGUF tensor reproduces the Hugging Face tensors bit-exactly
+# after undoing the converter's (documented) transformations (check_against_hf),
+# so each directory's own reference/logits.npy is the file's reference.
+# Not convertible: qwen2_moe (and qwen2_moe-norm) have mlp_only_layers [1], a dense
+# layer (mlp.gate_proj/up_proj/down_proj); llama.cpp's QWEN2MOE architecture has
+# no dense FFN tensors (gguf MODEL_TENSORS[QWEN2MOE]), so Qwen2MoeModel fails with
+# "Can not map tensor 'model.layers.1.mlp.down_proj.weight'".
+HF_CHECKED = ("mixtral", "qwen3", "deepseek_v2-lite", "deepseek_v2-moe", "deepseek_v2")
 # output name -> converter class key, where the name is not one
 ARCH = {"llama-256": "llama"}
 # output name -> llama-quantize types applied to <name>-f32.gguf, written as
@@ -198,11 +209,25 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
     from conversion.qwen import Qwen2Model
     from conversion.gpt2 import GPT2Model
 
-    base = {"llama": LlamaModel, "mistral": LlamaModel, "llama3": LlamaModel, "spm": LlamaModel,
-            "qwen2": Qwen2Model, "gpt2": GPT2Model}[arch]
+    if arch in HF_CHECKED:  # the class convert_hf_to_gguf.py picks for config.json's architecture
+        from conversion import get_model_class
+        hf_arch = json.loads((src / "config.json").read_text())["architectures"][0]
+        base = get_model_class(hf_arch)
+    else:
+        base = {"llama": LlamaModel, "mistral": LlamaModel, "llama3": LlamaModel, "spm": LlamaModel,
+                "qwen2": Qwen2Model, "gpt2": GPT2Model}[arch]
 
     class Converter(base):
         model_arch = base.model_arch
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if arch.startswith("deepseek_v2"):
+                # deepseek_v2/ (dense) spells its absent MoE keys as null
+                # (n_routed_experts, n_shared_experts, num_experts_per_tok);
+                # DeepseekV2Model reads hparams.get("n_shared_experts", 0) and
+                # would write None. Dropping the null keys = a config without them.
+                self.hparams = {k: v for k, v in self.hparams.items() if v is not None}
 
         def set_vocab(self):
             if arch == "spm":  # LlamaModel.set_vocab: tokenizer.model -> _set_vocab_sentencepiece
@@ -221,6 +246,8 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
         def get_vocab_base_pre(self, tokenizer):
             # tokenizer.json's split regex: Llama 3's (llama/), Qwen2's
             # (qwen2/), GPT-2's ByteLevel one (gpt2/)
+            if arch in HF_CHECKED:  # every one's pre_tokenizer equals llama/'s (Llama 3's regex)
+                return "qwen2" if arch.startswith("qwen") else "llama-bpe"
             return {"llama": "llama-bpe", "mistral": "llama-bpe", "llama3": "llama-bpe",
                     "qwen2": "qwen2", "gpt2": "gpt-2"}[arch]
 
@@ -376,6 +403,135 @@ def reference_logits(src: Path, arch: str, name: str, outtypes, out_dir: Path) -
         np.save(out_dir / "reference" / f"{name}-{outtype}_logits.npy", logits.astype(np.float64))
 
 
+def read_safetensors(path: Path) -> dict:
+    """name -> numpy array of a safetensors file (F32/F16/BF16 only; no package needed)."""
+    import struct
+    import numpy as np
+
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        buf = raw[8 + n + a:8 + n + b]
+        if info["dtype"] == "F32":
+            x = np.frombuffer(buf, dtype="<f4")
+        elif info["dtype"] == "F16":
+            x = np.frombuffer(buf, dtype="<f2").astype(np.float32)
+        elif info["dtype"] == "BF16":
+            x = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(info["dtype"])
+        out[name] = x.reshape(info["shape"])
+    return out
+
+
+def describe(path: Path) -> None:
+    """Every metadata key (tokenizer arrays by length) and the tensors of layer 0
+    and the global ones: name, ggml type, ne (innermost first)."""
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    print(f"== {path.name}: {path.stat().st_size} bytes, {len(r.tensors)} tensors")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF."):
+            continue
+        t = f.types[0] if f.types else None
+        if t == gguf.GGUFValueType.ARRAY:
+            if len(f.data) > 16:
+                print(f"  {k} = [{len(f.data)} items of {f.types[-1].name}]")
+            else:
+                print(f"  {k} = {[f.parts[i].tolist()[0] for i in f.data]}")
+        elif t == gguf.GGUFValueType.STRING:
+            v = bytes(f.parts[f.data[0]]).decode("utf-8")
+            print(f"  {k} = {v if len(v) < 120 else v[:120] + '...'!r}")
+        else:
+            print(f"  {k} = {f.parts[f.data[0]].tolist()[0]!r} ({t.name})")
+    for t in r.tensors:
+        if t.name.startswith("blk.") and not t.name.startswith("blk.0."):
+            continue
+        print(f"  {t.name:32s} {t.tensor_type.name:4s} ne {[int(x) for x in t.shape]}")
+    layers = sorted({t.name.split(".")[1] for t in r.tensors if t.name.startswith("blk.")}, key=int)
+    for b in layers[1:]:
+        print(f"  blk.{b}: " + ", ".join(t.name[len(f'blk.{b}.'):].removesuffix('.weight')
+                                       for t in r.tensors if t.name.startswith(f"blk.{b}.")))
+
+
+def check_against_hf(src: Path, path: Path) -> None:
+    """Every Hugging Face tensor of src/model.safetensors is in the F32 GGUF file
+    bit-exactly once the converter's transformations are undone, and every GGUF
+    tensor is accounted for:
+      * experts: model.layers.N.{mlp,block_sparse_moe}.experts.X.<w>.weight is
+        slice X of the stacked blk.N.ffn_<gate|up|down>_exps (numpy shape
+        [n_expert, rows, cols] = ne [cols, rows, n_expert]);
+      * LlamaModel (mixtral): W^Q / W^K rows permuted (inverted as for llama);
+      * DeepseekV2Model: kv_b_proj (H (nope + v), kv_lora_rank) viewed as
+        (H, nope + v, kv_lora_rank): attn_k_b = [:, :nope, :] transposed to
+        (H, kv_lora_rank, nope), attn_v_b = [:, nope:, :] (H, v, kv_lora_rank);
+      * Qwen2MoE: shared_expert_gate (1, d) is ffn_gate_inp_shexp ne [d] (1-D).
+    """
+    import re
+    import numpy as np
+    import gguf
+
+    cfg = json.loads((src / "config.json").read_text())
+    hf = read_safetensors(src / "model.safetensors")
+    r = gguf.GGUFReader(path)
+    arch = r.fields["general.architecture"]
+    arch = bytes(arch.parts[arch.data[0]]).decode()
+    model_arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+    n_layer = cfg["num_hidden_layers"]
+    tmap = gguf.get_tensor_name_map(model_arch, n_layer)
+    g = {t.name: np.asarray(t.data).reshape([int(x) for x in reversed(list(t.shape))])
+         for t in r.tensors}
+    assert all(t.tensor_type == gguf.GGMLQuantizationType.F32 for t in r.tensors)
+    used = set()
+    transforms = set()
+    H, Hkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads")
+    for name, w in hf.items():
+        if name == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+            continue
+        m = re.match(r"model\.layers\.(\d+)\.(mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$", name)
+        if m:
+            bid, kind, x, wid = m.groups()
+            merged = {"mlp": f"model.layers.{bid}.mlp.experts.{wid}.weight",
+                      "block_sparse_moe": f"layers.{bid}.feed_forward.experts.{wid}.weight"}[kind]
+            gname = tmap.get_name(merged, try_suffixes=(".weight",))
+            got = g[gname][int(x)]
+            transforms.add(f"experts stacked into {gname.split('.', 2)[2]}")
+        elif name.endswith("kv_b_proj.weight"):
+            nope, vd = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+            kb = g[tmap.get_name(name.replace("kv_b_proj", "k_b_proj"), try_suffixes=(".weight",))]
+            vb = g[tmap.get_name(name.replace("kv_b_proj", "v_b_proj"), try_suffixes=(".weight",))]
+            assert kb.shape == (H, cfg["kv_lora_rank"], nope) and vb.shape == (H, vd, cfg["kv_lora_rank"])
+            got = np.concatenate([kb.transpose(0, 2, 1), vb], axis=1).reshape(w.shape)
+            used.update({tmap.get_name(name.replace("kv_b_proj", x), try_suffixes=(".weight",))
+                         for x in ("k_b_proj", "v_b_proj")})
+            transforms.add("kv_b split into attn_k_b (transposed) / attn_v_b")
+            assert np.array_equal(got, w), name
+            continue
+        else:
+            gname = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+            assert gname is not None, name
+            got = g[gname]
+            if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+                n = H if "q_proj" in name else Hkv
+                got = got.reshape(n, got.shape[0] // n // 2, 2, *got.shape[1:]).swapaxes(1, 2).reshape(got.shape)
+                transforms.add("W^Q / W^K rows permuted (LlamaModel.permute)")
+            if got.shape != w.shape:
+                transforms.add(f"{gname}: HF shape {list(w.shape)} stored as {list(got.shape)}")
+                got = got.reshape(w.shape)
+        used.add(gname)
+        assert np.array_equal(got, w), name
+    extra = set(g) - used
+    assert not extra, extra
+    print(f"  {path.name}: all {len(hf)} Hugging Face tensors reproduced bit-exactly"
+          f" ({len(g)} GGUF tensors); transformations: {sorted(transforms) or 'none'}")
+
+
 def spm_vocab(out: Path) -> None:
     """A vocabulary-only GGUF (the converter's --vocab-only) of the SentencePiece
     BPE model tests/data/tokenize/sentencepiece/bpe_llama.model (Llama-2's
@@ -396,18 +552,23 @@ def spm_vocab(out: Path) -> None:
         convert(d, "spm", "f32", out)
 
 
+# KAPPA_GGUF_ONLY=mixtral,qwen3: convert and check only these HF_CHECKED models
+ONLY = tuple(x for x in os.environ.get("KAPPA_GGUF_ONLY", "").split(",") if x)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        repo = fetch_llama_cpp(work)
+        # $LLAMA_CPP_DIR: an existing clone of the same bundle (commit checked below)
+        repo = Path(os.environ["LLAMA_CPP_DIR"]) if os.environ.get("LLAMA_CPP_DIR") else fetch_llama_cpp(work)
         commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
                                 capture_output=True, text=True).stdout.strip()
         sys.path[:0] = [str(repo / "gguf-py"), str(repo)]
         os.environ.setdefault("NO_LOCAL_GGUF", "1")
         stub_transformers()
         quantizer = None
-        for src, name, outtypes in JOBS:
+        for src, name, outtypes in ([] if ONLY else JOBS):
             for outtype in outtypes:
                 convert(MODELS / src, ARCH.get(name, name), outtype, OUT / f"{name}-{outtype}.gguf")
             if name in QUANTIZE:
@@ -415,6 +576,12 @@ def main() -> None:
                 quantize(quantizer, name, QUANTIZE[name], OUT)
                 outtypes = tuple(outtypes) + tuple(q.lower() for q in QUANTIZE[name])
             reference_logits(MODELS / src, name, name, outtypes, OUT)
+        for name in ONLY or HF_CHECKED:
+            convert(MODELS / name, name, "f32", OUT / f"{name}-f32.gguf")
+            describe(OUT / f"{name}-f32.gguf")
+            check_against_hf(MODELS / name, OUT / f"{name}-f32.gguf")
+        if ONLY:
+            return
         spm_vocab(OUT / "spm-bpe_llama-vocab.gguf")
         print("llama.cpp commit", commit)
 
