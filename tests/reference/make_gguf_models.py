@@ -95,7 +95,8 @@ JOBS = (("llama", "llama", ("f32", "q8_0")), ("qwen2", "qwen2", ("f32",)),
 # layer (mlp.gate_proj/up_proj/down_proj); llama.cpp's QWEN2MOE architecture has
 # no dense FFN tensors (gguf MODEL_TENSORS[QWEN2MOE]), so Qwen2MoeModel fails with
 # "Can not map tensor 'model.layers.1.mlp.down_proj.weight'".
-HF_CHECKED = ("mixtral", "qwen3", "deepseek_v2-lite", "deepseek_v2-moe", "deepseek_v2")
+HF_CHECKED = ("mixtral", "qwen3", "deepseek_v2-lite", "deepseek_v2-moe", "deepseek_v2",
+              "gemma2", "gemma3_text", "phi3")
 # output name -> converter class key, where the name is not one
 ARCH = {"llama-256": "llama"}
 # output name -> llama-quantize types applied to <name>-f32.gguf, written as
@@ -517,6 +518,12 @@ def check_against_hf(src: Path, path: Path) -> None:
             gname = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
             assert gname is not None, name
             got = g[gname]
+            if arch.startswith("gemma") and name.endswith("norm.weight"):
+                # Gemma{2,3}Model: every *norm.weight stored as w + 1 (in float32:
+                # HF's Gemma RMSNorm multiplies by 1 + w); exactly float32(w) + 1
+                assert np.array_equal(got, (w.astype(np.float32) + np.float32(1)).reshape(got.shape)), name
+                transforms.add("*norm.weight stored as float32(w + 1)")
+                got = w
             if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
                 n = H if "q_proj" in name else Hkv
                 got = got.reshape(n, got.shape[0] // n // 2, 2, *got.shape[1:]).swapaxes(1, 2).reshape(got.shape)
