@@ -10,7 +10,16 @@ style: tokenizer.ggml.model "llama"); and llama-256-f32.gguf (from
 tests/data/models/llama-256, whose every row length is a multiple of 256) with
 llama-256-q4_k_m.gguf, llama-256-q8_0.gguf and llama-256-q4_0.gguf made from it by
 llama.cpp's own `llama-quantize` (built from the same commit: $LLAMA_QUANTIZE, or
-built in the temporary clone). Never run by the build or the tests.
+built in the temporary clone); and <dir>-f32.gguf for the directories of
+HF_CHECKED (mixtral, qwen3, deepseek_v2-lite, deepseek_v2-moe, deepseek_v2,
+gemma2, gemma3_text, phi3: MoE, QK-norm, MLA, Gemma, Phi-3), each through the
+class the converter picks for its config.json (conversion.get_model_class),
+its metadata and layer-0 / global tensors printed (describe) and every
+Hugging Face tensor checked bit-exact in it after undoing the converter's
+transformations (check_against_hf), so its reference is the directory's own
+reference/logits.npy. Never run by the build or the tests.
+
+    KAPPA_GGUF_ONLY=mixtral,qwen3 LLAMA_CPP_DIR=<existing clone> /usr/bin/python3 tests/reference/make_gguf_models.py
 
     /usr/bin/python3 tests/reference/make_gguf_models.py
     LLAMA_QUANTIZE=/path/to/build/bin/llama-quantize /usr/bin/python3 tests/reference/make_gguf_models.py
