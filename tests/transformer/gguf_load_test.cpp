@@ -42,8 +42,11 @@ std::vector<TokenId> reference_ids(const std::string& model = "llama") {
 /// The F32 files and the directories they were converted from: llama (W^Q,
 /// W^K permuted by the converter), qwen2 (not permuted; q/k/v biases, tied
 /// head), gpt2 (Conv1D weights stored transposed, fused attn_qkv, learned
-/// positions, tied head).
-const std::vector<std::string> kF32Models = {"llama", "qwen2", "gpt2"};
+/// positions, tied head), mixtral (general.architecture llama with
+/// expert_count: the experts merged into blk.N.ffn_{gate,up,down}_exps, one
+/// [n_expert][out][in] tensor each, W^Q / W^K permuted), qwen3 (attn_q_norm,
+/// attn_k_norm; head_dim 16 != d / heads).
+const std::vector<std::string> kF32Models = {"llama", "qwen2", "gpt2", "mixtral", "qwen3"};
 
 /// Q8_0's error on this model's logits against the F32 model's, relative to
 /// their scale: measured 0.0399 (max abs 0.401 on logits up to 10.05; the
@@ -64,10 +67,12 @@ TYPED_TEST(GgufLoadTest, F32LogitsMatchTheReferenceAndTheSafetensorsModel) {
     SCOPED_TRACE(name);
     const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("f32", name));
     const hf::CausalLM<T> st = hf::load_causal_lm<T>(model_dir(name));
-    EXPECT_EQ(lm.model_type(), name);
+    // general.architecture: llama.cpp writes Mixtral as "llama".
+    EXPECT_EQ(lm.model_type(), name == "mixtral" ? "llama" : name);
     EXPECT_EQ(lm.vocab_size(), st.vocab_size());
     EXPECT_EQ(lm.d_model(), 32);
-    EXPECT_EQ(lm.n_layers(), 2);
+    EXPECT_EQ(lm.n_layers(), st.n_layers());
+    EXPECT_EQ(lm.model().index(), st.model().index());  // the same architecture type
     EXPECT_EQ(lm.context_length(), st.context_length());
     const std::vector<TokenId> ids = reference_ids(name);
     const RowMatrix<T> logits = lm.forward(ids);

@@ -11,8 +11,15 @@
 //           converter writes as "llama"; llama.cpp applies no sliding window
 //           to them and neither does kappa)
 //   qwen2   Llama<T> with Qwen2's q/k/v biases
+//   qwen3   Qwen3<T> (attn_q_norm / attn_k_norm)
+//   llama with <arch>.expert_count > 0: LlamaMoe<T> (Mixtral: every layer
+//           a mixture, top-k weights renormalized); qwen2moe: LlamaMoe<T>
+//           with the shared expert and its gate (top-k weights as scored:
+//           the file keeps no norm_topk_prob). Experts come from llama.cpp's
+//           merged tensors blk.N.ffn_{gate,up,down}_exps ([n_expert][out]
+//           [in]): expert e is slice e, viewed as it is stored.
 //   gpt2    Gpt2<T> (hf::load_gpt2 on the gpt2.* metadata: gpt2_config())
-// Others (deepseek2, the mixtures of experts, ...) are refused by name.
+// Others (deepseek2, gemma2/3, phi3, ...) are refused by name.
 //
 // Hyperparameters come from the metadata as llama.cpp reads them
 // (gguf-py/gguf/constants.py Keys, llama.cpp's llama-model.cpp):
@@ -117,7 +124,8 @@
 namespace kappa::gguf {
 
 /// The architectures kappa loads from GGUF.
-inline constexpr std::string_view kSupportedArchitectures = "llama, qwen2, gpt2";
+inline constexpr std::string_view kSupportedArchitectures =
+    "llama (also Mixtral's experts), qwen2, qwen2moe, qwen3, gpt2";
 
 namespace detail {
 
@@ -255,6 +263,14 @@ class GgufTensors {
         {"mlp.gate_proj.weight", "ffn_gate.weight"},
         {"mlp.up_proj.weight", "ffn_up.weight"},
         {"mlp.down_proj.weight", "ffn_down.weight"},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+        {"mlp.gate.weight", "ffn_gate_inp.weight"},
+        {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+        {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
     };
     static constexpr NamePair kGpt2Layer[] = {
         {"ln_1.weight", "attn_norm.weight"},          {"ln_1.bias", "attn_norm.bias"},
@@ -270,7 +286,47 @@ class GgufTensors {
     return {};
   }
 
+  /// An expert's matrix inside llama.cpp's merged expert tensors: Hugging
+  /// Face's "model.layers.3.block_sparse_moe.experts.5.w1.weight" (Mixtral:
+  /// w1 gate, w3 up, w2 down) or "model.layers.3.mlp.experts.5.gate_proj.
+  /// weight" (Qwen2-MoE) is slice 5 of "blk.3.ffn_gate_exps.weight" (ne =
+  /// [in, out, n_expert]: the experts one after another). nullopt for other
+  /// names.
+  struct ExpertSlice {
+    std::string tensor;
+    Index expert = 0;
+  };
+  [[nodiscard]] static std::optional<ExpertSlice> expert_slice(std::string_view hf) {
+    constexpr std::string_view layers = "model.layers.";
+    if (hf.substr(0, layers.size()) != layers) return std::nullopt;
+    hf.remove_prefix(layers.size());
+    const std::size_t dot = hf.find('.');
+    if (dot == std::string_view::npos || dot == 0) return std::nullopt;
+    const std::string layer(hf.substr(0, dot));
+    std::string_view rest = hf.substr(dot + 1);
+    for (std::string_view pre : {"block_sparse_moe.experts.", "mlp.experts."}) {
+      if (rest.substr(0, pre.size()) != pre) continue;
+      rest.remove_prefix(pre.size());
+      const std::size_t d2 = rest.find('.');
+      if (d2 == std::string_view::npos || d2 == 0 || d2 > 6) return std::nullopt;
+      Index e = 0;
+      for (const char ch : rest.substr(0, d2)) {
+        if (ch < '0' || ch > '9') return std::nullopt;
+        e = 10 * e + (ch - '0');
+      }
+      const std::string_view which = rest.substr(d2 + 1);
+      const char* kind = which == "w1.weight" || which == "gate_proj.weight"   ? "gate"
+                         : which == "w3.weight" || which == "up_proj.weight"   ? "up"
+                         : which == "w2.weight" || which == "down_proj.weight" ? "down"
+                                                                               : nullptr;
+      if (kind == nullptr) return std::nullopt;
+      return ExpertSlice{"blk." + layer + ".ffn_" + kind + "_exps.weight", e};
+    }
+    return std::nullopt;
+  }
+
   [[nodiscard]] bool has(std::string_view hf) const {
+    if (const auto x = expert_slice(hf)) return f_.has_tensor(x->tensor) && slice_exists(*x);
     const std::string g = gguf_name(layout_, hf);
     return !g.empty() && f_.has_tensor(g);
   }
@@ -281,12 +337,14 @@ class GgufTensors {
   /// Conv1D in x out); the message states the GGUF tensor's stored shape
   /// (row-major: ne reversed) and the stored shape expected.
   void require_shape(std::string_view hf, const std::vector<std::int64_t>& expected) const {
-    const io::GgufTensorInfo& t = info(hf);
+    const io::GgufTensorInfo t = info(hf);
     std::vector<std::int64_t> want = expected;
     if (transposed(hf) && want.size() == 2) std::swap(want[0], want[1]);
-    // A vector may be stored with unit dimensions; compare without them.
+    // A vector may be stored with or asked for with unit dimensions
+    // (a 1 x d gate as [d]); compare without them.
     std::vector<std::int64_t> shape = t.shape();
     while (shape.size() > want.size() && shape.front() == 1) shape.erase(shape.begin());
+    while (want.size() > shape.size() && want.front() == 1) want.erase(want.begin());
     if (shape == want) return;
     throw ShapeError("kappa: " + f_.path() + ": tensor " + kappa::quoted(t.name) + " has shape " +
                      io::tensor_shape_string(t.shape()) + ", expected " +
@@ -299,7 +357,10 @@ class GgufTensors {
   [[nodiscard]] RowMatrix<T> matrix(std::string_view hf,
                                     const std::vector<std::int64_t>& expected) const {
     require_shape(hf, expected);
-    RowMatrix<T> m = f_.dequantize(info(hf).name).template cast<T>();
+    const io::GgufTensorInfo t = info(hf);
+    RowMatrix<float> f(t.rows(), t.cols());
+    f_.dequantize_into(t, f.data());
+    RowMatrix<T> m = f.template cast<T>();
     if (transposed(hf)) return m.transpose();
     if (expected.size() == 1) m.resize(1, expected[0]);
     return permuted_rows(hf, std::move(m));
@@ -308,8 +369,10 @@ class GgufTensors {
   /// Tensor `hf` as a row vector (callers check its shape first).
   template <Scalar T>
   [[nodiscard]] RowVector<T> row_vector(std::string_view hf) const {
-    const io::GgufTensorInfo& t = info(hf);
-    const RowMatrix<T> m = f_.dequantize(t.name).template cast<T>();
+    const io::GgufTensorInfo t = info(hf);
+    RowMatrix<float> f(t.rows(), t.cols());
+    f_.dequantize_into(t, f.data());
+    const RowMatrix<T> m = f.template cast<T>();
     // A bias of W^Q / W^K is permuted like the rows of its weight.
     const RowMatrix<T> fixed =
         permuted_rows(hf, RowMatrix<T>(Eigen::Map<const RowMatrix<T>>(m.data(), t.numel, 1)));
@@ -333,11 +396,13 @@ class GgufTensors {
                                                                 Index in, bool transposed) const {
     if (layout_ == GgufLayout::kGpt2) return std::nullopt;
     require_shape(hf, {out, in});
-    const io::GgufTensorInfo& t = info(hf);
+    const io::GgufTensorInfo t = info(hf);
     const Index rows = transposed ? in : out, cols = transposed ? out : in;
     const BlocksAlong along = transposed ? BlocksAlong::kRows : BlocksAlong::kCols;
     const auto blocks = [&]<class F>() -> std::optional<WeightMatrix<T, F>> {
-      const unsigned char* p = f_.raw(t.name).data();
+      // (an expert's slice starts past the merged tensor's first byte)
+      const unsigned char* p =
+          f_.raw(t.name).data() + (t.file_offset - f_.tensor(t.name).file_offset);
       const auto size = static_cast<std::size_t>(t.bytes);
       const Index perm_heads = permuted_heads(hf);
       if (perm_heads > 0) {  // reorder whole rows of blocks, HF order
@@ -406,7 +471,36 @@ class GgufTensors {
     return 0;
   }
 
-  const io::GgufTensorInfo& info(std::string_view hf) const {
+  /// Whether the merged tensor of x holds expert x.expert (3 dims, ne[2]
+  /// experts).
+  bool slice_exists(const ExpertSlice& x) const {
+    const io::GgufTensorInfo& t = f_.tensor(x.tensor);
+    return t.dims.size() == 3 && x.expert < t.dims[2];
+  }
+
+  /// The table entry of tensor `hf`; an expert's slice of a merged tensor as
+  /// an entry of its own (its dims, bytes and offset).
+  io::GgufTensorInfo info(std::string_view hf) const {
+    if (const auto x = expert_slice(hf)) {
+      if (!f_.has_tensor(x->tensor))
+        throw FormatError("kappa: " + f_.path() + ": tensor " + kappa::quoted(x->tensor) +
+                          " is missing (the metadata's experts need it)");
+      const io::GgufTensorInfo& all = f_.tensor(x->tensor);
+      if (!slice_exists(*x))
+        throw ShapeError("kappa: " + f_.path() + ": tensor " + kappa::quoted(all.name) +
+                         " has shape " + io::tensor_shape_string(all.shape()) +
+                         ", which holds no " + "expert " + std::to_string(x->expert) +
+                         " (an [n_expert][out][in] tensor)");
+      io::GgufTensorInfo t = all;
+      const auto n_e = static_cast<std::uint64_t>(all.dims[2]);
+      t.dims.pop_back();
+      t.bytes = all.bytes / n_e;
+      t.numel = all.numel / all.dims[2];
+      t.n_rows = all.n_rows / all.dims[2];
+      t.offset += static_cast<std::uint64_t>(x->expert) * t.bytes;
+      t.file_offset += static_cast<std::uint64_t>(x->expert) * t.bytes;
+      return t;
+    }
     const std::string g = gguf_name(layout_, hf);
     if (g.empty())
       throw FormatError("kappa: " + f_.path() + ": kappa knows no GGUF name for tensor " +
@@ -522,9 +616,46 @@ inline hf::LlamaSizes llama_sizes(const io::GgufFile& f, const std::string& arch
     s.vocab = f.tensor("token_embd.weight").rows();
   }
   s.tied = !f.has_tensor("output.weight");
-  s.qkv_bias = arch == "qwen2";  // Qwen2: q/k/v with bias, o_proj without
+  s.qkv_bias = arch == "qwen2" || arch == "qwen2moe";  // q/k/v with bias, o_proj without
   s.o_bias = false;
   return s;
+}
+
+/// The mixture of experts of a llama-layout file (llama.cpp's names): llama
+/// with <arch>.expert_count > 0 (Mixtral: every layer, top-k weights
+/// renormalized, experts as wide as feed_forward_length) or qwen2moe
+/// (expert_feed_forward_length, expert_shared_feed_forward_length, top-k
+/// weights as scored: llama.cpp keeps no norm_topk_prob for it, and neither
+/// can the file). nullopt for a dense model. \throws FormatError naming the
+/// key.
+inline std::optional<hf::MoeSizes> moe_sizes(const io::GgufFile& f, const std::string& arch,
+                                             Index n_layer) {
+  const std::string a = arch + ".";
+  const Index n_e = detail::integer(f, a + "expert_count", Index{0}, 0, hf::kMaxExperts);
+  if (n_e == 0) {
+    if (arch == "qwen2moe") detail::fail(f, a + "expert_count is missing or 0");
+    return std::nullopt;
+  }
+  hf::MoeSizes m;
+  m.router.n_experts = n_e;
+  m.router.top_k = detail::integer(f, a + "expert_used_count", std::nullopt, 1, n_e);
+  m.sparse.assign(static_cast<std::size_t>(n_layer), char{1});
+  if (arch == "qwen2moe") {
+    m.layout = hf::MoeSizes::Layout::kQwen2Moe;
+    m.router.weights = TopKWeights::kAsScored;
+    m.d_expert = detail::integer(f, a + "expert_feed_forward_length");
+    m.d_shared = detail::integer(f, a + "expert_shared_feed_forward_length", Index{0}, 0);
+  } else {
+    m.layout = hf::MoeSizes::Layout::kMixtral;
+    m.router.weights = TopKWeights::kRenormalized;
+    m.d_expert = detail::integer(f, a + "feed_forward_length");
+  }
+  try {
+    m.router.validate();
+  } catch (const std::invalid_argument& e) {
+    detail::fail(f, a + "expert_count / expert_used_count: " + std::string(e.what()));
+  }
+  return m;
 }
 
 /// The config.json equivalent of a gpt2 GGUF file's metadata, for
@@ -593,13 +724,16 @@ CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<con
   if (arch == "gpt2")
     return CausalLM<T, S>(
         hf::load_gpt2<T, S>(gpt2_config(f), GgufTensors(f, GgufLayout::kGpt2, 1, 1)), arch);
-  if (arch != "llama" && arch != "qwen2")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen2moe")
     detail::fail(f, "general.architecture is " + kappa::quoted(arch) +
                         ", which kappa does not load from GGUF (" +
                         std::string(kSupportedArchitectures) + ")");
   const hf::LlamaSizes s = llama_sizes(f, arch);
   const GgufTensors tensors(f, arch == "llama" ? GgufLayout::kLlama : GgufLayout::kNeox, s.n_head,
                             s.n_kv, std::move(mapping));
+  if (arch == "qwen3") return CausalLM<T, S>(hf::detail::build_qwen3<T, S>(s, tensors), arch);
+  if (const std::optional<hf::MoeSizes> m = moe_sizes(f, arch, s.n_layer))
+    return CausalLM<T, S>(hf::detail::build_llama_moe<T, S>(s, *m, tensors), arch);
   auto model = hf::detail::build_llama<T, S, LlamaLayer<T, S>>(
       s, tensors, CausalMask{}, hf::detail::llama_rope<T>(s),
       [&s](const hf::detail::Weights<T, GgufTensors>& w, Index, const std::string& p) {

@@ -641,8 +641,8 @@ SwiGlu<T, S> read_llama_mlp(const Weights<T, Source>& w, const std::string& p, I
 
 /// The mixture of experts of layer prefix p ("layers.i."), in the hub's
 /// layout `m.layout`; every tensor read (and so checked) before it is built.
-template <Scalar T, WeightStoragePolicy S>
-MixtureOfExperts<T, S> read_moe(const Weights<T>& w, const std::string& p, Index d,
+template <Scalar T, WeightStoragePolicy S, class Source>
+MixtureOfExperts<T, S> read_moe(const Weights<T, Source>& w, const std::string& p, Index d,
                                 const MoeSizes& m) {
   using Layout = MoeSizes::Layout;
   const Index n_e = m.router.n_experts, f = m.d_expert;
@@ -674,8 +674,8 @@ MixtureOfExperts<T, S> read_moe(const Weights<T>& w, const std::string& p, Index
 
 /// Layer i's feed-forward: the mixture where m says so, else the dense
 /// SwiGLU of width d_ff.
-template <Scalar T, WeightStoragePolicy S>
-SwiGluOrExperts<T, S> read_ffn(const Weights<T>& w, Index i, const std::string& p, Index d,
+template <Scalar T, WeightStoragePolicy S, class Source>
+SwiGluOrExperts<T, S> read_ffn(const Weights<T, Source>& w, Index i, const std::string& p, Index d,
                                Index d_ff, const MoeSizes& m) {
   if (m.sparse[static_cast<std::size_t>(i)]) return read_moe<T, S>(w, p, d, m);
   return read_llama_mlp<T, S>(w, p, d, d_ff);
@@ -797,19 +797,28 @@ Llama<T, S> load_llama(const Config& c, const io::Checkpoint& ckpt) {
 
 /// Qwen3: the LLaMA layout with q_norm and k_norm (RMSNorm over each head's
 /// d_head columns, one gain for all heads) before RoPE.
-template <Scalar T, WeightStoragePolicy S = DenseWeights>
-Qwen3<T, S> load_qwen3(const Config& c, const io::Checkpoint& ckpt) {
-  const LlamaSizes s = llama_sizes(c, "qwen3");
-  return detail::build_llama<T, S, Qwen3Layer<T, S>>(
+namespace detail {
+/// Qwen3 of sizes s: the LLaMA layout with q_norm / k_norm.
+template <Scalar T, WeightStoragePolicy S, class Source>
+Qwen3<T, S> build_qwen3(const LlamaSizes& s, const Source& ckpt) {
+  return build_llama<T, S, Qwen3Layer<T, S>>(
       s, ckpt, CausalMask{},
-      [&s](const detail::Weights<T>& w, Index, const std::string& p) {
+      [&s](const auto& w, Index, const std::string& p) {
         return QkNorm<T, Rope<T, RotateHalf>>(w.vec(p + "self_attn.q_norm.weight", s.d_head),
                                               w.vec(p + "self_attn.k_norm.weight", s.d_head), s.eps,
                                               Rope<T, RotateHalf>(s.d_rot, s.theta, s.scaling));
       },
-      [&](const detail::Weights<T>& w, Index, const std::string& p) {
-        return detail::read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
+      [&s](const auto& w, Index, const std::string& p) {
+        return read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
       });
+}
+}  // namespace detail
+
+/// Qwen3: the LLaMA layout with q_norm and k_norm (RMSNorm over each head's
+/// d_head columns, one gain for all heads) before RoPE.
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+Qwen3<T, S> load_qwen3(const Config& c, const io::Checkpoint& ckpt) {
+  return detail::build_qwen3<T, S>(llama_sizes(c, "qwen3"), ckpt);
 }
 
 // ---- Gemma 2 and 3 ----------------------------------------------------------------
@@ -973,17 +982,28 @@ Gemma3<T, S> load_gemma3(const Config& c, const io::Checkpoint& ckpt) {
 /// layer, a mixture of SwiGLU experts (or dense, as Qwen2-MoE's
 /// mlp_only_layers and decoder_sparse_step say).
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
+LlamaMoe<T, S> load_llama_moe(const Config& c, const io::Checkpoint& ckpt);
+
+namespace detail {
+/// Mixtral / Qwen2-MoE of sizes s and m: the LLaMA layout whose
+/// feed-forward is, layer by layer, SwiGLU or a mixture of experts.
+template <Scalar T, WeightStoragePolicy S, class Source>
+LlamaMoe<T, S> build_llama_moe(const LlamaSizes& s, const MoeSizes& m, const Source& ckpt) {
+  return build_llama<T, S, LlamaMoeLayer<T, S>>(
+      s, ckpt, CausalMask{}, llama_rope<T>(s),
+      [&s, &m](const auto& w, Index i, const std::string& p) {
+        return read_ffn<T, S>(w, i, p, s.d, s.d_ff, m);
+      });
+}
+}  // namespace detail
+
+template <Scalar T, WeightStoragePolicy S>
 LlamaMoe<T, S> load_llama_moe(const Config& c, const io::Checkpoint& ckpt) {
   const std::string type = c.string("model_type");
   const LlamaSizes s = llama_sizes(c, type);
   if (type == "mixtral" && c.has("sliding_window"))
     c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
-  const MoeSizes m = moe_sizes(c, type, s.n_layer);
-  return detail::build_llama<T, S, LlamaMoeLayer<T, S>>(
-      s, ckpt, CausalMask{}, detail::llama_rope<T>(s),
-      [&](const detail::Weights<T>& w, Index i, const std::string& p) {
-        return detail::read_ffn<T, S>(w, i, p, s.d, s.d_ff, m);
-      });
+  return detail::build_llama_moe<T, S>(s, moe_sizes(c, type, s.n_layer), ckpt);
 }
 
 /// Mistral with its sliding window: token i sees positions i - W + 1 .. i.
