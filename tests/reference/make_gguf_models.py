@@ -17,7 +17,11 @@ class the converter picks for its config.json (conversion.get_model_class),
 its metadata and layer-0 / global tensors printed (describe) and every
 Hugging Face tensor checked bit-exact in it after undoing the converter's
 transformations (check_against_hf), so its reference is the directory's own
-reference/logits.npy. Never run by the build or the tests.
+reference/logits.npy; and mixtral-q8_0.gguf, mixtral-f32.gguf through
+llama-quantize Q8_0 (ffn_down_exps, rows of 16, gets the fallback F16), with
+reference/mixtral-{f32,q8_0}_logits.npy: the merged ffn_{gate,up,down}_exps
+split back into experts.X.w1 / w3 / w2, the router ffn_gate_inp, and
+hf_reference's Mixtral forward. Never run by the build or the tests.
 
     KAPPA_GGUF_ONLY=mixtral,qwen3 LLAMA_CPP_DIR=<existing clone> /usr/bin/python3 tests/reference/make_gguf_models.py
 
@@ -109,8 +113,10 @@ HF_CHECKED = ("mixtral", "qwen3", "deepseek_v2-lite", "deepseek_v2-moe", "deepse
 # output name -> converter class key, where the name is not one
 ARCH = {"llama-256": "llama"}
 # output name -> llama-quantize types applied to <name>-f32.gguf, written as
-# <name>-<type lowercased>.gguf
-QUANTIZE = {"llama-256": ("Q4_K_M", "Q8_0", "Q4_0")}
+# <name>-<type lowercased>.gguf. mixtral (d 32, expert width 16): llama-quantize
+# gives ffn_down_exps (rows of 16, not a multiple of Q8_0's block of 32) its
+# fallback F16, keeps the router ffn_gate_inp and the norms F32, the rest Q8_0.
+QUANTIZE = {"llama-256": ("Q4_K_M", "Q8_0", "Q4_0"), "mixtral": ("Q8_0",)}
 
 
 def fetch_llama_cpp(work: Path) -> Path:
@@ -274,7 +280,10 @@ def convert(src: Path, arch: str, outtype: str, out: Path) -> None:
 
 
 def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
-    """HF name -> float64 torch tensor, as hf_reference.llama_forward takes them."""
+    """HF name -> float64 torch tensor, as hf_reference.llama_forward takes them.
+    mixtral: the router block_sparse_moe.gate is ffn_gate_inp; expert X's
+    w1 / w3 / w2 are slice X (numpy [n_expert, out, in]) of the merged
+    ffn_gate_exps / ffn_up_exps / ffn_down_exps, each dequantized whole."""
     import numpy as np
     import torch
     import gguf
@@ -299,10 +308,12 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
                                   "self_attn.v_proj.weight", "self_attn.o_proj.weight",
                                   "mlp.gate_proj.weight", "mlp.up_proj.weight",
                                   "mlp.down_proj.weight")]
+        if arch == "mixtral":  # no dense FFN: the router, then the experts (below)
+            names = names[:-3] + [p + "block_sparse_moe.gate.weight"]
         if arch == "qwen2":
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
     model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "mistral": gguf.MODEL_ARCH.LLAMA,
-                  "llama3": gguf.MODEL_ARCH.LLAMA,
+                  "llama3": gguf.MODEL_ARCH.LLAMA, "mixtral": gguf.MODEL_ARCH.LLAMA,
                   "qwen2": gguf.MODEL_ARCH.QWEN2, "gpt2": gguf.MODEL_ARCH.GPT2}[arch]
     tmap = gguf.get_tensor_name_map(model_arch, n_layer)
     reader = gguf.GGUFReader(path)
@@ -313,20 +324,33 @@ def hf_weights_from_gguf(path: Path, cfg: dict, arch: str) -> dict:
         t = by_name[g]
         a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
         a = a.reshape([int(x) for x in reversed(list(t.shape))]) if a.ndim != len(t.shape) else a
-        if arch in ("llama", "mistral", "llama3") and hf.endswith(("q_proj.weight", "k_proj.weight")):
+        if arch in ("llama", "mistral", "llama3", "mixtral") and hf.endswith(("q_proj.weight", "k_proj.weight")):
             n = H if "q_proj" in hf else Hkv
             # inverse of LlamaModel.permute: reshape(n, D/2, 2, in), swap back, reshape
             a = a.reshape(n, a.shape[0] // n // 2, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
         if arch == "gpt2" and hf.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
             a = a.T  # GPT2Model.modify_tensors transposed the Conv1D (in, out) weights
         W[hf] = torch.from_numpy(np.ascontiguousarray(a))
+    if arch == "mixtral":
+        for i in range(n_layer):
+            for wid in ("w1", "w3", "w2"):  # gate, up, down
+                t = by_name[tmap.get_name(f"layers.{i}.feed_forward.experts.{wid}.weight",
+                                          try_suffixes=(".weight",))]
+                a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+                a = a.reshape([int(x) for x in reversed(list(t.shape))])  # [n_expert, out, in]
+                assert a.shape[0] == cfg["num_local_experts"], (t.name, a.shape)
+                for x in range(a.shape[0]):
+                    W[f"model.layers.{i}.block_sparse_moe.experts.{x}.{wid}.weight"] = \
+                        torch.from_numpy(np.ascontiguousarray(a[x]))
     return W
 
 
 # Relative Frobenius error |dequantize(W) - W| / |W| a format leaves on a
 # Gaussian matrix, with margin (measured on llama-256: Q8_0 0.0054, Q6_K 0.018,
 # Q4_K 0.071, Q4_0 0.086).
-WEIGHT_ERROR_BOUND = {"Q8_0": 0.01, "Q6_K": 0.03, "Q4_K": 0.1, "Q4_0": 0.12, "F32": 0.0}
+# F16: llama-quantize's fallback for a row length no 32-block fits (mixtral's
+# ffn_down_exps, rows of 16); half-precision rounding, relative 2^-11 at most.
+WEIGHT_ERROR_BOUND = {"Q8_0": 0.01, "Q6_K": 0.03, "Q4_K": 0.1, "Q4_0": 0.12, "F16": 0.001, "F32": 0.0}
 
 
 def weight_errors(path: Path, f32_path: Path) -> dict:
@@ -596,6 +620,11 @@ def main() -> None:
             convert(MODELS / name, name, "f32", OUT / f"{name}-f32.gguf")
             describe(OUT / f"{name}-f32.gguf")
             check_against_hf(MODELS / name, OUT / f"{name}-f32.gguf")
+            if name in QUANTIZE:  # mixtral: Q8_0 and the reference logits of both files
+                quantizer = quantizer or llama_quantize(repo)
+                quantize(quantizer, name, QUANTIZE[name], OUT)
+                reference_logits(MODELS / name, name, name,
+                                 ("f32",) + tuple(q.lower() for q in QUANTIZE[name]), OUT)
         if ONLY:
             return
         spm_vocab(OUT / "spm-bpe_llama-vocab.gguf")
