@@ -281,6 +281,74 @@ TEST(GgufLoad, LlamaQuantizeFilesRunAsStored) {
   }
 }
 
+// DeepSeek-V2 through llama.cpp's converter (general.architecture
+// deepseek2): latent attention with kv_b_proj split per head into attn_k_b
+// (transposed) and attn_v_b, which the loader joins back; YaRN from the
+// rope.scaling.* keys; V2-Lite (no q_lora_rank), the dense model and the
+// mixture (group-limited greedy routing, two shared experts, scaled
+// weights). The Hugging Face reference to the float32 rounding of the
+// metadata the file stores (yarn_log_multiplier = 0.1 mscale_all_dim and
+// the epsilons as f32: 6e-9 of the logit scale in double), greedy
+// continuations equal.
+TYPED_TEST(GgufLoadTest, DeepSeek2MatchesTheReference) {
+  using T = TypeParam;
+  for (const std::string name : {"deepseek_v2", "deepseek_v2-lite", "deepseek_v2-moe"}) {
+    SCOPED_TRACE(name);
+    const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("f32", name));
+    const hf::CausalLM<T> st = hf::load_causal_lm<T>(model_dir(name));
+    EXPECT_EQ(lm.model_type(), "deepseek2");
+    EXPECT_EQ(lm.model().index(), st.model().index());
+    EXPECT_EQ(lm.n_layers(), st.n_layers());
+    const RowMatrix<T> logits = lm.forward(reference_ids(name));
+    EXPECT_LE(scaled_error(logits, read_ref(name, "logits")), std::max(kModelTol<T>, 2e-8));
+    const std::vector<TokenId> expected =
+        read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
+    typename gguf::CausalLM<T>::Cache cache = lm.make_cache();
+    std::vector<TokenId> got;
+    RowMatrix<T> next = lm.forward_cached(reference_ids(name), cache, LogitsFor::kLast);
+    for (std::size_t step = 0; step < expected.size(); ++step) {
+      Index best = 0;
+      next.row(0).maxCoeff(&best);
+      got.push_back(static_cast<TokenId>(best));
+      next = lm.forward_cached(got.back(), cache);
+    }
+    EXPECT_EQ(got, expected);
+  }
+}
+
+// llama-quantize's Q8_0 of the tiny Mixtral: every expert's W_gate and W_up
+// is its slice of the merged ffn_{gate,up}_exps, kept in Q8_0 and viewed in
+// the file (no copy); W_down fell back to F16 there (rows of 16) and is
+// read in float.
+TEST(GgufLoad, QuantizedExpertsAreViewsOfTheirSlices) {
+  const auto shared = std::make_shared<const io::GgufFile>(gguf_file("q8_0", "mixtral").string());
+  const gguf::CausalLM<float, kappa::AsStoredWeights> lm =
+      gguf::load_causal_lm<float, kappa::AsStoredWeights>(shared);
+  const auto& moe = std::get<LlamaMoe<float, kappa::AsStoredWeights>>(lm.model());
+  const auto& mix = std::get<1>(moe.layers()[1].feed_forward().get());
+  ASSERT_EQ(mix.n_experts(), 8);
+  const io::GgufTensorInfo& gate = shared->tensor("blk.1.ffn_gate_exps.weight");
+  for (Index e = 0; e < mix.n_experts(); ++e) {
+    const auto& expert = mix.expert(e);
+    EXPECT_TRUE(expert.split());
+    EXPECT_EQ(expert.w_gate_up().format(), "q8_0");
+    EXPECT_EQ(expert.w_down().format(), "dense");
+    const auto& g = std::get<WeightMatrix<float, Q8_0Weights>>(expert.w_gate_up().held());
+    EXPECT_EQ(g.blocks().data(),  // expert e's slice of the merged tensor
+              shared->raw(gate.name).data() + static_cast<std::size_t>(e) * (gate.bytes / 8));
+  }
+  // The file dequantized to float: the independent forward on the same
+  // weights to float rounding. As stored: each expert sees the few rows
+  // routed to it, so its products take the decode path (X in Q8_0, as ggml):
+  // measured 0.014 of the logit scale.
+  const RowMatrix<double> ref = read_ref("llama-gguf", "mixtral-q8_0_logits");
+  const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(gguf_file("q8_0", "mixtral"));
+  EXPECT_LE(scaled_error(dense.forward(reference_ids("mixtral")), ref), kModelTol<float>);
+  const double err = scaled_error(lm.forward(reference_ids("mixtral")), ref);
+  EXPECT_LE(err, 0.03);
+  EXPECT_GE(err, 1e-4);
+}
+
 // The view outlives every other handle on the file: a model loaded from a
 // path keeps the mapping alive itself.
 TEST(GgufLoad, AsStoredModelOwnsItsMapping) {

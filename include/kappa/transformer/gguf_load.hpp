@@ -18,8 +18,13 @@
 //           the file keeps no norm_topk_prob). Experts come from llama.cpp's
 //           merged tensors blk.N.ffn_{gate,up,down}_exps ([n_expert][out]
 //           [in]): expert e is slice e, viewed as it is stored.
+//   deepseek2  DeepSeekV2<T> or DeepSeekMoe<T> (hf::load_deepseek_* on the
+//           deepseek2.* metadata: deepseek2_config()); kv_b_proj is joined
+//           back from llama.cpp's per-head attn_k_b / attn_v_b; latent
+//           attention's matrices are read in T (its storage is not a policy
+//           yet), the experts and the head as stored
 //   gpt2    Gpt2<T> (hf::load_gpt2 on the gpt2.* metadata: gpt2_config())
-// Others (deepseek2, gemma2/3, phi3, ...) are refused by name.
+// Others (gemma2/3, phi3, ...) are refused by name.
 //
 // Hyperparameters come from the metadata as llama.cpp reads them
 // (gguf-py/gguf/constants.py Keys, llama.cpp's llama-model.cpp):
@@ -125,7 +130,7 @@ namespace kappa::gguf {
 
 /// The architectures kappa loads from GGUF.
 inline constexpr std::string_view kSupportedArchitectures =
-    "llama (also Mixtral's experts), qwen2, qwen2moe, qwen3, gpt2";
+    "llama (also Mixtral's experts), qwen2, qwen2moe, qwen3, deepseek2, gpt2";
 
 namespace detail {
 
@@ -203,9 +208,11 @@ RowMatrix<T> unpermute_rope_rows(const RowMatrix<T>& g, Index n_heads) {
 
 /// How a GGUF file stores a model's tensors, as far as the loader must undo it.
 enum class GgufLayout {
-  kLlama,  ///< LLaMA names; W^Q / W^K rows permuted per head for ggml's interleaved RoPE
-  kNeox,   ///< LLaMA names, rows as Hugging Face's (qwen2: ggml rotates it NEOX-style)
-  kGpt2,   ///< GPT-2 names; the Conv1D weights stored transposed, (out, in)
+  kLlama,     ///< LLaMA names; W^Q / W^K rows permuted per head for ggml's interleaved RoPE
+  kNeox,      ///< LLaMA names, rows as Hugging Face's (qwen2: ggml rotates it NEOX-style)
+  kGpt2,      ///< GPT-2 names; the Conv1D weights stored transposed, (out, in)
+  kDeepSeek,  ///< LLaMA names plus latent attention's; kv_b_proj split per head into
+              ///< attn_k_b (transposed) and attn_v_b
 };
 
 /// The tensors of a GGUF file under the Hugging Face names that hf.hpp's
@@ -271,6 +278,16 @@ class GgufTensors {
         {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
         {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
         {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+        {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+        {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+        {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+        {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+        {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+        {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+        {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+        {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
     };
     static constexpr NamePair kGpt2Layer[] = {
         {"ln_1.weight", "attn_norm.weight"},          {"ln_1.bias", "attn_norm.bias"},
@@ -327,6 +344,7 @@ class GgufTensors {
 
   [[nodiscard]] bool has(std::string_view hf) const {
     if (const auto x = expert_slice(hf)) return f_.has_tensor(x->tensor) && slice_exists(*x);
+    if (const auto kb = split_kv_b(hf)) return true;
     const std::string g = gguf_name(layout_, hf);
     return !g.empty() && f_.has_tensor(g);
   }
@@ -337,6 +355,17 @@ class GgufTensors {
   /// Conv1D in x out); the message states the GGUF tensor's stored shape
   /// (row-major: ne reversed) and the stored shape expected.
   void require_shape(std::string_view hf, const std::vector<std::int64_t>& expected) const {
+    if (const auto kb = split_kv_b(hf)) {
+      const auto [k_b, v_b] = *kb;
+      const std::int64_t h = k_b.dims[2], nope = k_b.dims[0], r = k_b.dims[1], v = v_b.dims[1];
+      if (expected == std::vector<std::int64_t>{h * (nope + v), r} && v_b.dims[0] == r &&
+          v_b.dims[2] == h)
+        return;
+      throw ShapeError("kappa: " + f_.path() + ": tensors " + kappa::quoted(k_b.name) + " " +
+                       io::tensor_shape_string(k_b.shape()) + " and " + kappa::quoted(v_b.name) +
+                       " " + io::tensor_shape_string(v_b.shape()) + " do not make kv_b_proj " +
+                       io::tensor_shape_string(expected) + " from the metadata");
+    }
     const io::GgufTensorInfo t = info(hf);
     std::vector<std::int64_t> want = expected;
     if (transposed(hf) && want.size() == 2) std::swap(want[0], want[1]);
@@ -357,6 +386,7 @@ class GgufTensors {
   [[nodiscard]] RowMatrix<T> matrix(std::string_view hf,
                                     const std::vector<std::int64_t>& expected) const {
     require_shape(hf, expected);
+    if (const auto kb = split_kv_b(hf)) return joined_kv_b<T>(kb->first, kb->second);
     const io::GgufTensorInfo t = info(hf);
     RowMatrix<float> f(t.rows(), t.cols());
     f_.dequantize_into(t, f.data());
@@ -394,7 +424,7 @@ class GgufTensors {
   template <Scalar T, WeightStoragePolicy S>
   [[nodiscard]] std::optional<WeightMatrix<T, S>> stored_weight(std::string_view hf, Index out,
                                                                 Index in, bool transposed) const {
-    if (layout_ == GgufLayout::kGpt2) return std::nullopt;
+    if (layout_ == GgufLayout::kGpt2 || split_kv_b(hf)) return std::nullopt;
     require_shape(hf, {out, in});
     const io::GgufTensorInfo t = info(hf);
     const Index rows = transposed ? in : out, cols = transposed ? out : in;
@@ -462,6 +492,53 @@ class GgufTensors {
   [[nodiscard]] const io::GgufFile& file() const { return f_; }
 
  private:
+  /// llama.cpp's split of DeepSeek's kv_b_proj (H (d_nope + d_v) x r): for
+  /// each head h, attn_k_b [h] (ne [d_nope, r, H]: r x d_nope per head) is
+  /// rows h (d_nope + d_v) .. + d_nope transposed, attn_v_b [h] (ne [r, d_v,
+  /// H]) the next d_v rows. The pair for kv_b_proj `hf` in a file that has
+  /// them and no attn_kv_b; nullopt otherwise.
+  std::optional<std::pair<io::GgufTensorInfo, io::GgufTensorInfo>> split_kv_b(
+      std::string_view hf) const {
+    if (layout_ != GgufLayout::kDeepSeek) return std::nullopt;
+    constexpr std::string_view suffix = ".self_attn.kv_b_proj.weight";
+    if (hf.size() < suffix.size() || hf.substr(hf.size() - suffix.size()) != suffix)
+      return std::nullopt;
+    const std::string g = gguf_name(layout_, hf);  // blk.N.attn_kv_b.weight
+    if (g.empty() || f_.has_tensor(g)) return std::nullopt;
+    const std::string base = g.substr(0, g.size() - std::string_view("kv_b.weight").size());
+    const std::string k = base + "k_b.weight", v = base + "v_b.weight";
+    if (!f_.has_tensor(k) || !f_.has_tensor(v))
+      throw FormatError("kappa: " + f_.path() + ": tensors " + kappa::quoted(k) + " and " +
+                        kappa::quoted(v) + " (or " + kappa::quoted(g) +
+                        ") are missing (the metadata's latent attention needs them)");
+    const io::GgufTensorInfo &kt = f_.tensor(k), &vt = f_.tensor(v);
+    if (kt.dims.size() != 3 || vt.dims.size() != 3)
+      throw ShapeError("kappa: " + f_.path() + ": tensors " + kappa::quoted(k) + " " +
+                       io::tensor_shape_string(kt.shape()) + " and " + kappa::quoted(v) + " " +
+                       io::tensor_shape_string(vt.shape()) + " must have 3 dimensions");
+    return std::pair(kt, vt);
+  }
+
+  template <Scalar T>
+  RowMatrix<T> joined_kv_b(const io::GgufTensorInfo& kt, const io::GgufTensorInfo& vt) const {
+    const Index h = kt.dims[2], nope = kt.dims[0], r = kt.dims[1], dv = vt.dims[1];
+    std::vector<float> k(static_cast<std::size_t>(kt.numel)), v(static_cast<std::size_t>(vt.numel));
+    f_.dequantize_into(kt, k.data());
+    f_.dequantize_into(vt, v.data());
+    RowMatrix<T> m(h * (nope + dv), r);
+    for (Index head = 0; head < h; ++head) {
+      for (Index i = 0; i < nope; ++i)
+        for (Index c = 0; c < r; ++c)  // k_b[head] is r x nope
+          m(head * (nope + dv) + i, c) =
+              static_cast<T>(k[static_cast<std::size_t>((head * r + c) * nope + i)]);
+      for (Index j = 0; j < dv; ++j)
+        for (Index c = 0; c < r; ++c)  // v_b[head] is d_v x r
+          m(head * (nope + dv) + nope + j, c) =
+              static_cast<T>(v[static_cast<std::size_t>((head * dv + j) * r + c)]);
+    }
+    return m;
+  }
+
   /// The head count whose rows llama's converter permuted in tensor `hf`
   /// (W^Q: n_head, W^K: n_kv), or 0 for a tensor taken as stored.
   Index permuted_heads(std::string_view hf) const {
@@ -692,6 +769,98 @@ inline hf::Config gpt2_config(const io::GgufFile& f) {
   return hf::Config(std::move(j), f.path() + " (gpt2.* metadata)");
 }
 
+/// The config.json equivalent of a deepseek2 GGUF file's metadata, for
+/// hf::load_deepseek_v2 / load_deepseek_moe (llama.cpp's converter,
+/// DeepseekV2Model, writes them): deepseek2.embedding_length, .block_count,
+/// .attention.head_count, .feed_forward_length (the dense layers),
+/// .context_length, .rope.freq_base, .attention.layer_norm_rms_epsilon,
+/// .attention.kv_lora_rank, .attention.q_lora_rank (absent: V2-Lite's plain
+/// W^Q), .rope.dimension_count (d_rope), .attention.key_length_mla /
+/// .value_length_mla (d_nope + d_rope, d_v; files without them have these
+/// in key_length / value_length), YaRN from .rope.scaling.* with mscale =
+/// mscale_all_dim = yarn_log_multiplier / 0.1 (the converter keeps only
+/// 0.1 mscale_all_dim, and llama.cpp assumes the two equal); the experts
+/// from .expert_count, .expert_used_count, .expert_shared_count,
+/// .expert_feed_forward_length, .leading_dense_block_count,
+/// .expert_group_count / _used_count, .expert_weights_scale,
+/// .expert_weights_norm and .expert_gating_func (1 softmax, 2 sigmoid:
+/// DeepSeek-V3's routing with the biased group top-k; softmax with more
+/// than one group: V2's group-limited greedy). No expert_count: every layer
+/// dense.
+inline hf::Config deepseek2_config(const io::GgufFile& f) {
+  const std::string a = "deepseek2.";
+  const Index d_rope = detail::integer(f, a + "rope.dimension_count", std::nullopt, 2);
+  const Index k_len = f.has(a + "attention.key_length_mla")
+                          ? detail::integer(f, a + "attention.key_length_mla")
+                          : detail::integer(f, a + "attention.key_length");
+  const Index v_len = f.has(a + "attention.value_length_mla")
+                          ? detail::integer(f, a + "attention.value_length_mla")
+                          : detail::integer(f, a + "attention.value_length");
+  if (k_len <= d_rope)
+    detail::fail(f, "metadata key \"" + a +
+                        "attention.key_length_mla\" = " + std::to_string(k_len) +
+                        " must exceed rope.dimension_count = " + std::to_string(d_rope));
+  Index vocab = 0;
+  if (f.has("tokenizer.ggml.tokens"))
+    vocab = static_cast<Index>(f.get_array<std::string>("tokenizer.ggml.tokens").size());
+  else
+    vocab = f.tensor("token_embd.weight").rows();
+  nlohmann::json j = {
+      {"model_type", "deepseek_v2"},
+      {"hidden_size", detail::integer(f, a + "embedding_length")},
+      {"num_hidden_layers", detail::integer(f, a + "block_count", std::nullopt, 0)},
+      {"num_attention_heads",
+       detail::integer(f, a + "attention.head_count", std::nullopt, 1, kMaxHeads)},
+      {"intermediate_size", detail::integer(f, a + "feed_forward_length")},
+      {"vocab_size", vocab},
+      {"max_position_embeddings", detail::integer(f, a + "context_length", Index{2048})},
+      {"rope_theta", detail::positive(f, a + "rope.freq_base", 10000.0, hf::kMaxRopeBase)},
+      {"rms_norm_eps",
+       detail::positive(f, a + "attention.layer_norm_rms_epsilon", std::nullopt, hf::kMaxEpsilon)},
+      {"kv_lora_rank", detail::integer(f, a + "attention.kv_lora_rank")},
+      {"qk_rope_head_dim", d_rope},
+      {"qk_nope_head_dim", k_len - d_rope},
+      {"v_head_dim", v_len},
+      {"tie_word_embeddings", !f.has_tensor("output.weight")}};
+  if (f.has(a + "attention.q_lora_rank"))
+    j["q_lora_rank"] = detail::integer(f, a + "attention.q_lora_rank");
+  const std::string scaling = detail::string(f, a + "rope.scaling.type", std::string("none"));
+  if (scaling == "yarn") {
+    const double mscale =
+        detail::positive(f, a + "rope.scaling.yarn_log_multiplier", 1.0, 1e3) / 0.1;
+    j["rope_scaling"] = {
+        {"type", "yarn"},
+        {"factor", detail::positive(f, a + "rope.scaling.factor", std::nullopt, 1e6)},
+        {"original_max_position_embeddings",
+         detail::integer(f, a + "rope.scaling.original_context_length")},
+        {"beta_fast", detail::positive(f, a + "rope.scaling.yarn_beta_fast", 32.0, 1e6)},
+        {"beta_slow", detail::positive(f, a + "rope.scaling.yarn_beta_slow", 1.0, 1e6)},
+        {"mscale", mscale},
+        {"mscale_all_dim", mscale}};
+  } else if (scaling != "none") {
+    detail::fail(f, "metadata key \"" + a + "rope.scaling.type\" is " + kappa::quoted(scaling) +
+                        "; kappa loads deepseek2 with none or yarn");
+  }
+  if (detail::integer(f, a + "expert_count", Index{0}, 0, hf::kMaxExperts) > 0) {
+    const Index gating = detail::integer(f, a + "expert_gating_func", Index{1}, 1, 2);
+    const Index groups = detail::integer(f, a + "expert_group_count", Index{1}, 1);
+    j["n_routed_experts"] = detail::integer(f, a + "expert_count");
+    j["num_experts_per_tok"] = detail::integer(f, a + "expert_used_count");
+    j["n_shared_experts"] = detail::integer(f, a + "expert_shared_count", Index{0}, 0);
+    j["moe_intermediate_size"] = detail::integer(f, a + "expert_feed_forward_length");
+    j["first_k_dense_replace"] = detail::integer(f, a + "leading_dense_block_count", Index{0}, 0);
+    j["n_group"] = groups;
+    j["topk_group"] = detail::integer(f, a + "expert_group_used_count", Index{1}, 1);
+    j["routed_scaling_factor"] = detail::positive(f, a + "expert_weights_scale", 1.0, 1e6);
+    j["norm_topk_prob"] =
+        f.has(a + "expert_weights_norm") && f.get<bool>(a + "expert_weights_norm");
+    j["scoring_func"] = gating == 2 ? "sigmoid" : "softmax";
+    j["topk_method"] = gating == 2 ? "noaux_tc" : groups > 1 ? "group_limited_greedy" : "greedy";
+    if (gating == 2) j["model_type"] = "deepseek_v3";
+  }
+  return hf::Config(std::move(j), f.path() + " (deepseek2.* metadata)");
+}
+
 /// A model loaded from a GGUF file: the same CausalLM as hf::load_causal_lm
 /// returns, its model_type() the file's general.architecture.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
@@ -724,6 +893,14 @@ CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<con
   if (arch == "gpt2")
     return CausalLM<T, S>(
         hf::load_gpt2<T, S>(gpt2_config(f), GgufTensors(f, GgufLayout::kGpt2, 1, 1)), arch);
+  if (arch == "deepseek2") {
+    const hf::Config c = deepseek2_config(f);
+    const Index n_head = c.integer("num_attention_heads");
+    const GgufTensors tensors(f, GgufLayout::kDeepSeek, n_head, n_head, std::move(mapping));
+    if (c.has("n_routed_experts"))
+      return CausalLM<T, S>(hf::load_deepseek_moe<T, S>(c, tensors), arch);
+    return CausalLM<T, S>(hf::load_deepseek_v2<T, S>(c, tensors), arch);
+  }
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen2moe")
     detail::fail(f, "general.architecture is " + kappa::quoted(arch) +
                         ", which kappa does not load from GGUF (" +

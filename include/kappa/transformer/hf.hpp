@@ -1025,9 +1025,9 @@ MistralSliding<T, S> load_mistral_sliding(const Config& c, const io::Checkpoint&
 namespace detail {
 /// The DeepSeek-V2/V3 layout: latent attention in every layer, the
 /// feed-forward from `make_ffn(w, i, "layers.i.", d, d_ff)`.
-template <Scalar T, WeightStoragePolicy S, LatentPath Path, class Layer, class MakeFfn>
-DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c,
-                                                           const io::Checkpoint& ckpt,
+template <Scalar T, WeightStoragePolicy S, LatentPath Path, class Layer, class MakeFfn,
+          class Source = io::Checkpoint>
+DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c, const Source& ckpt,
                                                            MakeFfn make_ffn) {
   const Index d = c.integer("hidden_size", std::nullopt, 1),
               n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
@@ -1061,7 +1061,7 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c,
                                     c.sum("qk_nope_head_dim + v_head_dim", dh, dv)),
               o_cols = c.product("num_attention_heads x v_head_dim", n_head, dv);
   const bool tied = c.boolean("tie_word_embeddings", false);
-  const detail::Weights<T> w(ckpt, "model.");
+  const detail::Weights<T, Source> w(ckpt, "model.");
   // The config's sizes against the file before anything is allocated; each
   // layer below reads (and so checks) its tensors before building on them.
   w.check("embed_tokens.weight", vocab, d);
@@ -1100,15 +1100,16 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c,
 /// DeepSeek-V2 with dense feed-forward layers only. \throws FormatError
 /// naming n_routed_experts for a config with expert layers (load those with
 /// load_deepseek_moe; load_causal_lm picks the right one).
-template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
-DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& ckpt) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
+          class Source = io::Checkpoint>
+DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const Source& ckpt) {
   const MoeSizes m =
       moe_sizes(c, c.string("model_type", "deepseek_v2"), c.integer("num_hidden_layers", 0, 0));
   if (m.any_sparse())
     c.fail("n_routed_experts",
            "is set and some layers are mixtures of experts: use load_deepseek_moe");
   return detail::build_deepseek<T, S, Path, DeepSeekV2Layer<T, S, Path>>(
-      c, ckpt, [](const detail::Weights<T>& w, Index, const std::string& p, Index d, Index d_ff) {
+      c, ckpt, [](const auto& w, Index, const std::string& p, Index d, Index d_ff) {
         return detail::read_llama_mlp<T, S>(w, p, d, d_ff);
       });
 }
@@ -1118,13 +1119,13 @@ DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const io::Checkpoint& c
 /// multi-token-prediction layer (`model.layers.L.*` with L = num_hidden_layers, counted
 /// by num_nextn_predict_layers) is not part of the causal model and is
 /// ignored.
-template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent>
-DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const io::Checkpoint& ckpt) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
+          class Source = io::Checkpoint>
+DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const Source& ckpt) {
   const MoeSizes m =
       moe_sizes(c, c.string("model_type", "deepseek_v2"), c.integer("num_hidden_layers", 0, 0));
   return detail::build_deepseek<T, S, Path, DeepSeekMoeLayer<T, S, Path>>(
-      c, ckpt,
-      [&m](const detail::Weights<T>& w, Index i, const std::string& p, Index d, Index d_ff) {
+      c, ckpt, [&m](const auto& w, Index i, const std::string& p, Index d, Index d_ff) {
         return detail::read_ffn<T, S>(w, i, p, d, d_ff, m);
       });
 }
