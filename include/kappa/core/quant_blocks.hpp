@@ -287,8 +287,10 @@ inline void dequantize_row_q4_K(const unsigned char* in, float* y, std::int64_t 
 /// y[0..k) from k / 256 Q6_K blocks. Per half of 128 weights (ql advancing
 /// by 64, qh by 32, scales by 8), weight l + 32 i (i = 0..3, l = 0..31) has
 /// low bits ql[l] (i = 0), ql[l + 32] (1), ql[l] >> 4 (2), ql[l + 32] >> 4
-/// (3), high bits (qh[l] >> 2 i) & 3, and scale scales[l / 16 + 2 i]:
-/// y = (d sc) (q - 32).
+/// (3), high bits (qh[l] >> 2 i) & 3, and scale scales[l / 16 + 2 i], i.e.
+/// weight e of the half has scales[e / 16]: y = (d sc) (q - 32). The q - 32
+/// of a half are unpacked first, then each group of 16 is scaled: two loops
+/// that compilers vectorize, the same two float products per weight.
 inline void dequantize_row_q6_K(const unsigned char* in, float* y, std::int64_t k) {
   for (std::int64_t b = 0; b < k / kBlockK; ++b, in += kBytesQ6_K) {
     const float d = fp16_to_float(detail::load_u16(in + 208));
@@ -296,20 +298,18 @@ inline void dequantize_row_q6_K(const unsigned char* in, float* y, std::int64_t 
     const unsigned char* qh = in + 128;
     const unsigned char* sc_bytes = in + 192;
     for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc_bytes += 8, y += 128) {
+      std::int8_t q[128];
       for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        const int qs[4] = {q1, q2, q3, q4};
-        for (int i = 0; i < 4; ++i) {
-          const int at = is + 2 * i;
-          std::int8_t sc = 0;
-          std::memcpy(&sc, sc_bytes + at, 1);
-          const float ds = d * static_cast<float>(sc);
-          y[l + 32 * i] = ds * static_cast<float>(qs[i]);
-        }
+        q[l] = static_cast<std::int8_t>(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+        q[l + 32] = static_cast<std::int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        q[l + 64] = static_cast<std::int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        q[l + 96] = static_cast<std::int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+      for (int g = 0; g < 8; ++g) {
+        std::int8_t sc = 0;
+        std::memcpy(&sc, sc_bytes + g, 1);
+        const float ds = d * static_cast<float>(sc);
+        for (int j = 16 * g; j < 16 * g + 16; ++j) y[j] = ds * static_cast<float>(q[j]);
       }
     }
   }

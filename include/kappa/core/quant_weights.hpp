@@ -84,13 +84,20 @@
 // enables them (-march=native), else the portable scalar code; all give the
 // same int32 lane sums (the sign trick keeps every pair of products within
 // int16: |w| <= 128, |x| <= 127). The scales of 8 blocks are gathered and
-// widened (F16C) at once. With KAPPA_QUANT_AVX512=1 (off by default, see
+// widened (F16C) at once (Q4_0 with AVX-512BW + VL: picked by two permutes
+// of 64 bytes instead of a gather). With VNNI, Q4_0's loop masks the high
+// nibbles without shifting them (16 q), carries lanes 4..7 at 16 times their
+// value through the float sums and scales them back exactly at the end
+// (dot_q4_0_avx2 says why the bits stay the same), and broadcasts each
+// block's scale from a buffer filled per 64 blocks. With KAPPA_QUANT_AVX512=1 (off by default, see
 // below) two blocks go in one 512-bit vector, same lanes, same order.
 // detail::kQuantDotIsa names the path built. Q4_K and Q6_K use the same
 // lane dot products (q is unsigned there, 0..15 or 0..63, so no sign trick:
-// every pair of products is within int16, 2 * 63 * 128 < 2^15), hadd the
-// lanes into per-sub-block (Q4_K) or per-16 (Q6_K) sums and scale them with
-// _mm256_mullo_epi32: the same int32s as the portable loops. They use
+// every pair of products is within int16, 2 * 63 * 128 < 2^15). Q6_K hadds
+// the lanes into per-16 sums and scales them with _mm256_mullo_epi32; Q4_K
+// packs its lane sums to int16 and sums them with _mm256_madd_epi16, the
+// last time against the scales (q4_k_block_avx2): the same int32s as the
+// portable loops. They use
 // 256-bit vectors whatever KAPPA_QUANT_AVX512 says.
 //
 // Quantizing floats (the RowMatrix constructor): Q8_0 and Q4_0 use ggml's
@@ -213,13 +220,15 @@ inline float block_scale(const unsigned char* block) {
 /// One row of X in Q8_0 (nb blocks), unpacked for the dot products: the
 /// quants x_j contiguous, the scales as float (exact), and per block and
 /// lane l (elements 4 l .. 4 l + 3) the offset -8 sum x_j that Q4_0's
-/// w = d (q - 8) needs, and per 16 elements the sum of x_j (|sum| <= 2048)
+/// w = d (q - 8) needs (and the same with lanes 4..7 times 16 for the VNNI
+/// loop of Q4_0, q4_lanes16), and per 16 elements the sum of x_j (|sum| <= 2048)
 /// that Q4_K's mins and Q6_K's q - 32 need.
 struct Q8Row {
   Index nb = 0;
   std::vector<std::int8_t> q;
   std::vector<float> d;
   std::vector<std::int32_t> offset;
+  std::vector<std::int32_t> offset16;  // offset, lanes 4..7 times 16 (see q4_lanes16)
   std::vector<std::int16_t> sum16;
 
   Q8Row() = default;
@@ -231,6 +240,7 @@ struct Q8Row {
     q.resize(32 * n);
     d.resize(n);
     offset.resize(8 * n);
+    offset16.resize(8 * n);
     sum16.resize(2 * n);
     for (std::size_t b = 0; b < n; ++b, blocks += quant::kBytesQ8_0) {
       d[b] = block_scale(blocks);
@@ -240,6 +250,7 @@ struct Q8Row {
         std::int32_t sum = 0;
         for (std::size_t j = 4 * l; j < 4 * l + 4; ++j) sum += q[32 * b + j];
         offset[8 * b + l] = -8 * sum;
+        offset16[8 * b + l] = (l < 4 ? -8 : -128) * sum;
         half[l / 4] += sum;
       }
       sum16[2 * b] = static_cast<std::int16_t>(half[0]);
@@ -445,9 +456,12 @@ inline __m256i q8_lanes(const unsigned char* w, const std::int8_t* xq) {
 /// Block b of a Q4_0 row against X: the nibbles q (0..15) in element order
 /// times x, plus the offset -8 sum x.
 inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std::int32_t* off) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-  const __m256i q =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+  // The 16 bytes in both halves (a load, no shuffle), the upper half's
+  // shifted by 4 (per 64 bits, whose stray bits the mask drops).
+  const __m256i t =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
+  const __m256i q = _mm256_and_si256(_mm256_srlv_epi64(t, _mm256_setr_epi64x(0, 0, 4, 4)),
+                                     _mm256_set1_epi8(0x0F));
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
   return lane_dot_u8s8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(off)), q, xv);
 }
@@ -457,6 +471,28 @@ inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std
 /// 8 scales: the same floats as block_scale(w) * d_x one by one.
 template <Index kW>
 inline __m256 scales8(const unsigned char* w, const float* xd) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if constexpr (kW == static_cast<Index>(quant::kBytesQ4_0)) {
+    // Q4_0: the scales are the 16-bit words 0, 9, .., 63 of the 128 bytes
+    // at w, picked by two permutes of 64 bytes each (the gather took about a
+    // quarter of Q4_0's decode time on an AVX-512 Xeon).
+    const auto ld = [w](int at) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + at));
+    };
+#if defined(__AVX512VBMI__)
+    // Byte permutes: one instruction where the word ones take two or three.
+    const __m256i idx = _mm256_setr_epi8(0, 1, 18, 19, 36, 37, 54, 55, 8, 9, 26, 27, 44, 45, 62, 63,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m128i lo = _mm256_castsi256_si128(_mm256_permutex2var_epi8(ld(0), idx, ld(32)));
+    const __m128i hi = _mm256_castsi256_si128(_mm256_permutex2var_epi8(ld(64), idx, ld(96)));
+#else
+    const __m256i idx = _mm256_setr_epi16(0, 9, 18, 27, 4, 13, 22, 31, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m128i lo = _mm256_castsi256_si128(_mm256_permutex2var_epi16(ld(0), idx, ld(32)));
+    const __m128i hi = _mm256_castsi256_si128(_mm256_permutex2var_epi16(ld(64), idx, ld(96)));
+#endif
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_blend_epi32(lo, hi, 0x0C)), _mm256_loadu_ps(xd));
+  }
+#endif
   const __m256i at = _mm256_setr_epi32(0, kW, 2 * kW, 3 * kW, 4 * kW, 5 * kW, 6 * kW, 7 * kW);
   const __m256i raw = _mm256_i32gather_epi32(reinterpret_cast<const int*>(w), at, 1);
   const __m256i low = _mm256_shuffle_epi8(
@@ -466,9 +502,8 @@ inline __m256 scales8(const unsigned char* w, const float* xd) {
   return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd));
 }
 
-/// acc += d s with d broadcast from lane i of d8.
-inline void lanes_add_avx2(__m256& acc, __m256 d8, int i, __m256i s) {
-  const __m256 d = _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i));
+/// acc += d s (d: one scale in every lane).
+inline void lanes_add_avx2(__m256& acc, __m256 d, __m256i s) {
 #if defined(__FMA__)
   acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
 #else
@@ -540,8 +575,8 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
     for (int i = 0; i < 8; i += 2) {
       const __m256i s0 = lanes(w + i * kW, b + i);
       const __m256i s1 = lanes(w + (i + 1) * kW, b + i + 1);
-      lanes_add_avx2(acc0, d8, i, s0);
-      lanes_add_avx2(acc1, d8, i + 1, s1);
+      lanes_add_avx2(acc0, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i)), s0);
+      lanes_add_avx2(acc1, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i + 1)), s1);
     }
   }
 #endif
@@ -549,9 +584,9 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
     const __m256i s = lanes(w, b);
     const __m256 d = _mm256_set1_ps(block_scale_f16c(w) * xd[static_cast<std::size_t>(b)]);
     if (b & 1)
-      lanes_add_avx2(acc1, d, 0, s);
+      lanes_add_avx2(acc1, d, s);
     else
-      lanes_add_avx2(acc0, d, 0, s);
+      lanes_add_avx2(acc0, d, s);
   }
   return lanes_total_avx2(acc0, acc1);
 }
@@ -571,6 +606,62 @@ inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
       });
 }
 
+#if !KAPPA_QUANT_AVX512 && \
+    ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+/// Block b of a Q4_0 row against X for the VNNI loop, without a shift: the
+/// 16 bytes in both halves, masked to the low nibbles in the lower half and
+/// the high nibbles (16 q) in the upper one, plus offset16: lanes 4..7 are
+/// 16 times block b's lane sums (exact: |16 s| <= 16 * 4 * 8 * 128). (VNNI
+/// only: _mm256_maddubs_epi16 would saturate with 16 q up to 240.)
+inline __m256i q4_lanes16(const unsigned char* w, const std::int8_t* xq, const std::int32_t* off) {
+  const __m256i t =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
+  const __m256i q =
+      _mm256_and_si256(t, _mm256_setr_epi64x(0x0F0F0F0F0F0F0F0F, 0x0F0F0F0F0F0F0F0F,
+                                             static_cast<long long>(0xF0F0F0F0F0F0F0F0u),
+                                             static_cast<long long>(0xF0F0F0F0F0F0F0F0u)));
+  return lane_dot_u8s8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(off)), q,
+                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+}
+
+/// dot_q4_0_portable with VNNI (bit for bit the same result), with
+/// q4_lanes16: lanes 4..7 of every block are 16 s_l, so lanes 4..7 of the
+/// two float sets accumulate lane_fma(d, 16 s_l, 16 acc) = 16 lane_fma(d,
+/// s_l, acc) exactly (scaling by 16 commutes with rounding: every value is
+/// a multiple of 2^-48, the smallest product of two fp16 scales, so none is
+/// subnormal, and none comes near overflow), and one exact multiply by
+/// 1 / 16 at the end gives lanes_add's sets bit for bit. Per chunk of 64
+/// blocks the scales d = d_w d_x are computed first (8 at a time) into a
+/// buffer, so that each block takes its scale with a broadcast load.
+inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
+  constexpr Index kW = static_cast<Index>(quant::kBytesQ4_0);
+  constexpr Index kChunk = 64;  // even: block b0 + i has the parity of i
+  const std::int8_t* xq = x.q.data();
+  const std::int32_t* off = x.offset16.data();
+  const float* xd = x.d.data();
+  alignas(32) float d[kChunk];
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  for (Index b0 = 0; b0 < x.nb; b0 += kChunk, w += kChunk * kW) {
+    const Index n = std::min(kChunk, x.nb - b0);
+    Index i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_store_ps(d + i, scales8<kW>(w + i * kW, xd + b0 + i));
+    for (; i < n; ++i) d[i] = block_scale_f16c(w + i * kW) * xd[b0 + i];
+    const std::int8_t* xb = xq + 32 * b0;
+    const std::int32_t* ob = off + 8 * b0;
+    for (i = 0; i + 2 <= n; i += 2) {
+      const __m256i s0 = q4_lanes16(w + i * kW, xb + 32 * i, ob + 8 * i);
+      const __m256i s1 = q4_lanes16(w + (i + 1) * kW, xb + 32 * (i + 1), ob + 8 * (i + 1));
+      lanes_add_avx2(acc0, _mm256_broadcast_ss(d + i), s0);
+      lanes_add_avx2(acc1, _mm256_broadcast_ss(d + i + 1), s1);
+    }
+    if (i < n)
+      lanes_add_avx2(acc0, _mm256_broadcast_ss(d + i),
+                     q4_lanes16(w + i * kW, xb + 32 * i, ob + 8 * i));
+  }
+  const __m256 unscale = _mm256_setr_ps(1.0f, 1.0f, 1.0f, 1.0f, 0.0625f, 0.0625f, 0.0625f, 0.0625f);
+  return lanes_total_avx2(_mm256_mul_ps(acc0, unscale), _mm256_mul_ps(acc1, unscale));
+}
+#else
 /// dot_q4_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same result).
 inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
   const std::int8_t* xq = x.q.data();
@@ -589,6 +680,7 @@ inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
 #endif
       });
 }
+#endif
 
 /// The sums of four lanes of v0..v3: [lo(v0) lo(v1) lo(v2) lo(v3) | hi(v0)
 /// hi(v1) hi(v2) hi(v3)], lo = lanes 0..3, hi = lanes 4..7 (integer adds:
@@ -606,16 +698,48 @@ inline __m256 kq_fma(__m256 a, __m256i b, __m256 acc) {
 #endif
 }
 
+/// acc - a b in float lanes: the same float as kq_fma(-a, b, acc) (the
+/// negation is exact and rounding is symmetric), one instruction fewer.
+inline __m256 kq_fnma(__m256 a, __m256i b, __m256 acc) {
+#if defined(__FMA__)
+  return _mm256_fnmadd_ps(a, _mm256_cvtepi32_ps(b), acc);
+#else
+  return _mm256_sub_ps(acc, _mm256_mul_ps(a, _mm256_cvtepi32_ps(b)));
+#endif
+}
+
+/// Q4_K's 6-bit scales and mins of a super-block `w` as the bytes
+/// [sc_0..7, m_0..7], unpacked from their 12 bytes as 32-bit words u0, u1,
+/// u2 in one vector: sc_0..3 = the low 6 bits of u0's bytes, m_0..3 of u1's;
+/// sc_4..7 = the low nibbles of u2's bytes with the top 2 bits of u0's above
+/// them, m_4..7 the high nibbles of u2's with those of u1's.
+inline __m128i q4_k_scales_mins_avx2(const unsigned char* w) {
+  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4));  // u0 u1 u2 -
+  const __m128i low = _mm_and_si128(
+      _mm_srlv_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+      _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));  // u0 u2 u1 u2>>4
+  const __m128i top =
+      _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                    _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm_or_si128(low, top);
+}
+
 /// One Q4_K super-block against X's 256 quants at xq (and per-16 sums xs),
 /// into acc: kq_lanes_add(d, I) then kq_lanes_add(-dmin, M), as
-/// dot_q4_k_portable, with the scales and mins unpacked from their 12 bytes
-/// as 32-bit words (sc_0..3 = the low 6 bits of bytes 0..3, m_0..3 of bytes
-/// 4..7; sc_4..7 = the low nibbles of bytes 8..11 with the top 2 bits of
-/// bytes 0..3 above them, m_4..7 the high nibbles with those of 4..7).
+/// dot_q4_k_portable. The int32s without horizontal adds or 32-bit
+/// multiplies: each lane of a sub-block's dot product (4 products, |.| <=
+/// 4 * 15 * 128) fits int16, so the eight sub-blocks' lanes are packed
+/// (_mm256_packs_epi32, no saturation) and summed pairwise by
+/// _mm256_madd_epi16, first with ones (8 products, then 16: |.| <= 30720),
+/// then with sc_s in both int16s of a pair, which gives sc_s times each half
+/// of sub-block s; the two halves' sum is I_s. M_s is _mm256_madd_epi16 of
+/// X's per-16 sums with m_s in both int16s. All exact, the same int32s as
+/// the portable loop.
 inline __m256 q4_k_block_avx2(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs,
                               const float* dx, __m256 acc) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i zero = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256i v[8];
   for (int p = 0; p < 4; ++p) {
     const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * p));
@@ -624,27 +748,39 @@ inline __m256 q4_k_block_avx2(const unsigned char* w, const std::int8_t* xq, con
     v[2 * p] = lane_dot_u8s8(zero, _mm256_and_si256(qv, nibble), x0);
     v[2 * p + 1] = lane_dot_u8s8(zero, _mm256_and_si256(_mm256_srli_epi16(qv, 4), nibble), x1);
   }
-  const __m256i a = hsum4_halves(v[0], v[1], v[2], v[3]);
-  const __m256i b = hsum4_halves(v[4], v[5], v[6], v[7]);
-  const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-                                        _mm256_permute2x128_si256(a, b, 0x31));  // sum q x
-  std::uint32_t u[3];
-  std::memcpy(u, w + 4, 12);
-  const std::uint32_t sc_lo = u[0] & 0x3F3F3F3Fu;
-  const std::uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | ((u[0] >> 2) & 0x30303030u);
-  const std::uint32_t m_lo = u[1] & 0x3F3F3F3Fu;
-  const std::uint32_t m_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | ((u[1] >> 2) & 0x30303030u);
-  const __m256i sc =
-      _mm256_cvtepu8_epi32(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0));
-  const __m256i m =
-      _mm256_cvtepu8_epi32(_mm_setr_epi32(static_cast<int>(m_lo), static_cast<int>(m_hi), 0, 0));
-  const __m256i xsum = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)),
-                                         _mm256_set1_epi16(1));  // sum x per sub-block
+  // Per 128-bit half: [a_s b_s a_t b_t] with a, b the sums of lanes (0, 1)
+  // and (2, 3) of that half, for the pairs (s, t) = (0, 1), (2, 3), ...
+  const __m256i w01 = _mm256_madd_epi16(_mm256_packs_epi32(v[0], v[1]), ones);
+  const __m256i w23 = _mm256_madd_epi16(_mm256_packs_epi32(v[2], v[3]), ones);
+  const __m256i w45 = _mm256_madd_epi16(_mm256_packs_epi32(v[4], v[5]), ones);
+  const __m256i w67 = _mm256_madd_epi16(_mm256_packs_epi32(v[6], v[7]), ones);
+  const __m256i sm = _mm256_broadcastsi128_si256(q4_k_scales_mins_avx2(w));
+  const __m256i sc0123 = _mm256_shuffle_epi8(
+      sm, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, 0, -1, 0, -1, 1,
+                           -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1));
+  const __m256i sc4567 = _mm256_shuffle_epi8(
+      sm, _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1, 4, -1, 4, -1, 5,
+                           -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1));
+  const __m256i m_pairs = _mm256_shuffle_epi8(
+      sm, _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, 12, -1, 12,
+                           -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1));
+  // [sc_s lo_s, s = 0..3 | sc_s hi_s, s = 0..3] (lo, hi: sub-block s's
+  // elements 0..15 and 16..31), and the same for s = 4..7.
+  const __m256i a = _mm256_madd_epi16(_mm256_packs_epi32(w01, w23), sc0123);
+  const __m256i b = _mm256_madd_epi16(_mm256_packs_epi32(w45, w67), sc4567);
+  const __m256i ints = _mm256_add_epi32(_mm256_blend_epi32(a, b, 0xF0),
+                                        _mm256_permute2x128_si256(a, b, 0x21));  // I_s
+  const __m256i mins =
+      _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)), m_pairs);  // M_s
+  // [d dmin d dmin ...] from one 32-bit broadcast (F16C, exact).
+  std::uint32_t dd = 0;
+  std::memcpy(&dd, w, 4);
+  const __m256 ddmin = _mm256_cvtph_ps(_mm_set1_epi32(static_cast<int>(dd)));
   const __m256 dx8 = _mm256_loadu_ps(dx);
-  const __m256 d = _mm256_mul_ps(_mm256_set1_ps(block_scale_f16c(w)), dx8);
-  const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-block_scale_f16c(w + 2)), dx8);
-  acc = kq_fma(d, _mm256_mullo_epi32(sc, sums), acc);
-  return kq_fma(dmin, _mm256_mullo_epi32(m, xsum), acc);
+  const __m256 d = _mm256_mul_ps(_mm256_shuffle_ps(ddmin, ddmin, 0x00), dx8);
+  const __m256 dmin = _mm256_mul_ps(_mm256_shuffle_ps(ddmin, ddmin, 0x55), dx8);
+  acc = kq_fma(d, ints, acc);
+  return kq_fnma(dmin, mins, acc);
 }
 
 /// One Q6_K super-block against X's 256 quants into acc, as
