@@ -56,6 +56,21 @@ const std::vector<std::string> kF32Models = {"llama", "qwen2", "gpt2", "mixtral"
 /// its logits spread (std 2.7).
 constexpr double kQ8Tol = 0.05;
 
+/// `n` greedy tokens after `prompt`, decoded through the cache.
+template <class LM>
+std::vector<TokenId> greedy(const LM& lm, const std::vector<TokenId>& prompt, std::size_t n) {
+  auto cache = lm.make_cache();
+  std::vector<TokenId> got;
+  auto logits = lm.forward_cached(prompt, cache, LogitsFor::kLast);
+  for (std::size_t step = 0; step < n; ++step) {
+    Index best = 0;
+    logits.row(0).maxCoeff(&best);
+    got.push_back(static_cast<TokenId>(best));
+    logits = lm.forward_cached(got.back(), cache);
+  }
+  return got;
+}
+
 template <class T>
 class GgufLoadTest : public ::testing::Test {};
 using Scalars = ::testing::Types<float, double>;
@@ -92,16 +107,7 @@ TYPED_TEST(GgufLoadTest, F32GreedyContinuationMatchesTheReference) {
     const gguf::CausalLM<T> lm = gguf::load_causal_lm<T>(gguf_file("f32", name));
     const std::vector<TokenId> expected =
         read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
-    typename gguf::CausalLM<T>::Cache cache = lm.make_cache();
-    std::vector<TokenId> got;
-    RowMatrix<T> logits = lm.forward_cached(reference_ids(name), cache, LogitsFor::kLast);
-    for (std::size_t step = 0; step < expected.size(); ++step) {
-      Index best = 0;
-      logits.row(0).maxCoeff(&best);
-      got.push_back(static_cast<TokenId>(best));
-      logits = lm.forward_cached(got.back(), cache);
-    }
-    EXPECT_EQ(got, expected);
+    EXPECT_EQ(greedy(lm, reference_ids(name), expected.size()), expected);
   }
 }
 
@@ -303,16 +309,7 @@ TYPED_TEST(GgufLoadTest, DeepSeek2MatchesTheReference) {
     EXPECT_LE(scaled_error(logits, read_ref(name, "logits")), std::max(kModelTol<T>, 2e-8));
     const std::vector<TokenId> expected =
         read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
-    typename gguf::CausalLM<T>::Cache cache = lm.make_cache();
-    std::vector<TokenId> got;
-    RowMatrix<T> next = lm.forward_cached(reference_ids(name), cache, LogitsFor::kLast);
-    for (std::size_t step = 0; step < expected.size(); ++step) {
-      Index best = 0;
-      next.row(0).maxCoeff(&best);
-      got.push_back(static_cast<TokenId>(best));
-      next = lm.forward_cached(got.back(), cache);
-    }
-    EXPECT_EQ(got, expected);
+    EXPECT_EQ(greedy(lm, reference_ids(name), expected.size()), expected);
   }
 }
 
