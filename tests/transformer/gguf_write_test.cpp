@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kappa/io/gguf.hpp"
+#include "transformer/model_data.hpp"
 
 namespace {
 
@@ -84,8 +85,37 @@ TEST(GgufWrite, WhatItDoesNotWriteIsNamed) {
   };
   EXPECT_NE(error(kModels / "gpt2").find("model_type: \"gpt2\" is not written"), std::string::npos);
   EXPECT_NE(error(kModels / "llama3-scaled").find("rope_scaling"), std::string::npos);
-  EXPECT_THROW((void)kappa::gguf::from_hf_directory(kModels / "llama", GgmlType::kQ4_K),
-               std::invalid_argument);
+}
+
+// llama-quantize's Q4_K_M choice, tensor by tensor: kappa's file of the
+// d = 256 llama has every tensor of llama-quantize's
+// (tests/data/models/llama-gguf/llama-256-q4_k_m.gguf) with the same dims
+// and type (Q6_K for the head and layer 1's attn_v / ffn_down, Q4_K
+// elsewhere, F32 vectors); the blocks are kappa's quantizer's, so the
+// bytes differ. The file loads and its logits stay within Q4_K_M's error of
+// the F32 model (llama-quantize's own file: 0.255 of the largest logit).
+TEST(GgufWrite, Q4KMMixMatchesLlamaQuantizesChoice) {
+  const fs::path out = fs::temp_directory_path() /
+                       ("kappa_gguf_write_" + std::to_string(::getpid()) + "_q4_k_m.gguf");
+  kappa::gguf::write_hf_directory(kModels / "llama-256", out, GgmlType::kQ4_K,
+                                  kappa::gguf::WeightMix::kQ4_K_M);
+  const GgufFile ours(out.string());
+  const GgufFile theirs((kModels / "llama-gguf" / "llama-256-q4_k_m.gguf").string());
+  EXPECT_EQ(ours.tensors().size(), theirs.tensors().size());
+  for (const auto& t : theirs.tensors()) {
+    SCOPED_TRACE(t.name);
+    ASSERT_TRUE(ours.has_tensor(t.name));
+    EXPECT_EQ(ours.tensor(t.name).type, t.type);
+    EXPECT_EQ(ours.tensor(t.name).dims, t.dims);
+  }
+  EXPECT_EQ(ours.get_integer("general.file_type"), 15);
+  const auto lm = kappa::gguf::load_causal_lm<float, kappa::AsStoredWeights>(out);
+  const auto ids = kappa::testing::read_ids(kModels / "llama-256" / "reference" / "input_ids.npy");
+  const double err = kappa::testing::scaled_error(lm.forward(ids),
+                                                  kappa::testing::read_ref("llama-256", "logits"));
+  EXPECT_LE(err, 0.4);
+  EXPECT_GE(err, 0.01);
+  fs::remove(out);
 }
 
 }  // namespace

@@ -1,7 +1,20 @@
 // kappa/transformer/gguf_write.hpp - a Hugging Face model directory written
 // as the GGUF file llama.cpp's converter (convert_hf_to_gguf.py) makes of it,
-// with the weights in F32, F16, BF16, Q8_0 or Q4_0: the file llama.cpp
-// runs, and the one kappa::gguf::load reads back (gguf_load.hpp).
+// with the weights in F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K, or in
+// llama.cpp's "Q4_K_M" mix: the file llama.cpp runs, and the one
+// kappa::gguf::load reads back (gguf_load.hpp).
+//
+// Q8_0 and Q4_0 blocks are ggml's reference quantizer's, byte for byte.
+// Q4_K and Q6_K blocks come from kappa's own quantizer (quant_weights.hpp:
+// sub-block min/max with the scales rounded to cover every value), valid
+// blocks that llama.cpp reads, not byte-equal to llama-quantize's iterative
+// search (its error is somewhat larger). WeightMix::kQ4_K_M picks each
+// tensor's type as llama-quantize's Q4_K_M does: Q6_K for output.weight and
+// for attn_v and ffn_down of the layers its use_more_bits rule names (the
+// first and last eighth of the layers and every third between), Q4_K
+// elsewhere; a row that is not a multiple of 256 falls back to Q8_0 (llama.cpp
+// uses Q5_0 / Q5_1, which kappa does not write), or F16 when not a multiple
+// of 32.
 //
 // What is written, as llama.cpp's converter writes it:
 //   models      config.json model_type llama or mistral (general.architecture
@@ -46,12 +59,20 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
+#include "kappa/core/quant_weights.hpp"
 #include "kappa/io/gguf_writer.hpp"
 #include "kappa/io/safetensors.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/transformer/gguf_load.hpp"
 
 namespace kappa::gguf {
+
+/// How from_hf_directory types the matrices: all in one type, or as
+/// llama-quantize's Q4_K_M mix (see the file comment).
+enum class WeightMix {
+  kUniform,
+  kQ4_K_M,
+};
 
 namespace detail {
 
@@ -81,11 +102,63 @@ inline std::uint32_t file_type(io::GgmlType t) {
       return 7;
     case io::GgmlType::kBF16:
       return 32;
+    case io::GgmlType::kQ4_K:
+      return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S: every matrix Q4_K
+    case io::GgmlType::kQ6_K:
+      return 18;
     default:
       throw std::invalid_argument("kappa: gguf: weights cannot be written as " +
                                   std::string(io::ggml_type_name(t)) +
-                                  " (f32, f16, bf16, q8_0, q4_0)");
+                                  " (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
   }
+}
+
+/// llama-quantize's use_more_bits(i, n): the layers whose attn_v and
+/// ffn_down Q4_K_M keeps in Q6_K.
+inline bool use_more_bits(std::int64_t i, std::int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+/// The type of matrix `g` (llama.cpp's name; rows of `cols` values) in a
+/// file of `n_layer` layers: `weights`, or Q4_K_M's choice; a type whose
+/// block does not divide the row falls back to Q8_0, then F16.
+inline io::GgmlType matrix_type(io::GgmlType weights, WeightMix mix, const std::string& g,
+                                std::int64_t cols, std::int64_t n_layer) {
+  io::GgmlType t = weights;
+  if (mix == WeightMix::kQ4_K_M) {
+    t = io::GgmlType::kQ4_K;
+    if (g == "output.weight") t = io::GgmlType::kQ6_K;
+    if (g.ends_with(".attn_v.weight") || g.ends_with(".ffn_down.weight")) {
+      const std::int64_t layer = std::stoll(g.substr(4, g.find('.', 4) - 4));  // blk.N.
+      if (use_more_bits(layer, n_layer)) t = io::GgmlType::kQ6_K;
+    }
+  }
+  for (const io::GgmlType fallback : {io::GgmlType::kQ8_0, io::GgmlType::kF16}) {
+    if (cols % io::kGgmlTypes[static_cast<std::uint32_t>(t)].block_size == 0) break;
+    t = fallback;
+  }
+  return t;
+}
+
+/// Adds matrix m to w in type t: the writer's own encoders, or kappa's Q4_K /
+/// Q6_K quantizer.
+inline void add_matrix(io::GgufWriter& w, const std::string& g, const RowMatrix<float>& m,
+                       io::GgmlType t) {
+  if (t != io::GgmlType::kQ4_K && t != io::GgmlType::kQ6_K) {
+    w.add_tensor(g, m, t);
+    return;
+  }
+  const io::GgmlTypeInfo& info = io::kGgmlTypes[static_cast<std::uint32_t>(t)];
+  const auto row_bytes = static_cast<std::size_t>(m.cols() / info.block_size * info.type_size);
+  std::vector<unsigned char> bytes(row_bytes * static_cast<std::size_t>(m.rows()));
+  for (Index r = 0; r < m.rows(); ++r) {
+    unsigned char* out = bytes.data() + static_cast<std::size_t>(r) * row_bytes;
+    if (t == io::GgmlType::kQ4_K)
+      kappa::detail::quantize_row_q4_K_simple(m.row(r).data(), out, m.cols());
+    else
+      kappa::detail::quantize_row_q6_K_simple(m.row(r).data(), out, m.cols());
+  }
+  w.add_tensor(g, t, {m.cols(), m.rows()}, std::move(bytes));
 }
 
 /// The tokenizer.ggml.* keys of a byte-level BPE tokenizer.json.
@@ -135,9 +208,11 @@ inline void write_bpe_tokenizer(io::GgufWriter& w, const std::filesystem::path& 
 }  // namespace detail
 
 /// The GGUF file of Hugging Face model directory `dir` with its matrices in
-/// `weights` (see the file comment), ready to write().
+/// `weights`, or in llama-quantize's Q4_K_M mix (see the file comment),
+/// ready to write().
 /// \throws FormatError naming the file and key for what it does not write.
-inline io::GgufWriter from_hf_directory(const std::filesystem::path& dir, io::GgmlType weights) {
+inline io::GgufWriter from_hf_directory(const std::filesystem::path& dir, io::GgmlType weights,
+                                        WeightMix mix = WeightMix::kUniform) {
   const std::string config_path = (dir / "config.json").string();
   const nlohmann::json c = kappa::parse_json(kappa::read_regular_file(config_path), config_path);
   const auto fail = [&](const std::string& key, const std::string& what) {
@@ -182,7 +257,8 @@ inline io::GgufWriter from_hf_directory(const std::filesystem::path& dir, io::Gg
     w.set(arch + ".attention.key_length", head_dim);
     w.set(arch + ".attention.value_length", head_dim);
   }
-  w.set("general.file_type", detail::file_type(weights));
+  w.set("general.file_type",
+        mix == WeightMix::kQ4_K_M ? std::uint32_t{15} : detail::file_type(weights));
   if (arch == "llama") {
     w.set(arch + ".vocab_size", u32(number("vocab_size")));
     w.set(arch + ".rope.dimension_count", head_dim);
@@ -212,16 +288,16 @@ inline io::GgufWriter from_hf_directory(const std::filesystem::path& dir, io::Gg
     if (layout == GgufLayout::kLlama &&
         (g.ends_with("attn_q.weight") || g.ends_with("attn_k.weight")))
       m = detail::permute_rope_rows(m, g.ends_with("attn_q.weight") ? n_head : n_kv);
-    const io::GgmlTypeInfo& info = io::kGgmlTypes[static_cast<std::uint32_t>(weights)];
-    w.add_tensor(g, m, m.cols() % info.block_size == 0 ? weights : io::GgmlType::kF16);
+    detail::add_matrix(
+        w, g, m, detail::matrix_type(weights, mix, g, m.cols(), u32(number("num_hidden_layers"))));
   }
   return w;
 }
 
 /// Writes the GGUF file of `dir` to `out` (see from_hf_directory).
 inline void write_hf_directory(const std::filesystem::path& dir, const std::filesystem::path& out,
-                               io::GgmlType weights) {
-  from_hf_directory(dir, weights).write(out.string());
+                               io::GgmlType weights, WeightMix mix = WeightMix::kUniform) {
+  from_hf_directory(dir, weights, mix).write(out.string());
 }
 
 }  // namespace kappa::gguf
