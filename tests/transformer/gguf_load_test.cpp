@@ -346,6 +346,30 @@ TEST(GgufLoad, QuantizedExpertsAreViewsOfTheirSlices) {
   EXPECT_GE(err, 1e-4);
 }
 
+// An F32 file as stored, in float: every matrix (W^Q / W^K of the llama
+// layout excepted: their rows move) and the tied embedding are views of the
+// mapped file, not float copies; the logits are the dense model's.
+TEST(GgufLoad, F32MatricesAreViewsAsStored) {
+  for (const std::string name : {"llama", "qwen2"}) {
+    SCOPED_TRACE(name);
+    const auto lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(gguf_file("f32", name));
+    const auto& llama = std::get<Llama<float, kappa::AsStoredWeights>>(lm.model());
+    const auto& layer = llama.layers()[0];
+    EXPECT_EQ(layer.attention().w_v_stored().format(), "f32 view");
+    EXPECT_EQ(layer.attention().w_o_stored().format(), "f32 view");
+    EXPECT_EQ(layer.attention().w_q_stored().format(), name == "llama" ? "dense" : "f32 view");
+    EXPECT_EQ(layer.feed_forward().w_down().format(), "f32 view");
+    if (llama.tied()) {
+      ASSERT_TRUE(llama.embedding_stored().has_value());
+      EXPECT_EQ(llama.embedding_stored()->format(), "f32 view");
+    }
+    const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(gguf_file("f32", name));
+    const std::vector<TokenId> ids = reference_ids(name);
+    EXPECT_LE(scaled_error(lm.forward(ids), RowMatrix<double>(dense.forward(ids).cast<double>())),
+              1e-6);
+  }
+}
+
 // The view outlives every other handle on the file: a model loaded from a
 // path keeps the mapping alive itself.
 TEST(GgufLoad, AsStoredModelOwnsItsMapping) {

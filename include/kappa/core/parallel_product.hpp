@@ -35,7 +35,7 @@ inline void block_range(Index n, int parts, int p, Index& lo, Index& hi) {
 
 /// out = X W for X (n x k) and W (k x m). \throws ShapeError on mismatch.
 template <Scalar T>
-void product_into(const ConstMatrixRef<T>& x, const RowMatrix<T>& w, MatrixRef<T> out) {
+void product_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out) {
   require_shapes(x.cols() == w.rows() && out.rows() == x.rows() && out.cols() == w.cols(),
                  "product X W", "X", x.rows(), x.cols(), "W", w.rows(), w.cols(),
                  "X must have as many columns as W has rows, and the output must be (rows of X) x "
@@ -58,7 +58,8 @@ void product_into(const ConstMatrixRef<T>& x, const RowMatrix<T>& w, MatrixRef<T
 /// out = X E^T for X (n x k) and E (m x k), as the output head's logits
 /// H E_out^T. \throws ShapeError on mismatch.
 template <Scalar T>
-void product_transposed_into(const ConstMatrixRef<T>& x, const RowMatrix<T>& e, MatrixRef<T> out) {
+void product_transposed_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& e,
+                             MatrixRef<T> out) {
   require_shapes(
       x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(), "product X E^T",
       "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),

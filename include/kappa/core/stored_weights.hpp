@@ -14,6 +14,7 @@
 //     WeightMatrix<T, Q4_0Weights>    Q4_0   (quant_weights.hpp)
 //     WeightMatrix<T, Q4_KWeights>    Q4_K
 //     WeightMatrix<T, Q6_KWeights>    Q6_K
+//     detail::MappedDense<T>          F32 when T is float: a view too
 //   and forwards rows(), cols(), bytes(), dense(), multiply() and
 //   multiply_transposed() to it (one branch per product, nothing per
 //   element). format() names the one held.
@@ -24,6 +25,7 @@
 // blocks instead.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -33,6 +35,7 @@
 
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/matrix.hpp"
+#include "kappa/core/parallel_product.hpp"
 #include "kappa/core/quant_weights.hpp"
 #include "kappa/core/weight_storage.hpp"
 
@@ -46,13 +49,61 @@ struct AsStoredWeights {
   static constexpr bool kPerMatrix = true;
 };
 
+namespace detail {
+/// W (rows x cols) as float values that stay where they are (a GGUF file's
+/// F32 tensor in the mapping), in the file's layout P: P = W^T (kRows, the
+/// projections: X W = X P^T) or P = W (kCols, the head). Products go to
+/// product_into / product_transposed_into on a map of P: no copy.
+template <Scalar T>
+class MappedDense {
+ public:
+  MappedDense(Index rows, Index cols, BlocksAlong along, const T* p,
+              std::shared_ptr<const void> owner)
+      : rows_(rows), cols_(cols), along_(along), p_(p), owner_(std::move(owner)) {}
+  [[nodiscard]] Index rows() const { return rows_; }
+  [[nodiscard]] Index cols() const { return cols_; }
+  [[nodiscard]] BlocksAlong blocks_along() const { return along_; }
+  [[nodiscard]] std::size_t bytes() const {
+    return sizeof(T) * static_cast<std::size_t>(rows_) * static_cast<std::size_t>(cols_);
+  }
+  /// P as a matrix (rows of P one after another).
+  [[nodiscard]] Eigen::Map<const RowMatrix<T>> packed() const {
+    return along_ == BlocksAlong::kRows ? Eigen::Map<const RowMatrix<T>>(p_, cols_, rows_)
+                                        : Eigen::Map<const RowMatrix<T>>(p_, rows_, cols_);
+  }
+  [[nodiscard]] RowMatrix<T> dense() const {
+    if (along_ == BlocksAlong::kRows) return packed().transpose();
+    return packed();
+  }
+  void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    if (along_ == BlocksAlong::kRows)
+      product_transposed_into<T>(x, packed(), out);
+    else
+      product_into<T>(x, packed(), out);
+  }
+  void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    if (along_ == BlocksAlong::kRows)
+      product_into<T>(x, packed(), out);
+    else
+      product_transposed_into<T>(x, packed(), out);
+  }
+
+ private:
+  Index rows_ = 0, cols_ = 0;
+  BlocksAlong along_ = BlocksAlong::kRows;
+  const T* p_ = nullptr;
+  std::shared_ptr<const void> owner_;
+};
+}  // namespace detail
+
 /// One weight matrix in any of the formats AsStoredWeights holds.
 template <Scalar T>
 class WeightMatrix<T, AsStoredWeights> {
  public:
   using Held = std::variant<WeightMatrix<T, DenseWeights>, WeightMatrix<T, Bf16Weights>,
                             WeightMatrix<T, Q8_0Weights>, WeightMatrix<T, Q4_0Weights>,
-                            WeightMatrix<T, Q4_KWeights>, WeightMatrix<T, Q6_KWeights>>;
+                            WeightMatrix<T, Q4_KWeights>, WeightMatrix<T, Q6_KWeights>,
+                            detail::MappedDense<T>>;
 
   WeightMatrix() = default;
   /// W kept dense, in T. (The block constructors of the models quantize
@@ -65,6 +116,8 @@ class WeightMatrix<T, AsStoredWeights> {
   template <WeightStoragePolicy S>
   requires std::is_constructible_v<Held, WeightMatrix<T, S>>
   explicit WeightMatrix(WeightMatrix<T, S> w) : m_(std::move(w)) {}
+  /// Float values viewed where they are (a GGUF file's F32 tensor).
+  explicit WeightMatrix(detail::MappedDense<T> w) : m_(std::move(w)) {}
 
   [[nodiscard]] Index rows() const {
     return std::visit([](const auto& m) { return m.rows(); }, m_);
@@ -77,7 +130,7 @@ class WeightMatrix<T, AsStoredWeights> {
     return std::visit([](const auto& m) { return m.bytes(); }, m_);
   }
   /// The name of the held format: "dense", "bf16", "q8_0", "q4_0", "q4_K",
-  /// "q6_K".
+  /// "q6_K", "f32 view".
   [[nodiscard]] std::string format() const {
     return std::visit([](const auto& m) -> std::string { return storage_name(m); }, m_);
   }
@@ -93,6 +146,8 @@ class WeightMatrix<T, AsStoredWeights> {
           using M = std::remove_cvref_t<decltype(m)>;
           if constexpr (std::same_as<M, WeightMatrix<T, DenseWeights>>)
             return true;
+          else if constexpr (std::same_as<M, detail::MappedDense<T>>)
+            return m.blocks_along() == BlocksAlong::kCols;
           else if constexpr (requires { m.blocks_along(); })
             return m.blocks_along() == BlocksAlong::kCols;
           else
@@ -128,6 +183,13 @@ class WeightMatrix<T, AsStoredWeights> {
         "kappa: WeightMatrix<AsStoredWeights>::rows_into: the held matrix cannot be read row by "
         "row (its blocks do not run along its columns)");
   }
+  static void rows_of(const detail::MappedDense<T>& m, std::span<const TokenId> ids,
+                      MatrixRef<T>& out) {
+    if (m.blocks_along() != BlocksAlong::kCols) not_readable();
+    for (std::size_t j = 0; j < ids.size(); ++j)
+      out.row(static_cast<Index>(j)) = m.packed().row(ids[j]);
+  }
+  static const char* storage_name(const detail::MappedDense<T>& /*m*/) { return "f32 view"; }
   template <WeightStoragePolicy F>
   static void rows_of(const WeightMatrix<T, F>& m, std::span<const TokenId> ids,
                       MatrixRef<T>& out) {

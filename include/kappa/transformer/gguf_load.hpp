@@ -71,8 +71,8 @@
 // and Q6_K blocks are views into the memory-mapped file (no copy; the model
 // holds the mapping), except W^Q / W^K of the llama layout, whose rows of
 // blocks are reordered once (rows move whole, no value changes); BF16
-// matrices are kept in bfloat16; F32 and F16 matrices, the norms, biases and
-// the token embedding are read in T. A llama.cpp Q4_K_M file so runs in
+// matrices are kept in bfloat16; F32 matrices are views too when T is float;
+// F16 matrices, the norms and biases are read in T. A llama.cpp Q4_K_M file so runs in
 // about its own size plus the float embedding. With S = DenseWeights every
 // tensor is dequantized to T (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K by
 // kappa/core/quant_blocks.hpp, equal to ggml's); with a block policy
@@ -417,8 +417,9 @@ class GgufTensors {
   /// mapping was given); W^Q / W^K of the llama layout get their rows of
   /// blocks reordered (a copy: whole rows move, no value changes). nullopt
   /// when S cannot hold the tensor's type as it is (the caller then reads
-  /// it in T): AsStoredWeights holds Q8_0, Q4_0, Q4_K, Q6_K and BF16 (F32
-  /// and F16 are read in T); a block policy holds its own type. GPT-2's layout gives
+  /// it in T): AsStoredWeights holds Q8_0, Q4_0, Q4_K, Q6_K, BF16 and, for
+  /// T = float with a mapping, F32 as a view (F16, and F32 otherwise, are
+  /// read in T); a block policy holds its own type. GPT-2's layout gives
   /// nullopt (its fused, transposed tensors are read in T).
   /// \throws FormatError / ShapeError as require_shape().
   template <Scalar T, WeightStoragePolicy S>
@@ -475,6 +476,18 @@ class GgufTensors {
       case io::GgmlType::kQ6_K:
         if constexpr (kAny || std::same_as<S, Q6_KWeights>)
           return held.template operator()<Q6_KWeights>();
+        break;
+      case io::GgmlType::kF32:
+        // F32 in float: viewed in the mapping (no copy) unless rows move
+        if constexpr (kAny && std::is_same_v<T, float>) {
+          if (mapping_ && permuted_heads(hf) == 0) {
+            const unsigned char* p =
+                f_.raw(t.name).data() + (t.file_offset - f_.tensor(t.name).file_offset);
+            if (reinterpret_cast<std::uintptr_t>(p) % alignof(float) == 0)
+              return WeightMatrix<T, S>(kappa::detail::MappedDense<T>(
+                  rows, cols, along, reinterpret_cast<const float*>(p), mapping_));
+          }
+        }
         break;
       case io::GgmlType::kBF16:
         if constexpr (kAny) {  // exact: bfloat16 -> T -> bfloat16
