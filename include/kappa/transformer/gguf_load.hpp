@@ -455,7 +455,7 @@ class GgufTensors {
       if constexpr (requires { S::kPerMatrix; })
         return WeightMatrix<T, S>(std::move(*m));
       else
-        return std::move(m);
+        return m;  // F is S here
     };
     constexpr bool kAny = requires {
       S::kPerMatrix;
