@@ -69,9 +69,8 @@ std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
   const Index d = 2048, L = 16, H = 32, Hkv = 8, dh = 64, V = 32000, F = 8192;
   std::vector<kappa::LlamaLayer<float, S>> layers;
   for (Index l = 0; l < L; ++l) {
-    kappa::LlamaAttention<float, S> attn(
-        {.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
-        kappa::RopeOptions{.base = 500000.0});
+    kappa::LlamaAttention<float, S> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
+                                         kappa::RopeOptions{.base = 500000.0});
     attn.set_weights(fill(d, H * dh, 10 * l + 1), fill(d, Hkv * dh, 10 * l + 2),
                      fill(d, Hkv * dh, 10 * l + 3), fill(H * dh, d, 10 * l + 4));
     kappa::SwiGlu<float, S> mlp(d, F);
@@ -207,10 +206,8 @@ BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q8_0Weights)->Apply(on_1_a
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_0Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)->Apply(on_1_and_2_threads);
-BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Bf16Weights)
-    ->Apply(on_1_and_2_threads);
-BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Q4_KWeights)
-    ->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Read_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Gemm_128x768x3072)->Apply(on_1_and_2_threads);

@@ -50,7 +50,9 @@ template <class S>
 concept WeightStoragePolicy =
     std::same_as<S, DenseWeights> || std::same_as<S, Bf16Weights> || requires {
   S::kBlockBytes;
-} || requires { S::kPerMatrix; };
+} || requires {
+  S::kPerMatrix;
+};
 
 /// float -> bfloat16, round to nearest even (NaN stays NaN).
 inline std::uint16_t float_to_bf16(float f) {
