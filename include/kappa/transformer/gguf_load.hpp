@@ -712,7 +712,7 @@ inline hf::LlamaSizes llama_sizes(const io::GgufFile& f, const std::string& arch
 }
 
 /// The mixture of experts of a llama-layout file (llama.cpp's names): llama
-/// with <arch>.expert_count > 0 (Mixtral: every layer, top-k weights
+/// with llama.expert_count > 0 (Mixtral: every layer, top-k weights
 /// renormalized, experts as wide as feed_forward_length) or qwen2moe
 /// (expert_feed_forward_length, expert_shared_feed_forward_length, top-k
 /// weights as scored: llama.cpp keeps no norm_topk_prob for it, and neither
