@@ -356,13 +356,14 @@ inline void q4_k_ints_portable(const unsigned char* w, const std::int8_t* xq,
   q4_k_scales_mins(w + 4, sc, m);
   const unsigned char* qs = w + 16;
   for (int s = 0; s < 8; ++s) {
-    const unsigned char* qp = qs + 32 * (s / 2);
+    const unsigned char* qp = qs + std::ptrdiff_t{32} * (s / 2);
     const int shift = 4 * (s & 1);
     std::int32_t sum = 0;
     for (int l = 0; l < 32; ++l)
       sum += static_cast<std::int32_t>((qp[l] >> shift) & 0x0F) * xq[32 * s + l];
     ints[s] = sc[s] * sum;
-    mins[s] = m[s] * (static_cast<std::int32_t>(xs[2 * s]) + xs[2 * s + 1]);
+    mins[s] = m[s] * (static_cast<std::int32_t>(xs[std::ptrdiff_t{2} * s]) +
+                      xs[std::ptrdiff_t{2} * s + 1]);
   }
 }
 
@@ -375,8 +376,8 @@ inline void q6_k_ints_portable(const unsigned char* w, const std::int8_t* xq,
                                std::int32_t (&ints)[8]) {
   for (int s = 0; s < 8; ++s) {
     const int h = s / 4, j = s % 4;
-    const unsigned char* ql = w + 64 * h + 32 * (j & 1);
-    const unsigned char* qh = w + 128 + 32 * h;
+    const unsigned char* ql = w + std::ptrdiff_t{64} * h + std::ptrdiff_t{32} * (j & 1);
+    const unsigned char* qh = w + 128 + std::ptrdiff_t{32} * h;
     std::int32_t sum[2] = {0, 0};
     for (int l = 0; l < 32; ++l) {
       const int low = (ql[l] >> (4 * (j / 2))) & 0x0F;
@@ -912,7 +913,7 @@ inline void quantize_row_q4_K_simple(const float* x, unsigned char* out, std::in
        ++b, x += quant::kBlockK, out += quant::kBytesQ4_K) {
     float hi[8], off[8], max_off = 0.0f;
     for (int s = 0; s < 8; ++s) {
-      float lo = 0.0f, top = x[32 * s];
+      float lo = 0.0f, top = x[std::ptrdiff_t{32} * s];
       for (int l = 0; l < 32; ++l) {
         lo = std::min(lo, x[32 * s + l]);
         top = std::max(top, x[32 * s + l]);

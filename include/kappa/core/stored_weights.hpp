@@ -146,9 +146,7 @@ class WeightMatrix<T, AsStoredWeights> {
           using M = std::remove_cvref_t<decltype(m)>;
           if constexpr (std::same_as<M, WeightMatrix<T, DenseWeights>>)
             return true;
-          else if constexpr (std::same_as<M, detail::MappedDense<T>>)
-            return m.blocks_along() == BlocksAlong::kCols;
-          else if constexpr (requires { m.blocks_along(); })
+          else if constexpr (requires { m.blocks_along(); })  // blocks, or an F32 view
             return m.blocks_along() == BlocksAlong::kCols;
           else
             return false;
