@@ -36,6 +36,7 @@
 #include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/quant_weights.hpp"
 #include "kappa/core/threading.hpp"
+#include "support/prefill_reference.hpp"
 
 namespace {
 
@@ -313,8 +314,9 @@ TYPED_TEST(KQuantWeights, DecodeMatchesReferenceAndPortable) {
   }
 }
 
-// Prefill (16 rows): dequantized panels and Eigen's GEMM, against X deq(W)
-// in double; threads 1 and 2 bit-identical. Also the cross-layout product.
+// Prefill (16 rows): dequantized panels and Eigen's GEMM (or with VNNI,
+// 8-bit integer panels: tests/support/prefill_reference.hpp), against
+// X deq(W) in double; threads 1 and 2 bit-identical. Also the cross-layout product.
 TYPED_TEST(KQuantWeights, PrefillMatchesDequantizedProduct) {
   using F = TypeParam;
   KqThreadsGuard guard;
@@ -335,7 +337,7 @@ TYPED_TEST(KQuantWeights, PrefillMatchesDequantizedProduct) {
   kappa::set_num_threads(1);
   RowMatrix<float> out(n, m);
   proj.multiply(x, out);
-  check(x, w_deq, out);
+  kappa_test::check_prefill(x, w_deq, out, 1e-5);
 #ifdef _OPENMP
   kappa::set_num_threads(2);
   RowMatrix<float> two(n, m);

@@ -17,9 +17,11 @@
 //     d, 127 2^-11 d) or 1.01 amax_w / 8 (Q4_0: the largest negative value's
 //     clamp at q = 15 costs one step d = amax / 8), e_x = 0.57 amax_x / 127
 //     (X's Q8_0), amax per block;
-//   - prefill (more than 8 rows, float X times dequantized W with Eigen's
-//     GEMM) and the slow cross-layout product: |out - X deq(W)| <=
-//     k 2^-23 sum |x| |w| against a double reference;
+//   - prefill (more than 8 rows: float X times dequantized W with Eigen's
+//     GEMM, or with AVX-512 VNNI X in Q8_0 times W in 8-bit integers, see
+//     tests/support/prefill_reference.hpp) and the slow cross-layout
+//     product: |out - X deq(W)| <= k 2^-23 sum |x| |w| against a double
+//     reference (with VNNI: X's Q8_0 values, plus the codes' offsets);
 //   - thread counts 1, 2, 3 give the same bits.
 #include <gtest/gtest.h>
 
@@ -34,6 +36,7 @@
 #include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/quant_weights.hpp"
 #include "kappa/core/threading.hpp"
+#include "support/prefill_reference.hpp"
 
 namespace {
 
@@ -305,7 +308,8 @@ void qw_check_float_product(const RowMatrix<float>& x, const RowMatrix<float>& w
           << "row " << r << " col " << j;
 }
 
-// Prefill (9 and 40 rows: dequantized panels and Eigen's GEMM) and the slow
+// Prefill (9 and 40 rows: dequantized panels and Eigen's GEMM, or 8-bit
+// integer panels with VNNI) and the slow
 // cross-layout products, against X deq(W) in double; threads bit-identical.
 TYPED_TEST(QuantWeights, PrefillAndCrossLayoutMatchDequantizedProduct) {
   using F = TypeParam;
@@ -322,8 +326,8 @@ TYPED_TEST(QuantWeights, PrefillAndCrossLayoutMatchDequantizedProduct) {
     RowMatrix<float> out(n, m), out_t(n, m);
     proj.multiply(x, out);
     head.multiply_transposed(x, out_t);
-    qw_check_float_product(x, w_deq, out);
-    qw_check_float_product(x, w_deq, out_t);
+    kappa_test::check_prefill(x, w_deq, out, static_cast<double>(k) * std::ldexp(1.0, -23));
+    kappa_test::check_prefill(x, w_deq, out_t, static_cast<double>(k) * std::ldexp(1.0, -23));
 #ifdef _OPENMP
     for (int threads : {2, 3}) {
       kappa::set_num_threads(threads);
