@@ -163,7 +163,14 @@ class WeightMatrix<T, Bf16Weights> {
           std::vector<float> xr(static_cast<std::size_t>(cols_));
           for (Index k = 0; k < cols_; ++k)
             xr[static_cast<std::size_t>(k)] = static_cast<float>(x(r, k));
-          for (Index j = lo; j < hi; ++j) out(r, j) = static_cast<T>(dot_row(xr.data(), j));
+          for (Index j = lo; j < hi; ++j) {
+            // Row j + 2 into L2 while row j is summed (rows are 2 cols_ bytes).
+            if (j + 2 < hi) {
+              const std::uint16_t* ahead = b_.data() + (j + 2) * cols_;
+              for (Index t = 0; t < cols_; t += 32) __builtin_prefetch(ahead + t, 0, 2);
+            }
+            out(r, j) = static_cast<T>(dot_row(xr.data(), j));
+          }
         }
         continue;
       }
@@ -178,9 +185,11 @@ class WeightMatrix<T, Bf16Weights> {
   }
 
  private:
-  /// x . W_j (float) with 16 partial sums, so the loop vectorizes.
+  /// x . W_j (float) with 64 partial sums, so the loop vectorizes into four
+  /// independent chains of fused multiply-adds (one 16-lane chain waits on
+  /// the FMA latency: GPT-2's bf16 head ran at 0.38 of a plain read).
   float dot_row(const float* xr, Index j) const {
-    constexpr Index kLanes = 16;
+    constexpr Index kLanes = 64;
     const std::uint16_t* e = b_.data() + j * cols_;
     float part[kLanes] = {};
     Index k = 0;
