@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# benchmarks/ggml_compare.sh - llama.cpp's llama-bench on a GGUF file, built from
-# the llama.cpp commit our GGUF test files were made with, and (optionally) our
-# own generate command run alternately on the same file.
+# benchmarks/ggml_compare.sh - llama.cpp's llama-bench and our generate command
+# on the same GGUF files, alternated, with the ratios kappa / llama.cpp.
 #
-#   benchmarks/ggml_compare.sh MODEL.gguf [extra llama-bench arguments]
+#   benchmarks/ggml_compare.sh MODEL.gguf [MODEL2.gguf ...]
 #
 # What it does:
 #   1. `npm pack node-llama-cpp@3.22.1` into $KAPPA_GGML_CACHE (never into this
@@ -14,10 +13,20 @@
 #   2. Builds llama-bench and llama-quantize there (CPU only, Release,
 #      -DGGML_NATIVE=ON with AMX turned off, see GGML_C_FLAGS; no tests, examples,
 #      server or OpenSSL; ~6 min on 2 cores the first time, then a no-op).
-#   3. For each of $ROUNDS rounds: llama-bench -m MODEL.gguf -p $PROMPT -n $GEN
-#      -t $THREADS -r $REPS (markdown table: pp<PROMPT> is prompt processing,
-#      tg<GEN> generation, column t/s = tokens per second, mean +- sd of the
-#      repetitions), then our command if $KAPPA_GENERATE_CMD is set.
+#   3. For each of $ROUNDS rounds, each file and each thread count of $THREADS:
+#      llama-bench -m FILE -p $PROMPT -n $GEN -t T -r $REPS -o json, and, if
+#      $KAPPA_GENERATE is set, our command
+#        $KAPPA_GENERATE --model FILE --greedy --threads T
+#          --max-new-tokens $GEN --prompt "$KAPPA_PROMPT"
+#      whose last stderr line gives prefill and decode tokens/s; the one that
+#      goes first alternates from round to round. Each run is a JSON line in
+#      $OUT, with the other processes' CPU use during it (from /proc/stat).
+#   4. Prints a table per file and thread count: medians over the rounds of
+#      llama.cpp pp (prompt processing) and tg (generation) tokens/s, ours,
+#      and the ratios kappa / llama.cpp (above 1: kappa faster), plus the
+#      peak RSS of each. Runs during which other processes used 0.25 of a
+#      core or more are left out of the medians (and counted) unless
+#      KEEP_BUSY=1.
 #
 # Variables (defaults in brackets):
 #   KAPPA_GGML_CACHE    where npm's tarball, the clone and its build go
@@ -31,31 +40,36 @@
 #                       machine, Firecracker) trap on ggml's AMX kernels
 #                       (SIGILL, tilezero in tinygemm_kernel_amx); our code uses
 #                       no AMX either. Set it empty where AMX works.
-#   PROMPT, GEN         llama-bench -p / -n [128 / 64]
-#   THREADS             llama-bench -t, a comma list [1,2]
-#   REPS                llama-bench -r [5]
-#   ROUNDS              how many times to alternate llama-bench and our command [1]
-#   KAPPA_GENERATE_CMD  our own command, run through `bash -c` after each
-#                       llama-bench run, with these exported to it: MODEL (the
-#                       GGUF path), PROMPT, GEN, THREADS. Unset: only llama-bench
-#                       runs. Example (examples/generate, from any Release build
-#                       with the examples, prints prefill and decode tokens/s on
-#                       stderr; this prompt is about $PROMPT tokens, not exactly;
-#                       the model must allow PROMPT + GEN positions):
-#     KAPPA_GENERATE_CMD='for t in ${THREADS//,/ }; do
-#       ./build/dev/examples/generate --model "$MODEL" --greedy --threads $t \
-#         --max-new-tokens $GEN --prompt "$(printf "the %.0s" $(seq $PROMPT))" >/dev/null; done'
+#   PROMPT, GEN         llama-bench -p / -n, our --max-new-tokens [128 / 64]
+#   THREADS             thread counts, a comma list [1,2]
+#   REPS                llama-bench -r [3]
+#   ROUNDS              rounds of alternation [3]
+#   KAPPA_GENERATE      our generate binary (examples/generate of a Release
+#                       build with -march=native and KAPPA_USE_OPENMP=ON, e.g.
+#                       the bench preset's); unset: llama-bench alone
+#   KAPPA_PROMPT        our prompt text ["the" and PROMPT - 2 more " the":
+#                       PROMPT tokens with BOS for the llama-256 tokenizer of
+#                       our test files; the table shows the count generate
+#                       reports, check it for another tokenizer]
+#   OUT                 the JSON lines [./ggml_compare.jsonl, appended to]
+#   KEEP_BUSY           1: keep runs on a busy machine in the medians [0]
 #
-# Needs npm (the registry), git, cmake, a C/C++ compiler. llama.cpp is MIT-licensed.
+# Needs npm (the registry), git, cmake, a C/C++ compiler, python3, and
+# /usr/bin/time (Debian package time). llama.cpp is MIT-licensed.
 set -euo pipefail
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     exit $(( $# < 1 ? 2 : 0 ))
 fi
-MODEL=$(realpath "$1")
-shift
-[[ -f "$MODEL" ]] || { echo "ggml_compare.sh: no such file: $MODEL" >&2; exit 2; }
+MODELS=()
+for m in "$@"; do
+    [[ -f "$m" ]] || { echo "ggml_compare.sh: no such file: $m" >&2; exit 2; }
+    MODELS+=("$(realpath "$m")")
+done
+[[ -z "${KAPPA_GENERATE:-}" || -x "$KAPPA_GENERATE" ]] ||
+    { echo "ggml_compare.sh: KAPPA_GENERATE is not an executable: $KAPPA_GENERATE" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "ggml_compare.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
 
 CACHE=${KAPPA_GGML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kappa-ggml}
 PKG=${NODE_LLAMA_CPP:-node-llama-cpp@3.22.1}
@@ -65,8 +79,10 @@ GGML_C_FLAGS=${GGML_C_FLAGS--mno-amx-tile -mno-amx-int8 -mno-amx-bf16}
 PROMPT=${PROMPT:-128}
 GEN=${GEN:-64}
 THREADS=${THREADS:-1,2}
-REPS=${REPS:-5}
-ROUNDS=${ROUNDS:-1}
+REPS=${REPS:-3}
+ROUNDS=${ROUNDS:-3}
+KAPPA_PROMPT=${KAPPA_PROMPT:-the$(printf ' the%.0s' $(seq $((PROMPT - 2))))}
+OUT=${OUT:-$PWD/ggml_compare.jsonl}
 SRC=$CACHE/llama.cpp
 BUILD=$SRC/build
 
@@ -88,12 +104,7 @@ cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_
     -DLLAMA_BUILD_APP=OFF "-DCMAKE_C_FLAGS=$GGML_C_FLAGS" "-DCMAKE_CXX_FLAGS=$GGML_C_FLAGS" >&2
 cmake --build "$BUILD" -j "$BUILD_JOBS" --target llama-bench llama-quantize >&2
 
-export MODEL PROMPT GEN THREADS
-for ((round = 1; round <= ROUNDS; round++)); do
-    echo "== round $round / $ROUNDS: llama-bench $(basename "$MODEL") (pp = prompt processing, tg = generation; t/s = tokens per second)"
-    "$BUILD/bin/llama-bench" -m "$MODEL" -p "$PROMPT" -n "$GEN" -t "$THREADS" -r "$REPS" -o md "$@"
-    if [[ -n "${KAPPA_GENERATE_CMD:-}" ]]; then
-        echo "== round $round / $ROUNDS: ours: $KAPPA_GENERATE_CMD"
-        bash -c "$KAPPA_GENERATE_CMD" || echo "ggml_compare.sh: our command exited with status $?" >&2
-    fi
-done
+HERE=$(cd "$(dirname "$0")" && pwd)
+export LLAMA_BENCH="$BUILD/bin/llama-bench" PROMPT GEN THREADS REPS ROUNDS KAPPA_PROMPT OUT \
+    KEEP_BUSY="${KEEP_BUSY:-0}" KAPPA_GENERATE="${KAPPA_GENERATE:-}"
+python3 "$HERE/ggml_compare.py" "${MODELS[@]}"

@@ -65,6 +65,23 @@ std::vector<unsigned char> gemm_packed(const WeightMatrix<float, F>& w) {
   return {b.begin(), b.end()};
 }
 
+// X's Q8_0 rounding without libm: std::round's value on ties, near ties,
+// integers, large values and random floats of the range |v| < 2^31.
+TEST(QuantRounding, RoundHalfAwayIsStdRound) {
+  std::vector<float> v = {0.5f,         -0.5f,       1.5f,       -1.5f,       2.5f,
+                          -2.5f,        126.5f,      -126.5f,    127.49999f,  0.49999997f,
+                          -0.49999997f, 0.50000006f, 8388607.5f, -8388607.5f, 8388608.0f,
+                          16777217.0f,  2.1e9f,      -2.1e9f,    0.0f,        -0.0f,
+                          1e-45f,       -1e-45f};
+  std::mt19937_64 g(4);
+  std::uniform_real_distribution<float> u(-130.0f, 130.0f);
+  for (int i = 0; i < 100000; ++i) v.push_back(u(g));
+  for (const float x : v)
+    ASSERT_EQ(static_cast<double>(q::detail::round_half_away_int(x)),
+              static_cast<double>(std::round(x)))
+        << x;
+}
+
 TYPED_TEST(QuantGemm, CodesAreTheDequantizedWeights) {
   using F = TypeParam;
   std::mt19937_64 g(1);

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace kappa::quant {
 
@@ -148,6 +149,17 @@ inline int trunc_to_int8(float v) {
   return low >= 128u ? static_cast<int>(low) - 256 : static_cast<int>(low);
 }
 
+/// std::round(v) (ties away from zero) as an int32, for |v| < 2^31, in
+/// operations compilers vectorize (std::round is a call into libm, and
+/// std::trunc keeps GCC 12 from vectorizing): the conversion truncates,
+/// v - trunc(v) is exact, and its magnitude against 0.5 decides the tie as
+/// std::round does.
+inline std::int32_t round_half_away_int(float v) {
+  const auto t = static_cast<std::int32_t>(v);
+  const float f = v - static_cast<float>(t);
+  return t + (f >= 0.5f ? 1 : 0) - (f <= -0.5f ? 1 : 0);
+}
+
 /// 6-bit scale and min j (0..7) of a Q4_K block's packed `scales`: for
 /// j = 0..3 the low 6 bits of bytes j and j + 4; for j = 4..7 the nibbles of
 /// byte j + 4 with their top 2 bits in bytes j - 4 and j.
@@ -190,9 +202,23 @@ inline void quantize_row_q8_0(const float* x, unsigned char* out, std::int64_t k
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     detail::store_u16(out, fp16_from_float(d));
-    for (int j = 0; j < 32; ++j) {
-      const int q = detail::trunc_to_int8(std::round(x[j] * id));
-      out[2 + j] = static_cast<unsigned char>(static_cast<unsigned>(q) & 0xFFu);
+    // When every x is finite and d is a normal float, |x / d| <= 127 up to
+    // three roundings, so every rounded value is an int8 and converts
+    // directly, in a loop compilers vectorize; otherwise (a subnormal d, an
+    // infinity or NaN) each goes through trunc_to_int8, as x86-64's
+    // conversion does it.
+    int finite = 0;
+    for (int j = 0; j < 32; ++j) finite += std::fabs(x[j]) <= std::numeric_limits<float>::max();
+    if (finite == 32 && d >= std::numeric_limits<float>::min()) {
+      for (int j = 0; j < 32; ++j) {
+        const std::int32_t q = detail::round_half_away_int(x[j] * id);
+        out[2 + j] = static_cast<unsigned char>(static_cast<std::uint32_t>(q) & 0xFFu);
+      }
+    } else {
+      for (int j = 0; j < 32; ++j) {
+        const int q = detail::trunc_to_int8(std::round(x[j] * id));
+        out[2 + j] = static_cast<unsigned char>(static_cast<unsigned>(q) & 0xFFu);
+      }
     }
   }
 }

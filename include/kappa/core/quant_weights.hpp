@@ -1326,10 +1326,17 @@ class BlockWeightMatrix {
     const Index n = x.rows();
     quant::Q8Panel xq;
     xq.resize(n, k_, Ops::kGroup);
-    {
+    // X's rows split over the threads too (each row is quantized alone, so
+    // the bytes do not depend on the split).
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int p = 0; p < parts; ++p) {
+      Index lo = 0, hi = 0;
+      detail::block_range(n, parts, p, lo, hi);
       std::vector<unsigned char> blocks;
       std::vector<float> xr(static_cast<std::size_t>(k_));
-      for (Index r = 0; r < n; ++r) {
+      for (Index r = lo; r < hi; ++r) {
         for (Index t = 0; t < k_; ++t)
           xr[static_cast<std::size_t>(t)] = static_cast<float>(x(r, t));
         xq.set_row(r, xr.data(), blocks);
