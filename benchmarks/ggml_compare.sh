@@ -47,7 +47,7 @@
 #   KAPPA_GENERATE      our generate binary (examples/generate of a Release
 #                       build with -march=native and KAPPA_USE_OPENMP=ON, e.g.
 #                       the bench preset's); unset: llama-bench alone
-#   KAPPA_PROMPT        our prompt text ["the" and PROMPT - 2 more " the":
+#   KAPPA_PROMPT        our prompt text ["the" and PROMPT - 3 more " the":
 #                       PROMPT tokens with BOS for the llama-256 tokenizer of
 #                       our test files; the table shows the count generate
 #                       reports, check it for another tokenizer]
@@ -81,7 +81,7 @@ GEN=${GEN:-64}
 THREADS=${THREADS:-1,2}
 REPS=${REPS:-3}
 ROUNDS=${ROUNDS:-3}
-KAPPA_PROMPT=${KAPPA_PROMPT:-the$(printf ' the%.0s' $(seq $((PROMPT - 2))))}
+KAPPA_PROMPT=${KAPPA_PROMPT:-the$(printf ' the%.0s' $(seq $((PROMPT - 3))))}
 OUT=${OUT:-$PWD/ggml_compare.jsonl}
 SRC=$CACHE/llama.cpp
 BUILD=$SRC/build

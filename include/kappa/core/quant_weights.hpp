@@ -73,8 +73,8 @@
 //     (KAPPA_QUANT_GEMM_VNNI): X's rows in Q8_0 as for decoding, panels of
 //     32 rows of P rewritten as 8-bit codes, and vpdpbusd products
 //     (kappa/core/quant_gemm.hpp: its comment gives the float order and the
-//     error bound; same bits for every thread count). 1.8-2.3x float GEMM
-//     (bench_quant BM_Prefill), as llama.cpp's integer prefill does.
+//     error bound; same bits for every thread count). 2.2-2.7x float GEMM
+//     for Q8_0 / Q4_0 / Q4_K, 1.7-2.1x for Q6_K (bench_quant BM_Prefill).
 //   - more rows otherwise: panels of 64 rows of P are dequantized into a
 //     buffer in T and multiplied with Eigen's GEMM (X is not quantized, so
 //     prefill is as exact as the weights allow; decode adds X's Q8_0 error).
