@@ -17,7 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kappa/core/threading.hpp"
 #include "kappa/transformer/gguf_load.hpp"
+#include "kappa/transformer/gguf_write.hpp"
 #include "kappa/transformer/hf.hpp"
 #include "transformer/model_data.hpp"
 
@@ -326,8 +328,8 @@ TYPED_TEST(GgufLoadTest, DeepSeek2MatchesTheReference) {
 
 // llama-quantize's Q8_0 of the tiny Mixtral: every expert's W_gate and W_up
 // is its slice of the merged ffn_{gate,up}_exps, kept in Q8_0 and viewed in
-// the file (no copy); W_down fell back to F16 there (rows of 16) and is
-// read in float.
+// the file (no copy); W_down fell back to F16 there (rows of 16) and is an
+// fp16 view of its slice.
 TEST(GgufLoad, QuantizedExpertsAreViewsOfTheirSlices) {
   const auto shared = std::make_shared<const io::GgufFile>(gguf_file("q8_0", "mixtral").string());
   const gguf::CausalLM<float, kappa::AsStoredWeights> lm =
@@ -340,7 +342,7 @@ TEST(GgufLoad, QuantizedExpertsAreViewsOfTheirSlices) {
     const auto& expert = mix.expert(e);
     EXPECT_TRUE(expert.split());
     EXPECT_EQ(expert.w_gate_up().format(), "q8_0");
-    EXPECT_EQ(expert.w_down().format(), "dense");
+    EXPECT_EQ(expert.w_down().format(), "f16 view");
     const auto& g = std::get<WeightMatrix<float, Q8_0Weights>>(expert.w_gate_up().held());
     EXPECT_EQ(g.blocks().data(),  // expert e's slice of the merged tensor
               shared->raw(gate.name).data() + static_cast<std::size_t>(e) * (gate.bytes / 8));
@@ -395,6 +397,54 @@ TEST(GgufLoad, F32MatricesAreViewsAsStored) {
     EXPECT_LE(scaled_error(lm.forward(ids), RowMatrix<double>(dense.forward(ids).cast<double>())),
               1e-6);
   }
+}
+
+// An F16 file (written by our writer from the tiny llama directory, as
+// llama.cpp's converter writes F16; the writer's bytes are tested against
+// that converter in gguf_write_test) as stored: every matrix an fp16 view
+// (W^Q / W^K a reordered fp16 copy), converted in the products, in half the
+// bytes of the float model. The same logits as the dense load (which
+// converts every tensor to T once) to the summation's rounding, in prefill
+// (converted panels, Eigen's GEMM) and token by token (one fp16 dot product
+// per row); 1 and 2 threads give the same decode bits.
+TEST(GgufLoad, F16MatricesAreViewsAsStored) {
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / "kappa_gguf_load_f16_test.gguf";
+  gguf::write_hf_directory(model_dir("llama"), out, io::GgmlType::kF16);
+  const auto lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(out);
+  const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(out);
+  const auto& llama = std::get<Llama<float, kappa::AsStoredWeights>>(lm.model());
+  for (const auto& layer : llama.layers()) {
+    const auto& attn = layer.attention();
+    for (const auto* w : {&attn.w_q_stored(), &attn.w_k_stored(), &attn.w_v_stored(),
+                          &attn.w_o_stored(), &layer.feed_forward().w_down()})
+      EXPECT_EQ(w->format(), "f16 view");
+  }
+  EXPECT_LT(static_cast<double>(lm.weight_bytes()),
+            0.6 * static_cast<double>(dense.weight_bytes()));
+  const std::vector<TokenId> ids = reference_ids();
+  ASSERT_GT(ids.size(), 8u);  // prefill takes the panel path
+  const RowMatrix<double> want = dense.forward(ids).cast<double>();
+  EXPECT_LE(scaled_error(lm.forward(ids), want), 1e-5);
+  const auto decode = [&] {
+    auto cache = lm.make_cache();
+    RowMatrix<float> rows(static_cast<Index>(ids.size()), want.cols());
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      rows.row(static_cast<Index>(i)) = lm.forward_cached(ids[i], cache);
+    return rows;
+  };
+  const RowMatrix<float> one = decode();
+  EXPECT_LE(scaled_error(one, want), 1e-5);
+#ifdef _OPENMP
+  kappa::set_num_threads(2);
+  EXPECT_TRUE(decode() == one);
+  kappa::set_num_threads(1);
+#endif
+  // double: the fp16 values exactly, the products in double.
+  const auto lm_d = gguf::load_causal_lm<double, kappa::AsStoredWeights>(out);
+  const gguf::CausalLM<double> dense_d = gguf::load_causal_lm<double>(out);
+  EXPECT_LE(scaled_error(lm_d.forward(ids), dense_d.forward(ids)), 1e-12);
+  std::filesystem::remove(out);
 }
 
 // The view outlives every other handle on the file: a model loaded from a

@@ -8,13 +8,14 @@
 // AsStoredWeights keeps each matrix as the file has it:
 //
 //   WeightMatrix<T, AsStoredWeights> holds one of
-//     WeightMatrix<T, DenseWeights>   F32 (and F16, widened to T)
+//     WeightMatrix<T, DenseWeights>   F32
 //     WeightMatrix<T, Bf16Weights>    BF16
 //     WeightMatrix<T, Q8_0Weights>    Q8_0   blocks: views into the file
 //     WeightMatrix<T, Q4_0Weights>    Q4_0   (quant_weights.hpp)
 //     WeightMatrix<T, Q4_KWeights>    Q4_K
 //     WeightMatrix<T, Q6_KWeights>    Q6_K
 //     detail::MappedDense<T>          F32 when T is float: a view too
+//     detail::MappedF16<T>            F16: a view (converted in registers)
 //   and forwards rows(), cols(), bytes(), dense(), multiply() and
 //   multiply_transposed() to it (one branch per product, nothing per
 //   element). format() names the one held.
@@ -25,6 +26,8 @@
 // blocks instead.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -32,12 +35,20 @@
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "kappa/core/concepts.hpp"
+#include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/quant_weights.hpp"
+#include "kappa/core/threading.hpp"
 #include "kappa/core/weight_storage.hpp"
+
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 namespace kappa {
 
@@ -94,6 +105,157 @@ class MappedDense {
   const T* p_ = nullptr;
   std::shared_ptr<const void> owner_;
 };
+
+/// x . p for k fp16 values at p (any alignment) and k floats: F16C
+/// conversions and four chains of fused multiply-adds where the build has
+/// them, else 8 partial sums of fp16_to_float products.
+inline float f16_dot(const unsigned char* p, const float* x, Index k) {
+  Index t = 0;
+  float s = 0.0f;
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; t + 32 <= k; t += 32) {
+    const auto* q = reinterpret_cast<const __m128i*>(p + 2 * t);
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(q)), _mm256_loadu_ps(x + t), a0);
+    a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(q + 1)), _mm256_loadu_ps(x + t + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(q + 2)), _mm256_loadu_ps(x + t + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(q + 3)), _mm256_loadu_ps(x + t + 24), a3);
+  }
+  const __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  s = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+#else
+  float part[8] = {};
+  for (; t + 8 <= k; t += 8)
+    for (Index l = 0; l < 8; ++l)
+      part[l] += quant::fp16_to_float(quant::detail::load_u16(p + 2 * (t + l))) * x[t + l];
+  for (const float v : part) s += v;
+#endif
+  for (; t < k; ++t) s += quant::fp16_to_float(quant::detail::load_u16(p + 2 * t)) * x[t];
+  return s;
+}
+
+/// W (rows x cols) as fp16 values that stay where they are (a GGUF file's
+/// F16 tensor in the mapping, or a reordered copy), in the file's layout P
+/// as MappedDense: P = W^T (kRows, the projections) or P = W (kCols, the
+/// head). Decoding (up to kFewRows rows of X) takes one dot product per row
+/// of P, converted in registers, the row two ahead prefetched; prefill
+/// converts panels of 64 rows of P to T for Eigen's GEMM. Half the bytes of
+/// the float matrix, and the file's bytes used as they are.
+template <Scalar T>
+class MappedF16 {
+ public:
+  MappedF16(Index rows, Index cols, BlocksAlong along, const unsigned char* p,
+            std::shared_ptr<const void> owner)
+      : rows_(rows), cols_(cols), along_(along), p_(p), owner_(std::move(owner)) {
+    k_ = along == BlocksAlong::kRows ? rows : cols;
+    n_p_ = along == BlocksAlong::kRows ? cols : rows;
+  }
+  [[nodiscard]] Index rows() const { return rows_; }
+  [[nodiscard]] Index cols() const { return cols_; }
+  [[nodiscard]] BlocksAlong blocks_along() const { return along_; }
+  [[nodiscard]] std::size_t bytes() const {
+    return 2 * static_cast<std::size_t>(rows_) * static_cast<std::size_t>(cols_);
+  }
+  /// Row j of P (k values) converted into out[0..k).
+  void p_row(Index j, T* out) const {
+    const unsigned char* r = p_ + 2 * static_cast<std::size_t>(j) * static_cast<std::size_t>(k_);
+    for (Index t = 0; t < k_; ++t)
+      out[t] = static_cast<T>(quant::fp16_to_float(quant::detail::load_u16(r + 2 * t)));
+  }
+  [[nodiscard]] RowMatrix<T> dense() const {
+    RowMatrix<T> pm(n_p_, k_);
+    for (Index j = 0; j < n_p_; ++j) p_row(j, pm.row(j).data());
+    if (along_ == BlocksAlong::kRows) return pm.transpose();
+    return pm;
+  }
+  /// out = X W. \throws ShapeError on mismatch.
+  void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   "product X W (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows");
+    if (along_ == BlocksAlong::kRows)
+      product_p_transposed(x, out);
+    else
+      product_p(x, out);
+  }
+  /// out = X W^T. \throws ShapeError on mismatch.
+  void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
+    require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
+                   "product X W^T (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X and W must have the same number of columns");
+    if (along_ == BlocksAlong::kCols)
+      product_p_transposed(x, out);
+    else
+      product_p(x, out);
+  }
+
+ private:
+  static constexpr Index kPanel = 64;
+  [[nodiscard]] const unsigned char* row_ptr(Index j) const {
+    return p_ + 2 * static_cast<std::size_t>(j) * static_cast<std::size_t>(k_);
+  }
+  /// out = X P^T (X: n x k): the fast product.
+  void product_p_transposed(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
+    const Index n = x.rows();
+    const int threads = num_threads();
+    const int parts = (threads > 1 && n_p_ >= 64) ? threads : 1;
+    if (n > kFewRows) {
+      const Index n_panels = (n_p_ + kPanel - 1) / kPanel;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+      for (int p = 0; p < parts; ++p) {
+        const Index lo = std::min(n_p_, n_panels * p / parts * kPanel);
+        const Index hi = std::min(n_p_, n_panels * (p + 1) / parts * kPanel);
+        if (hi <= lo) continue;
+        RowMatrix<T> panel(std::min(kPanel, hi - lo), k_);
+        for (Index r0 = lo; r0 < hi; r0 += kPanel) {
+          const Index nr = std::min(kPanel, hi - r0);
+          for (Index i = 0; i < nr; ++i) p_row(r0 + i, panel.row(i).data());
+          out.middleCols(r0, nr).noalias() = x * panel.topRows(nr).transpose();
+        }
+      }
+      return;
+    }
+    std::vector<float> xs(static_cast<std::size_t>(n * k_));
+    for (Index r = 0; r < n; ++r)
+      for (Index t = 0; t < k_; ++t)
+        xs[static_cast<std::size_t>(r * k_ + t)] = static_cast<float>(x(r, t));
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int p = 0; p < parts; ++p) {
+      Index lo = 0, hi = 0;
+      detail::block_range(n_p_, parts, p, lo, hi);
+      for (Index j = lo; j < hi; ++j) {
+        if (j + 2 < hi) {
+          const unsigned char* ahead = row_ptr(j + 2);
+          for (Index b = 0; b < 2 * k_; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+        }
+        for (Index r = 0; r < n; ++r)
+          out(r, j) = static_cast<T>(f16_dot(row_ptr(j), xs.data() + r * k_, k_));
+      }
+    }
+  }
+  /// out = X P (X: n x n_p): panels of P converted, accumulated GEMMs.
+  void product_p(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
+    out.setZero();
+    RowMatrix<T> panel(std::min(kPanel, std::max<Index>(n_p_, 1)), k_);
+    for (Index r0 = 0; r0 < n_p_; r0 += kPanel) {
+      const Index nr = std::min(kPanel, n_p_ - r0);
+      for (Index i = 0; i < nr; ++i) p_row(r0 + i, panel.row(i).data());
+      out.noalias() += x.middleCols(r0, nr) * panel.topRows(nr);
+    }
+  }
+
+  Index rows_ = 0, cols_ = 0;
+  BlocksAlong along_ = BlocksAlong::kRows;
+  Index k_ = 0, n_p_ = 0;  // reduction length, rows of P
+  const unsigned char* p_ = nullptr;
+  std::shared_ptr<const void> owner_;
+};
 }  // namespace detail
 
 /// One weight matrix in any of the formats AsStoredWeights holds.
@@ -103,7 +265,7 @@ class WeightMatrix<T, AsStoredWeights> {
   using Held = std::variant<WeightMatrix<T, DenseWeights>, WeightMatrix<T, Bf16Weights>,
                             WeightMatrix<T, Q8_0Weights>, WeightMatrix<T, Q4_0Weights>,
                             WeightMatrix<T, Q4_KWeights>, WeightMatrix<T, Q6_KWeights>,
-                            detail::MappedDense<T>>;
+                            detail::MappedDense<T>, detail::MappedF16<T>>;
 
   WeightMatrix() = default;
   /// W kept dense, in T. (The block constructors of the models quantize
@@ -118,6 +280,8 @@ class WeightMatrix<T, AsStoredWeights> {
   explicit WeightMatrix(WeightMatrix<T, S> w) : m_(std::move(w)) {}
   /// Float values viewed where they are (a GGUF file's F32 tensor).
   explicit WeightMatrix(detail::MappedDense<T> w) : m_(std::move(w)) {}
+  /// fp16 values viewed where they are (a GGUF file's F16 tensor).
+  explicit WeightMatrix(detail::MappedF16<T> w) : m_(std::move(w)) {}
 
   [[nodiscard]] Index rows() const {
     return std::visit([](const auto& m) { return m.rows(); }, m_);
@@ -130,7 +294,7 @@ class WeightMatrix<T, AsStoredWeights> {
     return std::visit([](const auto& m) { return m.bytes(); }, m_);
   }
   /// The name of the held format: "dense", "bf16", "q8_0", "q4_0", "q4_K",
-  /// "q6_K", "f32 view".
+  /// "q6_K", "f32 view", "f16 view".
   [[nodiscard]] std::string format() const {
     return std::visit([](const auto& m) -> std::string { return storage_name(m); }, m_);
   }
@@ -188,6 +352,17 @@ class WeightMatrix<T, AsStoredWeights> {
       out.row(static_cast<Index>(j)) = m.packed().row(ids[j]);
   }
   static const char* storage_name(const detail::MappedDense<T>& /*m*/) { return "f32 view"; }
+  static void rows_of(const detail::MappedF16<T>& m, std::span<const TokenId> ids,
+                      MatrixRef<T>& out) {
+    if (m.blocks_along() != BlocksAlong::kCols) not_readable();
+    std::vector<T> row(static_cast<std::size_t>(m.cols()));
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      m.p_row(ids[j], row.data());
+      for (Index c = 0; c < m.cols(); ++c)
+        out(static_cast<Index>(j), c) = row[static_cast<std::size_t>(c)];
+    }
+  }
+  static const char* storage_name(const detail::MappedF16<T>& /*m*/) { return "f16 view"; }
   template <WeightStoragePolicy F>
   static void rows_of(const WeightMatrix<T, F>& m, std::span<const TokenId> ids,
                       MatrixRef<T>& out) {

@@ -71,9 +71,10 @@
 // and Q6_K blocks are views into the memory-mapped file (no copy; the model
 // holds the mapping), except W^Q / W^K of the llama layout, whose rows of
 // blocks are reordered once (rows move whole, no value changes); BF16
-// matrices are kept in bfloat16; F32 matrices are views too when T is float;
-// F16 matrices, the norms and biases are read in T. A llama.cpp Q4_K_M file so runs in
-// about its own size plus the float embedding. With S = DenseWeights every
+// matrices are kept in bfloat16; F16 matrices are views converted in the
+// products; F32 matrices are views too when T is float; the norms and biases
+// are read in T. A llama.cpp Q4_K_M or F16 file so runs in about its own
+// size. With S = DenseWeights every
 // tensor is dequantized to T (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K by
 // kappa/core/quant_blocks.hpp, equal to ggml's); with a block policy
 // (Q8_0Weights, ...) tensors of that type are kept and others requantized.
@@ -417,9 +418,9 @@ class GgufTensors {
   /// mapping was given); W^Q / W^K of the llama layout get their rows of
   /// blocks reordered (a copy: whole rows move, no value changes). nullopt
   /// when S cannot hold the tensor's type as it is (the caller then reads
-  /// it in T): AsStoredWeights holds Q8_0, Q4_0, Q4_K, Q6_K, BF16 and, for
-  /// T = float with a mapping, F32 as a view (F16, and F32 otherwise, are
-  /// read in T); a block policy holds its own type. GPT-2's layout gives
+  /// it in T): AsStoredWeights holds Q8_0, Q4_0, Q4_K, Q6_K, BF16, F16 (as
+  /// a view) and, for T = float with a mapping, F32 as a view (F32
+  /// otherwise is read in T); a block policy holds its own type. GPT-2's layout gives
   /// nullopt (its fused, transposed tensors are read in T).
   /// \throws FormatError / ShapeError as require_shape().
   template <Scalar T, WeightStoragePolicy S>
@@ -430,25 +431,30 @@ class GgufTensors {
     const io::GgufTensorInfo t = info(hf);
     const Index rows = transposed ? in : out, cols = transposed ? out : in;
     const BlocksAlong along = transposed ? BlocksAlong::kRows : BlocksAlong::kCols;
-    const auto blocks = [&]<class F>() -> std::optional<WeightMatrix<T, F>> {
-      // (an expert's slice starts past the merged tensor's first byte)
-      const unsigned char* p =
-          f_.raw(t.name).data() + (t.file_offset - f_.tensor(t.name).file_offset);
-      const auto size = static_cast<std::size_t>(t.bytes);
+    // (an expert's slice starts past the merged tensor's first byte)
+    const unsigned char* const at =
+        f_.raw(t.name).data() + (t.file_offset - f_.tensor(t.name).file_offset);
+    const auto size = static_cast<std::size_t>(t.bytes);
+    // The tensor's rows (one per output) in HF's order: W^Q / W^K of the
+    // llama layout reordered whole (a copy), else nullptr (use `at`).
+    const auto reordered = [&]() -> std::shared_ptr<std::vector<unsigned char>> {
       const Index perm_heads = permuted_heads(hf);
-      if (perm_heads > 0) {  // reorder whole rows of blocks, HF order
-        const std::size_t row = size / static_cast<std::size_t>(out);
-        std::vector<unsigned char> re(size);
-        const Index width = out / perm_heads, half = width / 2;
-        for (Index h = 0; h < perm_heads; ++h)
-          for (Index j = 0; j < 2; ++j)
-            for (Index i = 0; i < half; ++i)
-              std::memcpy(re.data() + static_cast<std::size_t>(h * width + j * half + i) * row,
-                          p + static_cast<std::size_t>(h * width + 2 * i + j) * row, row);
-        return WeightMatrix<T, F>(rows, cols, along, std::span<const unsigned char>(re));
-      }
-      if (mapping_) return WeightMatrix<T, F>(rows, cols, along, p, size, mapping_);
-      return WeightMatrix<T, F>(rows, cols, along, std::span<const unsigned char>(p, size));
+      if (perm_heads == 0) return nullptr;
+      const std::size_t row = size / static_cast<std::size_t>(out);
+      auto re = std::make_shared<std::vector<unsigned char>>(size);
+      const Index width = out / perm_heads, half = width / 2;
+      for (Index h = 0; h < perm_heads; ++h)
+        for (Index j = 0; j < 2; ++j)
+          for (Index i = 0; i < half; ++i)
+            std::memcpy(re->data() + static_cast<std::size_t>(h * width + j * half + i) * row,
+                        at + static_cast<std::size_t>(h * width + 2 * i + j) * row, row);
+      return re;
+    };
+    const auto blocks = [&]<class F>() -> std::optional<WeightMatrix<T, F>> {
+      if (const auto re = reordered())
+        return WeightMatrix<T, F>(rows, cols, along, std::span<const unsigned char>(*re));
+      if (mapping_) return WeightMatrix<T, F>(rows, cols, along, at, size, mapping_);
+      return WeightMatrix<T, F>(rows, cols, along, std::span<const unsigned char>(at, size));
     };
     const auto held = [&]<class F>() -> std::optional<WeightMatrix<T, S>> {
       auto m = blocks.template operator()<F>();
@@ -480,13 +486,28 @@ class GgufTensors {
       case io::GgmlType::kF32:
         // F32 in float: viewed in the mapping (no copy) unless rows move
         if constexpr (kAny && std::is_same_v<T, float>) {
-          if (mapping_ && permuted_heads(hf) == 0) {
-            const unsigned char* p =
-                f_.raw(t.name).data() + (t.file_offset - f_.tensor(t.name).file_offset);
-            if (reinterpret_cast<std::uintptr_t>(p) % alignof(float) == 0)
-              return WeightMatrix<T, S>(kappa::detail::MappedDense<T>(
-                  rows, cols, along, reinterpret_cast<const float*>(p), mapping_));
+          if (mapping_ && permuted_heads(hf) == 0 &&
+              reinterpret_cast<std::uintptr_t>(at) % alignof(float) == 0)
+            return WeightMatrix<T, S>(kappa::detail::MappedDense<T>(
+                rows, cols, along, reinterpret_cast<const float*>(at), mapping_));
+        }
+        break;
+      case io::GgmlType::kF16:
+        // F16 viewed in the mapping (a reordered copy for W^Q / W^K of the
+        // llama layout, an owned copy without a mapping), converted in the
+        // products
+        if constexpr (kAny) {
+          if (auto re = reordered()) {
+            const unsigned char* q = re->data();  // before re moves into the view
+            return WeightMatrix<T, S>(
+                kappa::detail::MappedF16<T>(rows, cols, along, q, std::move(re)));
           }
+          if (mapping_)
+            return WeightMatrix<T, S>(kappa::detail::MappedF16<T>(rows, cols, along, at, mapping_));
+          auto own = std::make_shared<std::vector<unsigned char>>(at, at + size);
+          const unsigned char* q = own->data();
+          return WeightMatrix<T, S>(
+              kappa::detail::MappedF16<T>(rows, cols, along, q, std::move(own)));
         }
         break;
       case io::GgmlType::kBF16:
