@@ -1,6 +1,8 @@
 // bench_quant: the weight products of a decode step with weights stored as
-// float, bfloat16, Q8_0, Q4_0, Q4_K and Q6_K (kappa/core/weight_storage.hpp,
-// kappa/core/quant_weights.hpp), beside a plain read of as many bytes.
+// float, bfloat16, fp16 (F16View: a GGUF F16 tensor viewed as stored,
+// kappa/core/stored_weights.hpp), Q8_0, Q4_0, Q4_K and Q6_K
+// (kappa/core/weight_storage.hpp, kappa/core/quant_weights.hpp), beside a
+// plain read of as many bytes (fp16 takes bfloat16's).
 //
 //   BM_Decode<Storage>/k/m/head/threads  one row: out = x W (W: k x m, the
 //       projections; head = 0) or out = x E^T (E: m x k, the output head;
@@ -16,14 +18,19 @@
 // than the products) and kept for the binary's run.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "bench_common.hpp"
+#include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/quant_weights.hpp"
+#include "kappa/core/stored_weights.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/core/weight_storage.hpp"
 
@@ -43,7 +50,11 @@ RowMatrix<float> random_matrix(Index r, Index c, std::uint64_t seed) {
 /// W (k x m) for out = x W, or E (m x k) for out = x E^T, in storage S,
 /// built once.
 template <class S>
-const kappa::WeightMatrix<float, S>& weights(Index k, Index m, bool head) {
+struct Held {
+  using type = kappa::WeightMatrix<float, S>;
+};
+template <class S>
+const typename Held<S>::type& weights(Index k, Index m, bool head) {
   static std::map<std::tuple<Index, Index, bool>, std::unique_ptr<kappa::WeightMatrix<float, S>>>
       made;
   auto& slot = made[{k, m, head}];
@@ -54,6 +65,39 @@ const kappa::WeightMatrix<float, S>& weights(Index k, Index m, bool head) {
           w, head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows);
     else
       slot = std::make_unique<kappa::WeightMatrix<float, S>>(w);
+  }
+  return *slot;
+}
+
+/// The fp16 view that a GGUF file's F16 tensor becomes
+/// (WeightMatrix<float, AsStoredWeights> holding detail::MappedF16): W's
+/// values rounded to fp16 in the file's layout, built once.
+struct F16View {};
+template <>
+struct Held<F16View> {
+  using type = kappa::WeightMatrix<float, kappa::AsStoredWeights>;
+};
+template <>
+const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F16View>(Index k, Index m,
+                                                                           bool head) {
+  static std::map<std::tuple<Index, Index, bool>,
+                  std::unique_ptr<kappa::WeightMatrix<float, kappa::AsStoredWeights>>>
+      made;
+  auto& slot = made[{k, m, head}];
+  if (!slot) {
+    // P = W^T (m rows of k) for out = x W, P = E (m rows of k) for x E^T
+    const RowMatrix<float> p = random_matrix(m, k, 1);
+    auto bytes =
+        std::make_shared<std::vector<unsigned char>>(2 * static_cast<std::size_t>(p.size()));
+    for (Index i = 0; i < p.size(); ++i) {
+      const std::uint16_t h = kappa::quant::fp16_from_float(p.data()[i]);
+      std::memcpy(bytes->data() + 2 * i, &h, 2);
+    }
+    const unsigned char* data = bytes->data();
+    slot = std::make_unique<kappa::WeightMatrix<float, kappa::AsStoredWeights>>(
+        kappa::detail::MappedF16<float>(
+            head ? m : k, head ? k : m,
+            head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows, data, std::move(bytes)));
   }
   return *slot;
 }
@@ -148,6 +192,7 @@ void prefill_shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_TEMPLATE(BM_Decode, kappa::DenseWeights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Bf16Weights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, F16View)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q8_0Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_0Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_KWeights)->Apply(decode_shapes);
@@ -155,6 +200,7 @@ BENCHMARK_TEMPLATE(BM_Decode, kappa::Q6_KWeights)->Apply(decode_shapes);
 BENCHMARK(BM_PlainRead)->Apply(read_sizes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::DenseWeights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Bf16Weights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, F16View)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q8_0Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_0Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_KWeights)->Apply(prefill_shapes);
