@@ -44,7 +44,8 @@ TYPED_TEST(PositionalTest, LearnedPositionsAreRowsOfATable) {
     FAIL() << "no exception";
   } catch (const kappa::RangeError& e) {
     EXPECT_STREQ(e.what(),
-                 "kappa: position 10 is out of range for the learned position table of size 10");
+                 "kappa: 11 tokens exceed the context length of 10 (the learned position table "
+                 "holds positions 0 .. 9; position 10 was asked for)");
   }
 }
 

@@ -465,11 +465,27 @@ def softmax_rows(s):
     return e / e.sum(-1, keepdim=True)
 
 
+# What Hugging Face's output_hidden_states / output_attentions return, recorded
+# by the forwards below when RECORD is a dict {"hidden": [], "attn": []}:
+# "hidden" gets the residual stream h at the start of every decoder layer (the
+# embeddings first), the caller appends the final normed hidden state (HF's
+# last entry); "attn" gets each layer's attention probabilities (H, Nq, Nk)
+# after the mask and softmax (eval: no dropout).
+RECORD = None
+
+
+def record(kind, t):
+    if RECORD is not None:
+        RECORD[kind].append(t.clone())
+
+
 def attend(q, k, v, scale, allowed):
     """q (H, Nq, dk), k (H, Nk, dk), v (H, Nk, dv), allowed (Nq, Nk) bool -> (H, Nq, dv)."""
     s = scale * (q @ k.transpose(-1, -2))
     s = s.masked_fill(~allowed, float("-inf"))
-    return softmax_rows(s) @ v
+    p = softmax_rows(s)
+    record("attn", p)
+    return p @ v
 
 
 def causal_allowed(q_pos, k_pos, sliding_window=None):
@@ -501,6 +517,7 @@ def gpt2_forward(W, cfg, ids, cache=None):
     h = W["wte.weight"][ids] + W["wpe.weight"][pos]
     new_cache = {"len": past + N, "k": [], "v": []}
     for l in range(cfg["n_layer"]):
+        record("hidden", h)
         p = f"h.{l}."
         a = layer_norm(h, W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)
         qkv = a @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]
@@ -661,6 +678,7 @@ def llama_forward(W, cfg, ids, cache=None, trace=None):
     o_bias = (mt not in ("qwen2", "qwen2_moe")) and cfg.get("attention_bias", False)
     sparse = moe_layer_ids(cfg)
     for l in range(cfg["num_hidden_layers"]):
+        record("hidden", h)
         p = f"model.layers.{l}."
         x = rms_norm(h, W[p + "input_layernorm.weight"], eps)
         if mt == "phi3":
@@ -806,6 +824,7 @@ def gemma_forward(W, cfg, ids, cache=None):
     h = E[ids] * gemma_embed_scale(cfg)
     new_cache = {"len": past + N, "k": [], "v": []}
     for l in range(cfg["num_hidden_layers"]):
+        record("hidden", h)
         p = f"model.layers.{l}."
         a = p + "self_attn."
         x = gemma_rms_norm(h, W[p + "input_layernorm.weight"], eps)
@@ -826,7 +845,9 @@ def gemma_forward(W, cfg, ids, cache=None):
         vv = v.repeat_interleave(rep, dim=0)
         s = softcap(scale * (q @ kk.transpose(-1, -2)), cap)
         s = s.masked_fill(~masks[types[l]], float("-inf"))
-        o = (softmax_rows(s) @ vv).transpose(0, 1).reshape(N, H * hd)
+        probs = softmax_rows(s)
+        record("attn", probs)
+        o = (probs @ vv).transpose(0, 1).reshape(N, H * hd)
         o = o @ W[a + "o_proj.weight"].T
         h = h + gemma_rms_norm(o, W[p + "post_attention_layernorm.weight"], eps)
         x = gemma_rms_norm(h, W[p + "pre_feedforward_layernorm.weight"], eps)
@@ -923,6 +944,7 @@ def deepseek_forward(W, cfg, ids, cache=None, trace=None):
     new_cache = {"len": past + N, "k": [], "v": []}
     sparse = moe_layer_ids(cfg)
     for l in range(cfg["num_hidden_layers"]):
+        record("hidden", h)
         p = f"model.layers.{l}."
         a = p + "self_attn."
         x = rms_norm(h, W[p + "input_layernorm.weight"], eps)

@@ -40,6 +40,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #if (defined(__F16C__) && defined(__AVX__)) || defined(__AVX2__)
 #include <immintrin.h>
@@ -147,6 +149,68 @@ struct Int8 {
 template <class F>
 concept StorageFormat = std::same_as<F, Native> || std::same_as<F, BF16> || std::same_as<F, F16> ||
     std::same_as<F, Int8>;
+
+/// A storage format chosen at run time (a model's whole cache, the generate
+/// command's --cache-type): one of the four policy types above.
+enum class Format { kNative, kBF16, kF16, kInt8 };
+
+/// The name of a run-time format: "native", "bf16", "f16" or "int8" (the
+/// policy types' kName).
+inline const char* to_string(Format f) {
+  switch (f) {
+    case Format::kNative:
+      return Native::kName;
+    case Format::kBF16:
+      return BF16::kName;
+    case Format::kF16:
+      return F16::kName;
+    case Format::kInt8:
+      return Int8::kName;
+  }
+  return "?";
+}
+
+/// The format named `name`: "native" (also "f32", "float": the model's own
+/// scalar type), "bf16", "f16" (also "fp16") or "int8" (also "q8").
+/// \throws std::invalid_argument naming the name and the accepted ones.
+inline Format parse_format(std::string_view name) {
+  if (name == "native" || name == "f32" || name == "float") return Format::kNative;
+  if (name == "bf16") return Format::kBF16;
+  if (name == "f16" || name == "fp16") return Format::kF16;
+  if (name == "int8" || name == "q8") return Format::kInt8;
+  throw std::invalid_argument("kappa: unknown cache format '" + std::string(name) +
+                              "' (native, f32, bf16, f16, int8)");
+}
+
+/// Calls f(Native{}), f(BF16{}), f(F16{}) or f(Int8{}) for a run-time format
+/// (all four are instantiated) and returns its result.
+template <class Fn>
+decltype(auto) with_format(Format format, Fn&& f) {
+  switch (format) {
+    case Format::kBF16:
+      return std::forward<Fn>(f)(BF16{});
+    case Format::kF16:
+      return std::forward<Fn>(f)(F16{});
+    case Format::kInt8:
+      return std::forward<Fn>(f)(Int8{});
+    case Format::kNative:
+      break;
+  }
+  return std::forward<Fn>(f)(Native{});
+}
+
+/// The run-time tag of a format type.
+template <StorageFormat F>
+constexpr Format format_of() {
+  if constexpr (std::same_as<F, BF16>)
+    return Format::kBF16;
+  else if constexpr (std::same_as<F, F16>)
+    return Format::kF16;
+  else if constexpr (std::same_as<F, Int8>)
+    return Format::kInt8;
+  else
+    return Format::kNative;
+}
 
 /// Bytes of one stored row of `width` values in format F for scalar type T
 /// (the values, plus the scale for Int8).

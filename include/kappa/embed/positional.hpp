@@ -106,10 +106,13 @@ class LearnedPositions {
     require_nonnegative("learned positions: n", n);
     require_nonnegative("learned positions: offset", offset);
     if (n == 0) return RowMatrix<T>(0, dim());
-    require_index("position", offset, max_positions(), "the learned position table");
-    // offset < max_positions here, so this cannot overflow unless n is huge.
     const Index last = checked_add("learned positions: offset + n", offset, n) - 1;
-    require_index("position", last, max_positions(), "the learned position table");
+    if (last >= max_positions())
+      throw RangeError("kappa: " + std::to_string(offset + n) +
+                       " tokens exceed the context length of " + std::to_string(max_positions()) +
+                       " (the learned position table holds positions 0 .. " +
+                       std::to_string(max_positions() - 1) + "; position " + std::to_string(last) +
+                       " was asked for)");
     return table_.middleRows(offset, n);
   }
 

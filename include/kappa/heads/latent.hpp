@@ -46,6 +46,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kappa/attention/attention.hpp"
 #include "kappa/cache/decode.hpp"
@@ -59,6 +60,7 @@
 #include "kappa/embed/rope.hpp"
 #include "kappa/embed/rope_scaling.hpp"
 #include "kappa/heads/grouping.hpp"
+#include "kappa/heads/head_weights.hpp"
 #include "kappa/nn/norms.hpp"
 
 namespace kappa {
@@ -423,6 +425,30 @@ class LatentAttention {
   [[nodiscard]] RowMatrix<T> forward(ConstMatrixRef<T> x, Index first_position = 0) const {
     const RowMatrix<T> rows = latent_rows(x, first_position);
     return attend(x, first_position, rows);
+  }
+
+  /// The attention weights Z_h^-1 A_h (N x N, causal) of every head that
+  /// forward(x, first_position) forms: softmax of s [Q^C_h | Q^R_h]
+  /// [K^C_h | k^R]^T with K^C_h = c_KV W^UK_h (the naive path's matrices;
+  /// the absorbed path forms the same scores in another order). Allocates
+  /// H N^2: for inspection, not speed.
+  [[nodiscard]] HeadWeights<T> head_weights(ConstMatrixRef<T> x, Index first_position = 0) const {
+    const RowMatrix<T> kv = latent_rows(x, first_position);
+    const RowMatrix<T> q = queries(x, first_position);
+    const Index n = x.rows(), h_n = c_.n_heads, dh = c_.d_head, dr = c_.d_rope, dc = c_.d_latent;
+    const kernels::Softmax softmax{.scale = static_cast<double>(scale_)};
+    RowMatrix<T> q_h(n, dh + dr), k_h(n, dh + dr);
+    std::vector<RowMatrix<T>> weights;
+    weights.reserve(static_cast<std::size_t>(h_n));
+    for (Index h = 0; h < h_n; ++h) {
+      q_h.leftCols(dh) = q.middleCols(h * dh, dh);
+      q_h.rightCols(dr) = q.middleCols(h_n * dh + h * dr, dr);
+      k_h.leftCols(dh).noalias() = kv.leftCols(dc) * w_.w_uk.middleCols(h * dh, dh);
+      k_h.rightCols(dr) = kv.rightCols(dr);
+      weights.push_back(
+          attention_details(q_h, k_h, kv.leftCols(dc), softmax, CausalMask{}).weights);
+    }
+    return HeadWeights<T>(std::move(weights));
   }
 
   /// Appends x's tokens (N x d) to the cache, then attends from them to

@@ -61,6 +61,7 @@
 #include "kappa/core/weight_storage.hpp"
 #include "kappa/heads/grouped_attention.hpp"
 #include "kappa/heads/grouping.hpp"
+#include "kappa/heads/head_weights.hpp"
 #include "kappa/heads/positional.hpp"
 
 namespace kappa {
@@ -635,10 +636,11 @@ class MultiHeadAttention {
 
   /// The attention weights Z_h^-1 A_h of every head h (N_Q x N_KV each), for
   /// queries xq and keys xkv (pass x twice for self-attention). Allocates
-  /// H N_Q N_KV: for inspection, not speed.
+  /// H N_Q N_KV: for inspection, not speed. Indexing the result with a head
+  /// outside [0, H) throws RangeError (HeadWeights).
   template <class M = NoMask>
-  std::vector<RowMatrix<T>> head_weights(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv,
-                                         const M& mask = {}) const {
+  HeadWeights<T> head_weights(ConstMatrixRef<T> xq, ConstMatrixRef<T> xkv,
+                              const M& mask = {}) const {
     static_assert(check_head_mask<M>());
     static_assert(!AttentionApproximation<Kernel> || dependent_false<M>,
                   "kappa: head_weights() needs the weights Z^-1 A, which an attention "
@@ -659,7 +661,7 @@ class MultiHeadAttention {
                                  v.middleCols(g * dv, dv), kernel_, detail::head_of(mask, h));
       weights.push_back(std::move(d.weights));
     }
-    return weights;
+    return HeadWeights<T>(std::move(weights));
   }
 
  private:

@@ -1036,7 +1036,8 @@ class SafetensorsFile {
 /// The weights of a Hugging Face model directory: either one
 /// `model.safetensors`, or shards listed by `model.safetensors.index.json`
 ///   {"metadata": {...}, "weight_map": {"<tensor name>": "<shard file>", ...}}
-/// (a path to a single .safetensors file is accepted too).
+/// (a path to a single .safetensors file, or to an index file anywhere with
+/// its shards beside it, is accepted too).
 ///
 /// Validation on opening, each failure a FormatError naming the file, the
 /// tensor where one applies and a byte offset (of the name in the index):
@@ -1063,9 +1064,10 @@ class Checkpoint {
   static constexpr std::string_view kSingleFile = "model.safetensors";
   static constexpr std::string_view kIndexFile = "model.safetensors.index.json";
 
-  /// Opens the model directory `path` (index first, then model.safetensors)
-  /// or the single .safetensors file `path`. Shards are memory-mapped, not
-  /// read.
+  /// Opens the model directory `path` (index first, then model.safetensors),
+  /// the single .safetensors file `path`, or the index `path` (a file whose
+  /// name ends in ".json"; its shard names are relative to its own
+  /// directory). Shards are memory-mapped, not read.
   /// \throws FormatError as listed above, or naming the directory and the
   ///         files looked for when it holds neither.
   explicit Checkpoint(const std::filesystem::path& path) : dir_(path) {
@@ -1073,7 +1075,10 @@ class Checkpoint {
     std::error_code ec;
     if (fs::is_regular_file(path, ec)) {
       dir_ = path.parent_path();
-      open_single(path);
+      if (path.extension() == ".json")
+        open_index(path);
+      else
+        open_single(path);
       return;
     }
     if (!fs::is_directory(path, ec)) {

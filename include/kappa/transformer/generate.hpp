@@ -66,6 +66,7 @@
 #include <utility>
 #include <vector>
 
+#include "kappa/cache/formats.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -674,8 +675,18 @@ struct GenerateOptions {
   /// throw RangeError; RoPE models may go past max_position_embeddings.
   Index context_length = 0;
   KvCache cache = KvCache::kUse;
+  /// How the cache stores keys and values (a latent model: its latent rows):
+  /// the model's scalar type, or BF16, F16, Int8 (cache/formats.hpp; the
+  /// error each costs is measured in kv_cache.hpp). A model whose cache has
+  /// one format (e.g. a user's own) accepts only kNative.
+  cache::Format cache_format = cache::Format::kNative;
   /// Whether special tokens (other than the EOS that stops) are in the text.
   tokenize::SkipSpecial skip_special = tokenize::SkipSpecial::kYes;
+  /// Record each chosen token's log-probability (Generation::logprobs).
+  bool logprobs = false;
+  /// With logprobs, also the `top_logprobs` most probable tokens of each
+  /// step (0 .. 1000).
+  Index top_logprobs = 0;
 
   /// \throws std::invalid_argument naming the first bad value.
   void validate() const {
@@ -685,6 +696,10 @@ struct GenerateOptions {
     if (context_length < 0)
       throw std::invalid_argument("kappa: GenerateOptions: context_length must be >= 0, got " +
                                   std::to_string(context_length));
+    if (top_logprobs < 0 || top_logprobs > 1000)
+      throw std::invalid_argument(
+          "kappa: GenerateOptions: top_logprobs must be in [0, 1000], got " +
+          std::to_string(top_logprobs));
     sampling.validate();
     for (const std::string& s : stop_strings)
       if (s.empty()) throw std::invalid_argument("kappa: GenerateOptions: a stop string is empty");
@@ -714,13 +729,67 @@ struct GenerationTiming {
   }
 };
 
+/// The log-probability of one generated token, and of the most probable
+/// tokens of that step. They are of the model's distribution,
+/// log softmax(logits) in double, before the sampling processors
+/// (temperature, top-k, top-p, min-p, repetition penalty): what perplexity
+/// and evaluation use, the same for greedy and sampled decoding.
+struct TokenLogprob {
+  TokenId id = 0;        ///< the chosen token
+  double logprob = 0.0;  ///< log p(id | context); -inf if its logit is -inf
+  /// The top_logprobs most probable tokens, most probable first (ties: lower
+  /// id first), with their log-probabilities.
+  std::vector<std::pair<TokenId, double>> top;
+};
+
 /// The result for one prompt.
 struct Generation {
   std::vector<TokenId> ids;  ///< the new tokens (with the EOS or the stop string's tokens)
   std::string text;          ///< their text, up to a stop string (empty in the id functions)
   StopReason stop = StopReason::kMaxNewTokens;
   GenerationTiming timing;
+  /// One entry per id when GenerateOptions::logprobs is set (else empty).
+  std::vector<TokenLogprob> logprobs;
 };
+
+/// log softmax(logits)[id] and the `top` most probable tokens of one row of
+/// logits, in double (see TokenLogprob). A NaN logit counts as -inf.
+/// \throws RangeError if id is outside the row; std::domain_error if no
+///         logit is finite (as argmax).
+template <Scalar T>
+TokenLogprob token_logprob(std::span<const T> logits, TokenId id, Index top = 0) {
+  require_index("token id", id, static_cast<long long>(logits.size()), "the logits row (N_T)");
+  const double m = detail::row_max<T>(logits);
+  if (m == -std::numeric_limits<double>::infinity()) detail::no_finite_logit();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double z = 0.0;  // sum exp(l - m); with +inf logits, how many there are
+  for (const T l : logits) z += detail::relative_weight(static_cast<double>(l), m);
+  const double log_z = m + std::log(z);
+  const auto lp = [&](std::size_t i) {
+    const double l = static_cast<double>(logits[i]);
+    if (std::isnan(l)) return -kInf;
+    if (m == kInf) return l == kInf ? -std::log(z) : -kInf;  // the mass is on the +inf logits
+    return l - log_z;
+  };
+  TokenLogprob out;
+  out.id = id;
+  out.logprob = lp(static_cast<std::size_t>(id));
+  const std::size_t k = std::min(static_cast<std::size_t>(std::max<Index>(top, 0)), logits.size());
+  if (k > 0) {
+    std::vector<TokenId> order(logits.size());
+    std::iota(order.begin(), order.end(), TokenId{0});
+    const auto before = [&](TokenId a, TokenId b) {
+      const double la = lp(static_cast<std::size_t>(a)), lb = lp(static_cast<std::size_t>(b));
+      return la > lb || (la == lb && a < b);
+    };
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      before);
+    out.top.reserve(k);
+    for (std::size_t i = 0; i < k; ++i)
+      out.top.emplace_back(order[i], lp(static_cast<std::size_t>(order[i])));
+  }
+  return out;
+}
 
 /// Streaming callbacks: return false to stop (that sequence).
 using TokenCallback = std::function<bool(TokenId)>;
@@ -744,6 +813,22 @@ struct GenerationSinks {
   BatchTextCallback on_text;
 };
 
+/// A model's cache for generation in the format asked for: make_cache(format)
+/// when the model offers a run-time choice, else its one cache type (which
+/// must then be the native one).
+template <class Model>
+auto make_generation_cache(const Model& lm, cache::Format format) {
+  if constexpr (requires { lm.make_cache(format); }) {
+    return lm.make_cache(format);
+  } else {
+    if (format != cache::Format::kNative)
+      throw std::invalid_argument(std::string("kappa: generate: this model's cache has one "
+                                              "format; cache_format must be native, got ") +
+                                  cache::to_string(format));
+    return lm.make_cache();
+  }
+}
+
 template <class Model>
 std::vector<Generation> run_generation(const Model& lm,
                                        const std::vector<std::vector<TokenId>>& prompts,
@@ -751,7 +836,7 @@ std::vector<Generation> run_generation(const Model& lm,
                                        const GenerationSinks& sinks) {
   using T = LogitScalar<Model>;
   using Clock = std::chrono::steady_clock;
-  using Cache = typename Model::Cache;
+  using Cache = decltype(make_generation_cache(lm, o.cache_format));
   o.validate();
   if (!o.stop_strings.empty() && !sinks.token_text)
     throw std::invalid_argument(
@@ -817,6 +902,9 @@ std::vector<Generation> run_generation(const Model& lm,
       processors.apply(l, std::span<const TokenId>(s.context));
       next = sample_categorical<T>(l, s.rng);
     }
+    if (o.logprobs)
+      s.out.logprobs.push_back(token_logprob<T>(
+          std::span<const T>(logits, static_cast<std::size_t>(n)), next, o.top_logprobs));
     s.out.ids.push_back(next);
     s.context.push_back(next);
     if (std::find(eos.begin(), eos.end(), next) != eos.end()) return finish(b, StopReason::kEos);
@@ -852,7 +940,7 @@ std::vector<Generation> run_generation(const Model& lm,
       for (const std::size_t b : active) {
         Sequence& s = seqs[b];
         if (first) {
-          s.cache.emplace(lm.make_cache());
+          s.cache.emplace(make_generation_cache(lm, o.cache_format));
           batch.push_back(s.context);
         } else if (refresh > 0 && s.cache->length() == refresh) {
           // The sequence crosses the model's refresh length (Phi-3's

@@ -1273,14 +1273,18 @@ class CausalLM {
   using Model =
       std::variant<Gpt2<T, S>, Llama<T, S>, MistralSliding<T, S>, DeepSeekV2<T, S>, LlamaMoe<T, S>,
                    DeepSeekMoe<T, S>, Qwen3<T, S>, Gemma2<T, S>, Gemma3<T, S>>;
-  /// The cache of one sequence (of the loaded model's kind).
+  /// The cache of one sequence (of the loaded model's kind, in the storage
+  /// format make_cache() was given).
   struct Cache {
-    std::variant<typename Gpt2<T, S>::Cache, typename Llama<T, S>::Cache,
-                 typename MistralSliding<T, S>::Cache, typename DeepSeekV2<T, S>::Cache,
-                 typename LlamaMoe<T, S>::Cache, typename DeepSeekMoe<T, S>::Cache,
-                 typename Qwen3<T, S>::Cache, typename Gemma2<T, S>::Cache,
-                 typename Gemma3<T, S>::Cache>
+    std::variant<typename Gpt2<T, S>::AnyCache, typename Llama<T, S>::AnyCache,
+                 typename MistralSliding<T, S>::AnyCache, typename DeepSeekV2<T, S>::AnyCache,
+                 typename LlamaMoe<T, S>::AnyCache, typename DeepSeekMoe<T, S>::AnyCache,
+                 typename Qwen3<T, S>::AnyCache, typename Gemma2<T, S>::AnyCache,
+                 typename Gemma3<T, S>::AnyCache>
         c;
+    [[nodiscard]] cache::Format format() const {
+      return std::visit([](const auto& x) { return x.format(); }, c);
+    }
     [[nodiscard]] Index length() const {
       return std::visit([](const auto& x) { return x.length(); }, c);
     }
@@ -1311,6 +1315,42 @@ class CausalLM {
   void set_cache_refresh_length(Index n) { refresh_ = n; }
   [[nodiscard]] const std::string& model_type() const { return type_; }
   [[nodiscard]] const Model& model() const { return m_; }
+  /// The architecture alias the model was loaded as: "Gpt2", "Llama",
+  /// "MistralSliding", "DeepSeekV2", "LlamaMoe", "DeepSeekMoe", "Qwen3",
+  /// "Gemma2" or "Gemma3" (architectures.hpp).
+  [[nodiscard]] const char* architecture() const {
+    constexpr std::array<const char*, std::variant_size_v<Model>> kNames = {
+        "Gpt2",        "Llama", "MistralSliding", "DeepSeekV2", "LlamaMoe",
+        "DeepSeekMoe", "Qwen3", "Gemma2",         "Gemma3"};
+    return kNames[m_.index()];
+  }
+  /// Whether the model is an M (e.g. kappa::Llama<float>).
+  template <class M>
+  [[nodiscard]] bool holds() const {
+    return std::holds_alternative<M>(m_);
+  }
+  /// The model as its type M (e.g. `lm.as<kappa::Gpt2<float>>().layers()[0]`).
+  /// \throws std::invalid_argument naming the loaded model_type and
+  ///         architecture when it is another type.
+  template <class M>
+  [[nodiscard]] const M& as() const {
+    if (const M* m = std::get_if<M>(&m_)) return *m;
+    throw std::invalid_argument("kappa: CausalLM::as: the loaded model (model_type " +
+                                kappa::quoted(type_) + ") is a kappa::" + architecture() +
+                                ", not the type asked for (see architecture(), or visit())");
+  }
+  /// Calls f(model) with the model as its own type (a generic lambda sees
+  /// the concrete DecoderLM) and returns f's result.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), m_);
+  }
+  /// See DecoderLM::inspect: the logits with the hidden states and the
+  /// attention weights asked for; `hook` sees every layer's output.
+  [[nodiscard]] Inspection<T> inspect(std::span<const TokenId> ids, const InspectOptions& what = {},
+                                      const LayerHook<T>& hook = {}) const {
+    return visit([&](const auto& m) { return m.inspect(ids, what, hook); });
+  }
   [[nodiscard]] Index vocab_size() const {
     return visit([](const auto& m) { return m.vocab_size(); });
   }
@@ -1335,15 +1375,18 @@ class CausalLM {
   [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
     return visit([&](const auto& m) { return m.forward(ids); });
   }
-  [[nodiscard]] Cache make_cache() const {
-    return visit([](const auto& m) { return Cache{m.make_cache()}; });
+  /// An empty cache for one sequence, its keys and values (DeepSeek: its
+  /// latent rows) stored in `format` (cache/formats.hpp; the error of each
+  /// format is measured in kv_cache.hpp).
+  [[nodiscard]] Cache make_cache(cache::Format format = cache::Format::kNative) const {
+    return visit([format](const auto& m) { return Cache{m.make_cache(format)}; });
   }
   /// See DecoderLM::forward_cached.
   [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, Cache& cache,
                                             LogitsFor which = LogitsFor::kAll) const {
     return std::visit(
         [&](const auto& m) -> RowMatrix<T> {
-          using C = typename std::decay_t<decltype(m)>::Cache;
+          using C = typename std::decay_t<decltype(m)>::AnyCache;
           C* c = std::get_if<C>(&cache.c);
           if (c == nullptr)
             throw ShapeError("kappa: CausalLM: the cache was made by another model");
@@ -1370,7 +1413,7 @@ class CausalLM {
                                             LogitsFor which = LogitsFor::kAll) const {
     return std::visit(
         [&](const auto& m) -> RowMatrix<T> {
-          using C = typename std::decay_t<decltype(m)>::Cache;
+          using C = typename std::decay_t<decltype(m)>::AnyCache;
           std::vector<C*> cs;
           for (Cache* c : caches) {
             C* x = c == nullptr ? nullptr : std::get_if<C>(&c->c);
@@ -1384,21 +1427,20 @@ class CausalLM {
   }
 
  private:
-  template <class F>
-  decltype(auto) visit(F&& f) const {
-    return std::visit(std::forward<F>(f), m_);
-  }
   Model m_;
   std::string type_;
   Index refresh_ = 0;
 };
 
 /// Loads the decoder-only model of a Hugging Face directory (config.json +
-/// model.safetensors or its sharded index). \throws FormatError naming the
-/// file and key (an unsupported model_type is named), ShapeError naming a
-/// tensor whose shape disagrees with the config.
+/// model.safetensors or its sharded index). `weights`, when not empty, names
+/// the weights instead, inside or outside `dir`: a .safetensors file, or an
+/// index .json whose shards lie beside it (io::Checkpoint). \throws
+/// FormatError naming the file and key (an unsupported model_type is named),
+/// ShapeError naming a tensor whose shape disagrees with the config.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
+CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir,
+                              const std::filesystem::path& weights = {}) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw FormatError("kappa: " + dir.string() + ": not a model directory");
@@ -1429,7 +1471,7 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir) {
                "); kappa reads F32, F16 and BF16 weights: use the BF16 release of the model or "
                "dequantize it first");
   }
-  const io::Checkpoint ckpt(dir);
+  const io::Checkpoint ckpt(weights.empty() ? dir : weights);
   if (type == "gpt2") return CausalLM<T, S>(load_gpt2<T, S>(c, ckpt), type);
   if (type == "qwen3") return CausalLM<T, S>(load_qwen3<T, S>(c, ckpt), type);
   if (type == "gemma2") return CausalLM<T, S>(load_gemma2<T, S>(c, ckpt), type);

@@ -37,6 +37,7 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/heads/grouped_attention.hpp"
+#include "kappa/heads/head_weights.hpp"
 #include "kappa/heads/latent.hpp"
 #include "kappa/heads/multi_head_attention.hpp"
 #include "kappa/nn/feed_forward.hpp"
@@ -90,14 +91,21 @@ template <Scalar T, class K, HeadGrouping G, class P, WeightStoragePolicy S, cla
 struct SelfAttentionOps<MultiHeadAttention<T, K, G, P, S>, Mask> {
   using Attn = MultiHeadAttention<T, K, G, P, S>;
   static constexpr bool kWindowed = std::same_as<Mask, SlidingWindowMask>;
-  using Cache = KVCache<T, std::conditional_t<kWindowed, cache::SlidingWindow, cache::Growable>>;
+  using Retention = std::conditional_t<kWindowed, cache::SlidingWindow, cache::Growable>;
+  /// The cache with rows stored in format F (cache/formats.hpp).
+  // (F unconstrained here and Cache spelled out: clang 14 crashes checking a
+  // constrained alias template's argument inside this partial specialization.)
+  template <class F>
+  using CacheOf = KVCache<T, Retention, F>;
+  using Cache = KVCache<T, Retention, cache::Native>;
 
-  static Cache make_cache(const Attn& a, const Mask& mask) {
+  template <cache::StorageFormat F = cache::Native>
+  static CacheOf<F> make_cache(const Attn& a, const Mask& mask) {
     if constexpr (kWindowed) {
-      return Cache(a.kv_cache_config(), cache::SlidingWindow{mask.window});
+      return CacheOf<F>(a.kv_cache_config(), cache::SlidingWindow{mask.window});
     } else {
       (void)mask;
-      return Cache(a.kv_cache_config());
+      return CacheOf<F>(a.kv_cache_config());
     }
   }
   static RowMatrix<T> full(const Attn& a, ConstMatrixRef<T> x, const Mask& mask) {
@@ -106,12 +114,17 @@ struct SelfAttentionOps<MultiHeadAttention<T, K, G, P, S>, Mask> {
   static RowMatrix<T> batch(const Attn& a, const SequenceBatch<T>& x, const Mask& mask) {
     return a.forward(x, mask);
   }
-  static RowMatrix<T> cached(const Attn& a, ConstMatrixRef<T> x, Cache& c) {
+  template <cache::StorageFormat F>
+  static RowMatrix<T> cached(const Attn& a, ConstMatrixRef<T> x, CacheOf<F>& c) {
     return a.forward_cached(x, c);
   }
+  template <cache::StorageFormat F>
   static RowMatrix<T> batch_cached(const Attn& a, const SequenceBatch<T>& x,
-                                   const std::vector<Cache*>& caches) {
+                                   const std::vector<CacheOf<F>*>& caches) {
     return a.forward_cached(x, caches);
+  }
+  static HeadWeights<T> head_weights(const Attn& a, ConstMatrixRef<T> x, const Mask& mask) {
+    return a.head_weights(x, x, mask);
   }
   static std::size_t weight_bytes(const Attn& a) { return a.weight_bytes(); }
 };
@@ -122,9 +135,15 @@ struct SelfAttentionOps<LatentAttention<T, Path, Conv>, Mask> {
   static_assert(std::same_as<Mask, CausalMask>,
                 "kappa: LatentAttention is causal self-attention: use CausalMask");
   using Attn = LatentAttention<T, Path, Conv>;
-  using Cache = LatentCache<T>;
+  /// The latent cache with rows stored in format F (cache/formats.hpp).
+  template <class F>
+  using CacheOf = LatentCache<T, cache::Growable, F>;
+  using Cache = LatentCache<T, cache::Growable, cache::Native>;
 
-  static Cache make_cache(const Attn& a, const Mask& /*mask*/) { return Cache(a.config()); }
+  template <cache::StorageFormat F = cache::Native>
+  static CacheOf<F> make_cache(const Attn& a, const Mask& /*mask*/) {
+    return CacheOf<F>(a.config());
+  }
   static RowMatrix<T> full(const Attn& a, ConstMatrixRef<T> x, const Mask& /*mask*/) {
     return a.forward(x, 0);
   }
@@ -136,11 +155,13 @@ struct SelfAttentionOps<LatentAttention<T, Path, Conv>, Mask> {
           a.forward(x.rows.middleRows(off[b], off[b + 1] - off[b]), 0);
     return y;
   }
-  static RowMatrix<T> cached(const Attn& a, ConstMatrixRef<T> x, Cache& c) {
+  template <cache::StorageFormat F>
+  static RowMatrix<T> cached(const Attn& a, ConstMatrixRef<T> x, CacheOf<F>& c) {
     return a.forward_cached(x, c);
   }
+  template <cache::StorageFormat F>
   static RowMatrix<T> batch_cached(const Attn& a, const SequenceBatch<T>& x,
-                                   const std::vector<Cache*>& caches) {
+                                   const std::vector<CacheOf<F>*>& caches) {
     const std::vector<Index> off = x.offsets();
     if (caches.size() + 1 != off.size())
       throw ShapeError("kappa: latent attention (batch): " + std::to_string(off.size() - 1) +
@@ -150,6 +171,9 @@ struct SelfAttentionOps<LatentAttention<T, Path, Conv>, Mask> {
       y.middleRows(off[b], off[b + 1] - off[b]) =
           a.forward_cached(x.rows.middleRows(off[b], off[b + 1] - off[b]), *caches[b]);
     return y;
+  }
+  static HeadWeights<T> head_weights(const Attn& a, ConstMatrixRef<T> x, const Mask& /*mask*/) {
+    return a.head_weights(x, 0);
   }
   static std::size_t weight_bytes(const Attn& a) {
     const LatentWeights<T>& w = a.weights();
@@ -242,6 +266,9 @@ class DecoderOnlyLayer {
   using FeedForwardType = FFN;
   using PlacementType = Placement;
   using Ops = SelfAttentionOps<Attn, Mask>;
+  /// The layer's cache with rows stored in format F (cache/formats.hpp).
+  template <class F>
+  using CacheOf = typename Ops::template CacheOf<F>;
   using Cache = typename Ops::Cache;
 
   DecoderOnlyLayer(Attn attn, Norm norm_attn, Norm norm_ffn, FFN ffn, Mask mask = {})
@@ -262,19 +289,45 @@ class DecoderOnlyLayer {
       return Ops::batch(attn_, SequenceBatch<T>{h, x.lengths}, mask_);
     });
   }
-  /// An empty cache for this layer.
-  [[nodiscard]] Cache make_cache() const { return Ops::make_cache(attn_, mask_); }
+  /// An empty cache for this layer, its rows stored in format F.
+  template <cache::StorageFormat F = cache::Native>
+  [[nodiscard]] CacheOf<F> make_cache() const {
+    return Ops::template make_cache<F>(attn_, mask_);
+  }
   /// New tokens X (n, d) continuing the sequence in `cache`; appends to it.
-  [[nodiscard]] RowMatrix<T> forward_cached(ConstMatrixRef<T> x, Cache& cache) const {
+  template <cache::StorageFormat F>
+  [[nodiscard]] RowMatrix<T> forward_cached(ConstMatrixRef<T> x, CacheOf<F>& cache) const {
     return run(x, [&](ConstMatrixRef<T> h) { return Ops::cached(attn_, h, cache); });
   }
+  [[nodiscard]] RowMatrix<T> forward_cached(ConstMatrixRef<T> x, Cache& cache) const {
+    return forward_cached<cache::Native>(x, cache);
+  }
   /// forward_cached for B sequences at once, sequence b continuing *caches[b].
+  template <cache::StorageFormat F>
   [[nodiscard]] RowMatrix<T> forward_cached(const SequenceBatch<T>& x,
-                                            const std::vector<Cache*>& caches) const {
+                                            const std::vector<CacheOf<F>*>& caches) const {
     (void)x.offsets();
     return run(x.rows, [&](ConstMatrixRef<T> h) {
       return Ops::batch_cached(attn_, SequenceBatch<T>{h, x.lengths}, caches);
     });
+  }
+
+  /// The attention weights Z_h^-1 A_h (N x N) of every head that
+  /// forward(x) forms for the layer's input x (N, d): over the normalized
+  /// input N1(x) (pre-norm; the sandwich's pre norm) or x itself
+  /// (post-norm), with the layer's causal or sliding-window mask. Allocates
+  /// H N^2: for inspection, not speed.
+  [[nodiscard]] HeadWeights<T> attention_weights(ConstMatrixRef<T> x) const {
+    if constexpr (std::same_as<Placement, PostNorm>) {
+      return Ops::head_weights(attn_, x, mask_);
+    } else {
+      RowMatrix<T> h = x;
+      if constexpr (std::same_as<Placement, SandwichNorm>)
+        norm_1_.pre.apply(h);
+      else
+        norm_1_.apply(h);
+      return Ops::head_weights(attn_, h, mask_);
+    }
   }
 
   [[nodiscard]] const Attn& attention() const { return attn_; }

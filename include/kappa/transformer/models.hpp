@@ -38,14 +38,17 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "kappa/cache/formats.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
@@ -54,6 +57,7 @@
 #include "kappa/core/weight_storage.hpp"
 #include "kappa/embed/embedding.hpp"
 #include "kappa/embed/positional.hpp"
+#include "kappa/heads/head_weights.hpp"
 #include "kappa/nn/activations.hpp"
 #include "kappa/nn/layer_norm.hpp"
 #include "kappa/transformer/layers.hpp"
@@ -67,6 +71,36 @@ struct NoAbsolutePositions {};
 /// Which rows of logits a cached call returns: every new token's, or only the
 /// last one's (all a sampler needs; saves N_new - 1 rows of the N_T-wide GEMM).
 enum class LogitsFor { kAll, kLast };
+
+/// What DecoderLM::inspect records of a forward pass (what is not asked
+/// for costs nothing).
+struct InspectOptions {
+  /// The residual stream: Hugging Face's output_hidden_states, L + 1 rows
+  /// blocks (N, d): entry l < L is layer l's input X_l (entry 0 the
+  /// embeddings), entry L the final hidden states N_f(X_L).
+  bool hidden_states = false;
+  /// The attention weights Z_h^-1 A_h of every head (Hugging Face's
+  /// output_attentions), of the layers in `layers`.
+  bool attentions = false;
+  /// The layers whose attention weights are recorded; empty: all of them.
+  std::vector<Index> layers;
+};
+
+/// What DecoderLM::inspect returns.
+template <Scalar T>
+struct Inspection {
+  RowMatrix<T> logits;                      ///< (N, N_T), as forward()
+  std::vector<RowMatrix<T>> hidden_states;  ///< L + 1 entries (see InspectOptions), or none
+  /// attentions[l][h] is layer l's head h (N x N); empty for a layer not
+  /// asked for (and all empty unless InspectOptions::attentions).
+  std::vector<HeadWeights<T>> attentions;
+};
+
+/// A per-layer observer of DecoderLM::inspect: called after layer l with
+/// its output X_{l+1} (N, d), which it may change (an intervention: later
+/// layers see the change).
+template <Scalar T>
+using LayerHook = std::function<void(Index layer, MatrixRef<T> x)>;
 
 namespace detail {
 template <class P>
@@ -100,36 +134,75 @@ class DecoderLM {
   using Norm = typename Layer::NormType;
   using LayerCache = typename Layer::Cache;
 
-  /// The per-layer caches of one sequence.
-  struct Cache {
-    std::vector<LayerCache> layers;
+  /// The per-layer caches of one sequence, their rows stored in format F
+  /// (cache/formats.hpp: cache::Native, BF16, F16 or Int8).
+  // (F checked by a static_assert, not a constraint: clang 14 crashes on the
+  // constrained member template used in the class body.)
+  template <class F>
+  struct CacheOf {
+    static_assert(cache::StorageFormat<F>, "kappa: F is a cache storage format (formats.hpp)");
+    using Format = F;
+    std::vector<typename Layer::template CacheOf<F>> layers;
     /// Tokens seen so far (the position of the next token).
     [[nodiscard]] Index length() const { return layers.empty() ? length_ : layers[0].length(); }
     /// Bytes of cached keys/values (or latent rows) in use.
     [[nodiscard]] std::size_t bytes() const {
       std::size_t b = 0;
-      for (const LayerCache& c : layers) b += c.bytes();
+      for (const auto& c : layers) b += c.bytes();
       return b;
     }
     /// Bytes cached per stored token over all layers: the sum of the layers'
     /// bytes_per_token() (bytes() is this times the tokens stored).
     [[nodiscard]] std::size_t bytes_per_token() const {
       std::size_t b = 0;
-      for (const LayerCache& c : layers) b += c.bytes_per_token();
+      for (const auto& c : layers) b += c.bytes_per_token();
       return b;
     }
     /// Rolls back to the first `len` tokens (e.g. to retry a continuation).
     /// \throws as the layer caches' truncate() for len outside [0, length()].
     void truncate(Index len) {
-      for (LayerCache& c : layers) c.truncate(len);
+      for (auto& c : layers) c.truncate(len);
       if (layers.empty()) length_ = len;
     }
     /// Drops every cached token (the caches keep their memory).
     void reset() {
-      for (LayerCache& c : layers) c.reset();
+      for (auto& c : layers) c.reset();
       length_ = 0;
     }
     Index length_ = 0;  // for a model with no layers
+  };
+  /// The per-layer caches of one sequence in the model's scalar type.
+  using Cache = CacheOf<cache::Native>;
+
+  /// A cache whose storage format is chosen at run time (make_cache(format)):
+  /// one of the four CacheOf<F>. forward_cached dispatches on it once per
+  /// call; a batch needs caches of one format.
+  struct AnyCache {
+    std::variant<CacheOf<cache::Native>, CacheOf<cache::BF16>, CacheOf<cache::F16>,
+                 CacheOf<cache::Int8>>
+        c;
+    [[nodiscard]] cache::Format format() const {
+      return std::visit(
+          [](const auto& x) {
+            return cache::format_of<typename std::decay_t<decltype(x)>::Format>();
+          },
+          c);
+    }
+    [[nodiscard]] Index length() const {
+      return std::visit([](const auto& x) { return x.length(); }, c);
+    }
+    [[nodiscard]] std::size_t bytes() const {
+      return std::visit([](const auto& x) { return x.bytes(); }, c);
+    }
+    [[nodiscard]] std::size_t bytes_per_token() const {
+      return std::visit([](const auto& x) { return x.bytes_per_token(); }, c);
+    }
+    void truncate(Index len) {
+      std::visit([len](auto& x) { x.truncate(len); }, c);
+    }
+    void reset() {
+      std::visit([](auto& x) { x.reset(); }, c);
+    }
   };
 
   /// \param embed    E (N_T x d)
@@ -312,9 +385,40 @@ class DecoderLM {
   }
 
   /// Logits of every position of one sequence (N, N_T): row i predicts
-  /// token i + 1.
+  /// token i + 1. No ids give (0, N_T) logits (see the file comment).
   [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
     return project(hidden(ids));
+  }
+
+  /// forward() that also records what `what` asks for (hidden states,
+  /// attention weights of chosen layers) and calls `hook` after every
+  /// layer; the logits equal forward(ids). No ids: (0, N_T) logits, L + 1
+  /// (0, d) hidden states when asked, no attention weights.
+  /// \throws RangeError for a layer index outside [0, L), and as forward().
+  [[nodiscard]] Inspection<T> inspect(std::span<const TokenId> ids, const InspectOptions& what = {},
+                                      const LayerHook<T>& hook = {}) const {
+    const Index n_l = n_layers();
+    std::vector<char> record(static_cast<std::size_t>(n_l), what.layers.empty() ? 1 : 0);
+    for (const Index l : what.layers) {
+      require_index("layer", l, n_l, "the model's layers (L)");
+      record[static_cast<std::size_t>(l)] = 1;
+    }
+    Inspection<T> out;
+    RowMatrix<T> x = embed(ids, 0);
+    if (what.attentions) out.attentions.resize(static_cast<std::size_t>(n_l));
+    for (Index l = 0; l < n_l; ++l) {
+      const Layer& layer = layers_[static_cast<std::size_t>(l)];
+      if (what.hidden_states) out.hidden_states.push_back(x);
+      if (ids.empty()) continue;  // see the file comment
+      if (what.attentions && record[static_cast<std::size_t>(l)] != 0)
+        out.attentions[static_cast<std::size_t>(l)] = layer.attention_weights(x);
+      x = layer.forward(x);
+      if (hook) hook(l, x);
+    }
+    if (!ids.empty()) final_norm_.apply(x);
+    if (what.hidden_states) out.hidden_states.push_back(x);
+    out.logits = ids.empty() ? RowMatrix<T>(0, vocab_size()) : project(x);
+    return out;
   }
 
   /// Logits of every position of B sequences at once (one GEMM per
@@ -338,12 +442,18 @@ class DecoderLM {
     return project(x);
   }
 
-  /// An empty cache for one sequence.
-  [[nodiscard]] Cache make_cache() const {
-    Cache c;
+  /// An empty cache for one sequence, its rows stored in format F.
+  template <cache::StorageFormat F = cache::Native>
+  [[nodiscard]] CacheOf<F> make_cache() const {
+    CacheOf<F> c;
     c.layers.reserve(layers_.size());
-    for (const Layer& l : layers_) c.layers.push_back(l.make_cache());
+    for (const Layer& l : layers_) c.layers.push_back(l.template make_cache<F>());
     return c;
+  }
+  /// An empty cache for one sequence in a storage format chosen at run time
+  /// (cache::Format; the measured error of each format is in kv_cache.hpp).
+  [[nodiscard]] AnyCache make_cache(cache::Format format) const {
+    return cache::with_format(format, [&](auto f) { return AnyCache{make_cache<decltype(f)>()}; });
   }
 
   /// Runs the new tokens `ids` that continue the sequence held in `cache`
@@ -352,7 +462,8 @@ class DecoderLM {
   /// Equal to the rows of forward() on the whole sequence.
   /// \throws RangeError for an id outside the vocabulary or a position past
   ///         the learned table (the cache is then unchanged).
-  [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, Cache& cache,
+  template <cache::StorageFormat F>
+  [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, CacheOf<F>& cache,
                                             LogitsFor which = LogitsFor::kAll) const {
     check_cache(cache);
     RowMatrix<T> x = embed(ids, cache.length());            // validates before any cache changes
@@ -369,10 +480,18 @@ class DecoderLM {
     return project(x);
   }
 
+  /// forward_cached over a cache of a run-time format.
+  [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, AnyCache& cache,
+                                            LogitsFor which = LogitsFor::kAll) const {
+    return std::visit([&](auto& c) { return forward_cached(ids, c, which); }, cache.c);
+  }
+
   /// One decoding step: forward_cached({id}, cache), the logits of the next
   /// token (1, N_T).
   /// \throws RangeError as forward_cached(ids, cache).
-  [[nodiscard]] RowMatrix<T> forward_cached(TokenId id, Cache& cache) const {
+  template <class C>
+  [[nodiscard]] RowMatrix<T> forward_cached(TokenId id, C& cache) const
+      requires(std::same_as<C, AnyCache> || requires { typename C::Format; }) {
     return forward_cached(std::span<const TokenId>(&id, 1), cache);
   }
 
@@ -380,8 +499,9 @@ class DecoderLM {
   /// *caches[b]); every projection is one GEMM over the new rows of all
   /// sequences. Returns the packed logits (sum N_b, N_T), or with kLast one
   /// row per sequence (B, N_T); a sequence with no new tokens gets a zero row.
+  template <cache::StorageFormat F>
   [[nodiscard]] RowMatrix<T> forward_cached(const std::vector<std::vector<TokenId>>& batch,
-                                            const std::vector<Cache*>& caches,
+                                            const std::vector<CacheOf<F>*>& caches,
                                             LogitsFor which = LogitsFor::kAll) const {
     if (batch.size() != caches.size())
       throw ShapeError("kappa: DecoderLM::forward_cached (batch): " + std::to_string(batch.size()) +
@@ -406,9 +526,9 @@ class DecoderLM {
                                 vocab_size());
     }
     for (std::size_t l = 0; l < layers_.size(); ++l) {
-      std::vector<LayerCache*> lc;
+      std::vector<typename Layer::template CacheOf<F>*> lc;
       lc.reserve(caches.size());
-      for (Cache* c : caches) lc.push_back(&c->layers[l]);
+      for (CacheOf<F>* c : caches) lc.push_back(&c->layers[l]);
       x = layers_[l].forward_cached(SequenceBatch<T>{x, lengths}, lc);
     }
     for (std::size_t b = 0; b < batch.size(); ++b) caches[b]->length_ += lengths[b];
@@ -427,6 +547,32 @@ class DecoderLM {
     }
     final_norm_.apply(x);
     return project(x);
+  }
+
+  /// The batch forward_cached over caches of a run-time format (all of one
+  /// format). \throws ShapeError if a cache is null or of another format.
+  [[nodiscard]] RowMatrix<T> forward_cached(const std::vector<std::vector<TokenId>>& batch,
+                                            const std::vector<AnyCache*>& caches,
+                                            LogitsFor which = LogitsFor::kAll) const {
+    if (caches.empty()) return forward_cached(batch, std::vector<Cache*>{}, which);
+    if (caches[0] == nullptr) throw ShapeError("kappa: DecoderLM::forward_cached: a cache is null");
+    return std::visit(
+        [&](auto& first) {
+          using C = std::decay_t<decltype(first)>;
+          std::vector<C*> typed;
+          typed.reserve(caches.size());
+          for (AnyCache* a : caches) {
+            C* x = a == nullptr ? nullptr : std::get_if<C>(&a->c);
+            if (x == nullptr)
+              throw ShapeError(
+                  "kappa: DecoderLM::forward_cached (batch): a cache is null or of another "
+                  "format than the first (" +
+                  std::string(cache::to_string(caches[0]->format())) + ")");
+            typed.push_back(x);
+          }
+          return forward_cached(batch, typed, which);
+        },
+        caches[0]->c);
   }
 
   /// logits = H E_out^T for final hidden states H (N, d).
@@ -475,7 +621,8 @@ class DecoderLM {
   }
 
  private:
-  void check_cache(const Cache& c) const {
+  template <class C>
+  void check_cache(const C& c) const {
     if (c.layers.size() != layers_.size())
       throw ShapeError("kappa: DecoderLM: the cache has " + std::to_string(c.layers.size()) +
                        " layers but the model has " + std::to_string(layers_.size()) +
