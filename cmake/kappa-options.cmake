@@ -11,6 +11,13 @@ endif()
 option(KAPPA_BUILD_TESTS "Build kappa's tests" ${kappa_dev_default})
 option(KAPPA_BUILD_BENCHMARKS "Build kappa's benchmarks" ${kappa_dev_default})
 option(KAPPA_BUILD_EXAMPLES "Build kappa's examples" ${kappa_dev_default})
+# The command-line tools kappa-generate and kappa-quantize (examples/generate.cpp,
+# examples/quantize.cpp), built and installed into <prefix>/bin. The examples
+# build them too (targets generate and quantize), without installing them.
+option(KAPPA_BUILD_TOOLS "Build and install the tools kappa-generate and kappa-quantize" OFF)
+# The tools compiled for the build machine's instruction set (-march=native):
+# for your own machine, not for a binary you copy elsewhere.
+option(KAPPA_TOOLS_NATIVE "Compile the tools with -march=native" OFF)
 # Install rules (headers, CMake package, pkg-config file, LICENSE): on when kappa
 # is the top-level project. A parent project that adds kappa with
 # add_subdirectory()/FetchContent gets none of them unless it sets this ON

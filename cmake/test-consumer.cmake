@@ -1,6 +1,7 @@
 # Run by ctest (test kappa.install_consumer): installs kappa into a temporary
 # prefix, then builds and runs tests/consumer twice, once finding kappa with
-# find_package(kappa REQUIRED) in that prefix and once with add_subdirectory;
+# find_package(kappa REQUIRED) in that prefix (with the component openmp:
+# kappa::openmp must make set_num_threads work) and once with add_subdirectory;
 # then compiles it once more with the flags of the installed pkg-config file.
 # Also checks that the prefix holds the license and version header, and that a
 # parent using add_subdirectory installs none of kappa's files by default.
@@ -36,6 +37,13 @@ run("${CMAKE_COMMAND}" -S "${KAPPA_SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/f
 run("${CMAKE_COMMAND}" --build "${WORK_DIR}/fp")
 run("${WORK_DIR}/fp/app")
 message(STATUS "app printed: ${last_output}")
+# The component openmp (kappa::openmp), where the compiler has OpenMP.
+if(EXISTS "${WORK_DIR}/fp/app_openmp")
+  run("${WORK_DIR}/fp/app_openmp")
+  message(STATUS "app_openmp printed: ${last_output}")
+else()
+  message(STATUS "no OpenMP for ${CXX}: kappa::openmp not checked")
+endif()
 message(STATUS "find_package consumer: OK")
 
 # 2. add_subdirectory(kappa): only the library, no tests/benchmarks/examples.

@@ -1,6 +1,7 @@
 // A downstream program: one softmax attention call through the installed
-// package. Exits non-zero if the weights do not behave or if the headers'
-// version is not the one the build system found.
+// package. Exits non-zero if the weights do not behave, if the headers'
+// version is not the one the build system found, or (built against
+// kappa::openmp) if kappa::set_num_threads has no effect.
 #include <kappa/kappa.hpp>
 
 #include <cmath>
@@ -24,6 +25,14 @@ int main() {
                 KAPPA_VERSION_STRING);
     return 1;
   }
+#endif
+#ifdef CONSUMER_EXPECT_OPENMP
+  // Linked with kappa::openmp: the thread count is the user's to set.
+  if (!kappa::has_openmp() || kappa::set_num_threads(2) != 2 || kappa::num_threads() != 2) {
+    std::printf("kappa::openmp: set_num_threads(2) had no effect\n");
+    return 1;
+  }
+  std::printf("kappa::openmp: 2 threads\n");
 #endif
   return std::abs(y(0, 0) - expect) < 1e-12 ? 0 : 1;
 }

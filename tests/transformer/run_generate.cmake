@@ -31,7 +31,8 @@ if(n_gen LESS 1 OR n_gen GREATER 5)
 endif()
 expect_match("${err}" "prompt: [0-9]+ tokens \\| prefill: [0-9.]+ tokens/s \\| decode: [0-9.]+ tokens/s"
              "the stderr summary")
-expect_match("${err}" "weights: [0-9.]+ MB .* cache: [0-9.]+ MB \\| load: [0-9.]+ s" "bytes and load time")
+expect_match("${err}" "weights: [0-9.]+ MB .* cache: [0-9.]+ MB \\(native\\) \\| load: [0-9.]+ s"
+             "bytes, the cache's format and load time")
 # --logits: float32, (prompt length x 297).
 string(JSON n_prompt LENGTH "${out}" prompt_ids)
 file(READ "${WORK_DIR}/gen_logits.npy" header OFFSET 10 LIMIT 118)  # after the magic and length
@@ -49,21 +50,40 @@ if(NOT gen_a STREQUAL gen_b)
   message(FATAL_ERROR "generate: seed 11 gave ${gen_a} then ${gen_b}")
 endif()
 
-# 3. Errors: one line, non-zero exit.
-foreach(case "--model;${SOURCE_DIR}/no/such/dir;--prompt;x"
-             "--model;${model};--prompt;x;--top-p;abc"
-             "--model;${model};--prompt;x;--temperature;-1"
-             "--model;${model};--bogus;1"
-             "--prompt;x")
+# 3. Errors: one line, non-zero exit; a bad command line exits with 2.
+function(expect_one_line_error case want_rc)
   execute_process(COMMAND "${GENERATE}" ${case} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
-  if(rc EQUAL 0)
-    message(FATAL_ERROR "generate ${case}: expected a non-zero exit")
+  if(rc EQUAL 0 OR (want_rc AND NOT rc EQUAL want_rc))
+    message(FATAL_ERROR "generate ${case}: exit status ${rc}, expected ${want_rc} (non-zero):\n${err}")
   endif()
   string(STRIP "${err}" err)
   string(FIND "${err}" "\n" nl)
-  if(NOT nl EQUAL -1 OR NOT err MATCHES "^generate: ")
+  if(NOT nl EQUAL -1 OR NOT err MATCHES "^kappa-generate: ")
     message(FATAL_ERROR "generate ${case}: expected one error line, got:\n${err}")
   endif()
+endfunction()
+expect_one_line_error("--model;${SOURCE_DIR}/no/such/dir;--prompt;x" 1)
+expect_one_line_error("--model;${model};--prompt;x;--weights;${SOURCE_DIR}/no/such.safetensors" 1)
+foreach(case "--model;${model};--prompt;x;--top-p;abc"
+             "--model;${model};--prompt;x;--temperature;-1"
+             "--model;${model};--bogus;1"
+             "--prompt;x"
+             "--model;${model}"
+             "--model;${model};--prompt"
+             "--model;${model};--prompt;x;--prompt-ids;1"
+             "--model;${model};--prompt-ids;1,x"
+             "--model;${model};--prompt-ids;-1"
+             "--model;${model};--prompt-ids;,"
+             "--model;${model};--prompt-ids;1,999"
+             "--model;${model};--prompt;x;--threads;0"
+             "--model;${model};--prompt;x;--max-new-tokens;-3"
+             "--model;${model};--prompt;x;--reps;3"
+             "--model;${model};--bench;--prompt;x"
+             "--model;${model};--bench;--bench-prompt;0"
+             "--model;${model};--bench;--reps;0"
+             "--model;${model};--bench"  # 128 + 64 tokens: beyond the tiny model's 32
+             "--model;${SOURCE_DIR}/tests/data/models/llama-gguf/gpt2-f32.gguf;--weights;x;--prompt;x")
+  expect_one_line_error("${case}" 2)
 endforeach()
 # 4. Every family generates from its directory (issue 26); the Qwen
 #    tokenizers declare NFC, which kappa applies (tokenize/normalize.hpp).
@@ -137,4 +157,190 @@ foreach(model llama qwen2)
     file(REMOVE "${file}")
   endforeach()
 endforeach()
+# 7. --help: every option with a description, grouped, exit 0.
+execute_process(COMMAND "${GENERATE}" --help RESULT_VARIABLE rc OUTPUT_VARIABLE help
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "generate --help exited with ${rc}: ${err}")
+endif()
+foreach(group Model Prompt Sampling Output Performance)
+  expect_match("${help}" "\n${group}:\n" "--help's group ${group}")
+endforeach()
+foreach(opt --model --weights --bf16 --prompt --prompt-ids --max-new-tokens --greedy --temperature
+            --top-k --top-p --min-p --repeat-penalty --seed --stop --ignore-eos --json --logits
+            --threads --bench --bench-prompt --bench-gen --reps --cache-type --logprobs --chat
+            --system)
+  expect_match("${help}" "\n  ${opt}( [A-Za-z|.]+)?( +[a-z]|\n  +[a-z])" "--help's line for ${opt}")
+endforeach()
+expect_match("${help}" "default 128" "--help's defaults")
+
+# Runs generate with `args` and gives the JSON output's prompt ids, generated
+# ids and stop reason as <var>_prompt, <var>_ids, <var>_stop.
+function(gen_json var)
+  execute_process(COMMAND "${GENERATE}" ${ARGN} --json RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "generate ${ARGN} failed (${rc}): ${err}")
+  endif()
+  string(JSON p GET "${out}" prompt_ids)
+  string(JSON g GET "${out}" generated_ids)
+  string(JSON s GET "${out}" stop)
+  string(REGEX REPLACE "[ \n\t]" "" p "${p}")
+  string(REGEX REPLACE "[ \n\t]" "" g "${g}")
+  set(${var}_prompt "${p}" PARENT_SCOPE)
+  set(${var}_ids "${g}" PARENT_SCOPE)
+  set(${var}_stop "${s}" PARENT_SCOPE)
+  set(${var}_err "${err}" PARENT_SCOPE)
+endfunction()
+
+# 8. --temperature 0 is greedy decoding (even with sampling options).
+gen_json(greedy --model "${model}" --prompt "the cat sat on" --max-new-tokens 8 --greedy)
+gen_json(t0 --model "${model}" --prompt "the cat sat on" --max-new-tokens 8 --temperature 0
+         --top-k 40 --seed 3)
+if(NOT t0_ids STREQUAL greedy_ids)
+  message(FATAL_ERROR "--temperature 0 gave ${t0_ids}, --greedy ${greedy_ids}")
+endif()
+
+# 9. --prompt-ids: the text prompt's ids, comma or space separated, give the
+#    same prompt and the same continuation.
+string(REGEX REPLACE "^\\[|\\]$" "" ids_commas "${greedy_prompt}")
+string(REPLACE "," " " ids_spaces "${ids_commas}")
+foreach(ids "${ids_commas}" "${ids_spaces}")
+  gen_json(by_ids --model "${model}" --prompt-ids "${ids}" --max-new-tokens 8)
+  if(NOT "${by_ids_prompt} ${by_ids_ids}" STREQUAL "${greedy_prompt} ${greedy_ids}")
+    message(FATAL_ERROR "--prompt-ids '${ids}': ${by_ids_prompt} ${by_ids_ids}, the text prompt: "
+                        "${greedy_prompt} ${greedy_ids}")
+  endif()
+endforeach()
+
+# 10. --ignore-eos: the tiny llama continues token 10 with 183 and its EOS 297;
+#     with --ignore-eos it goes on to --max-new-tokens.
+set(llama "${SOURCE_DIR}/tests/data/models/llama")
+gen_json(eos --model "${llama}" --prompt-ids 10 --max-new-tokens 6)
+gen_json(no_eos --model "${llama}" --prompt-ids 10 --max-new-tokens 6 --ignore-eos)
+if(NOT eos_stop STREQUAL "eos" OR NOT eos_ids STREQUAL "[183,297]")
+  message(FATAL_ERROR "the tiny llama on [10]: ${eos_ids}, stop ${eos_stop}; expected [183,297] and eos")
+endif()
+string(JSON n_no_eos LENGTH "${no_eos_ids}")
+if(NOT no_eos_stop STREQUAL "max new tokens" OR NOT n_no_eos EQUAL 6
+   OR NOT no_eos_ids MATCHES "^\\[183,297,")
+  message(FATAL_ERROR "--ignore-eos: ${no_eos_ids}, stop ${no_eos_stop}")
+endif()
+
+# 11. --weights: one of several weight files in a directory, a file or an index
+#     outside it; the same ids as the model's own directory.
+gen_json(own --model "${llama}" --prompt "Hello world" --max-new-tokens 6)
+set(two "${WORK_DIR}/gen_two_weights")
+file(REMOVE_RECURSE "${two}")
+file(MAKE_DIRECTORY "${two}")
+foreach(f config.json generation_config.json tokenizer.json tokenizer_config.json)
+  file(COPY_FILE "${llama}/${f}" "${two}/${f}")
+endforeach()
+file(COPY_FILE "${llama}/model.safetensors" "${two}/llama.safetensors")
+file(COPY_FILE "${SOURCE_DIR}/tests/data/models/gpt2/model.safetensors" "${two}/other.safetensors")
+expect_one_line_error("--model;${two};--prompt;x" 1)  # neither model.safetensors nor an index
+set(sharded "${SOURCE_DIR}/tests/data/models/llama-sharded")
+foreach(w "${two}/llama.safetensors" "${llama}/model.safetensors"
+          "${sharded}/model.safetensors.index.json")
+  gen_json(w --model "${two}" --weights "${w}" --prompt "Hello world" --max-new-tokens 6)
+  if(NOT "${w_prompt} ${w_ids}" STREQUAL "${own_prompt} ${own_ids}")
+    message(FATAL_ERROR "--weights ${w}: ${w_prompt} ${w_ids}, the directory: ${own_prompt} ${own_ids}")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${two}")
+
+# 12. --bench: prefill and decode tokens/s as a table and as JSON.
+execute_process(COMMAND "${GENERATE}" --model "${model}" --bench --bench-prompt 8 --bench-gen 4
+                        --reps 2 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "generate --bench failed (${rc}): ${err}")
+endif()
+expect_match("${out}" "tokens/s \\(median\\)" "--bench's table header")
+expect_match("${out}" "\\| prefill +\\| +8 \\| +[0-9]+\\.[0-9]+ \\|" "--bench's prefill row")
+expect_match("${out}" "\\| decode +\\| +4 \\| +[0-9]+\\.[0-9]+ \\|" "--bench's decode row")
+execute_process(COMMAND "${GENERATE}" --model "${model}" --bench --bench-prompt 8 --bench-gen 4
+                        --reps 3 --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "generate --bench --json failed (${rc}): ${err}")
+endif()
+foreach(what prefill decode)
+  string(JSON median GET "${out}" ${what}_tokens_per_second median)
+  string(JSON n_runs LENGTH "${out}" ${what}_tokens_per_second runs)
+  if(NOT median GREATER 0 OR NOT n_runs EQUAL 3)
+    message(FATAL_ERROR "generate --bench --json: ${what} median ${median}, ${n_runs} runs: ${out}")
+  endif()
+endforeach()
+
+# 13. --threads 2: used with OpenMP, else a warning on stderr (not silently 1).
+gen_json(threads --model "${model}" --prompt x --max-new-tokens 1 --threads 2)
+if(NOT threads_err MATCHES "threads: 2\n" AND NOT threads_err MATCHES
+                                               "warning: --threads 2 has no effect: this build has no OpenMP")
+  message(FATAL_ERROR "--threads 2: neither used nor warned about:\n${threads_err}")
+endif()
+# 14. --cache-type: the tiny llama's greedy ids with an F16 cache are the
+#     float cache's (its margins exceed F16's error); every format runs and
+#     the summary names it; a bad name is exit 2.
+set(llama "${SOURCE_DIR}/tests/data/models/llama")
+gen_json(f32 --model "${llama}" --prompt "Hello world" --max-new-tokens 6 --ignore-eos)
+foreach(type f16 bf16 int8)
+  gen_json(c --model "${llama}" --prompt "Hello world" --max-new-tokens 6 --ignore-eos
+           --cache-type ${type})
+  expect_match("${c_err}" "cache: [0-9.]+ MB \\(${type}\\)" "--cache-type ${type} in the summary")
+  if(type STREQUAL "f16" AND NOT c_ids STREQUAL f32_ids)
+    message(FATAL_ERROR "--cache-type f16: ${c_ids}, the float cache ${f32_ids}")
+  endif()
+endforeach()
+expect_one_line_error("--model;${llama};--prompt;x;--cache-type;fp8" 2)
+
+# 15. --logprobs N (with --json): one entry per generated id, the chosen id's
+#     log-probability <= 0 and equal to its entry among the top N when greedy.
+execute_process(COMMAND "${GENERATE}" --model "${llama}" --prompt "Hello world" --max-new-tokens 4
+                        --ignore-eos --greedy --json --logprobs 3
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "generate --logprobs failed (${rc}): ${err}")
+endif()
+string(JSON n_lp LENGTH "${out}" logprobs)
+if(NOT n_lp EQUAL 4)
+  message(FATAL_ERROR "--logprobs: ${n_lp} entries for 4 tokens: ${out}")
+endif()
+foreach(i RANGE 3)
+  string(JSON id GET "${out}" logprobs ${i} id)
+  string(JSON gen GET "${out}" generated_ids ${i})
+  string(JSON lp GET "${out}" logprobs ${i} logprob)
+  string(JSON n_top LENGTH "${out}" logprobs ${i} top)
+  string(JSON top_id GET "${out}" logprobs ${i} top 0 id)
+  string(JSON top_lp GET "${out}" logprobs ${i} top 0 logprob)
+  if(NOT id EQUAL gen OR NOT top_id EQUAL gen OR NOT lp STREQUAL top_lp OR NOT n_top EQUAL 3
+     OR NOT lp MATCHES "^-")
+    message(FATAL_ERROR "--logprobs entry ${i}: id ${id} (generated ${gen}), logprob ${lp}, "
+                        "top ${top_id} ${top_lp} of ${n_top}")
+  endif()
+endforeach()
+expect_one_line_error("--model;${llama};--prompt;x;--logprobs;2" 2)  # needs --json
+
+# 16. --chat: the tiny qwen2 with ChatML (tests/data/chat_templates) gives the
+#     ids of the ChatML text written out by hand.
+set(chat_dir "${WORK_DIR}/qwen2-chat")
+file(REMOVE_RECURSE "${chat_dir}")
+file(COPY "${SOURCE_DIR}/tests/data/models/qwen2/" DESTINATION "${chat_dir}")
+file(READ "${chat_dir}/tokenizer_config.json" config)
+file(READ "${SOURCE_DIR}/tests/data/chat_templates/chatml.jinja" chatml)
+string(REGEX REPLACE "\n$" "" chatml "${chatml}")  # as a JSON string: no quotes or
+string(REPLACE "\n" "\\n" chatml "${chatml}")        # backslashes in it, newlines escaped
+string(JSON config SET "${config}" chat_template "\"${chatml}\"")
+file(WRITE "${chat_dir}/tokenizer_config.json" "${config}")
+gen_json(chat --model "${chat_dir}" --chat --system "Be brief." --prompt "Hi there"
+         --max-new-tokens 2)
+set(im_start "<|im_start|>")
+set(im_end "<|im_end|>")
+gen_json(byhand --model "${chat_dir}"
+         --prompt "${im_start}system\nBe brief.${im_end}\n${im_start}user\nHi there${im_end}\n${im_start}assistant\n"
+         --max-new-tokens 2)
+if(NOT chat_prompt STREQUAL byhand_prompt)
+  message(FATAL_ERROR "--chat: prompt ids ${chat_prompt}, the ChatML text's ${byhand_prompt}")
+endif()
+expect_one_line_error("--model;${llama};--prompt;x;--chat" 1)  # no chat_template
+expect_one_line_error("--model;${llama};--prompt-ids;1,2;--chat" 2)
+file(REMOVE_RECURSE "${chat_dir}")
 message(STATUS "generate CLI: OK")
