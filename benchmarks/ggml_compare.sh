@@ -44,9 +44,10 @@
 #   THREADS             thread counts, a comma list [1,2]
 #   REPS                llama-bench -r [3]
 #   ROUNDS              rounds of alternation [3]
-#   KAPPA_GENERATE      our generate binary (examples/generate of a Release
-#                       build with -march=native and KAPPA_USE_OPENMP=ON, e.g.
-#                       the bench preset's); unset: llama-bench alone
+#   KAPPA_GENERATE      our kappa-generate (bin/kappa-generate of the tools preset,
+#                       or examples/kappa-generate of another Release
+#                       build with -march=native and KAPPA_USE_OPENMP=ON);
+#                       unset: llama-bench alone
 #   KAPPA_PROMPT        our prompt text ["the" and PROMPT - 3 more " the":
 #                       PROMPT tokens with BOS for the llama-256 tokenizer of
 #                       our test files; the table shows the count generate
