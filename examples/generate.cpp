@@ -105,6 +105,8 @@ struct Args {
   kappa::cache::Format cache_format = kappa::cache::Format::kNative;
   bool bench = false;
   kappa::Index bench_prompt = 128, bench_gen = 64;
+  // Beam search
+  kappa::BeamSearchOptions beams{.num_beams = 1};
   int reps = 5;
 };
 
@@ -213,6 +215,30 @@ std::optional<Args> parse(int argc, char** argv) {
            "do not stop at the end-of-text token(s): generate all --max-new-tokens (default: "
            "stop at the EOS of generation_config.json or the tokenizer)",
            [&] { a.ignore_eos = true; });
+  cli.value("Sampling", "--num-beams", "B",
+            "beam search with B beams (Hugging Face's num_beams; default 1: no beam search); "
+            "the best sequence is printed when the search ends",
+            [&](const string& v) {
+              a.beams.num_beams = kappa_cli::parse_int("--num-beams", v, 1, 1024);
+            });
+  cli.value("Sampling", "--length-penalty", "L",
+            "beam search: a hypothesis scores sum log p / length^L (default 1)",
+            [&](const string& v) {
+              a.beams.length_penalty = kappa_cli::parse_double("--length-penalty", v);
+            });
+  cli.value("Sampling", "--early-stopping", "WHEN",
+            "beam search: false (default: stop when no beam can win at the current length), "
+            "true (when B hypotheses have ended) or never (when no beam can win at any length)",
+            [&](const string& v) {
+              if (v == "false")
+                a.beams.early_stopping = kappa::EarlyStopping::kHeuristic;
+              else if (v == "true")
+                a.beams.early_stopping = kappa::EarlyStopping::kFirst;
+              else if (v == "never")
+                a.beams.early_stopping = kappa::EarlyStopping::kNever;
+              else
+                throw UsageError("--early-stopping expects false, true or never, got '" + v + "'");
+            });
   // Output
   cli.flag("Output", "--json",
            "print one JSON object instead of the text: {\"prompt_ids\": [...], "
@@ -278,6 +304,15 @@ std::optional<Args> parse(int argc, char** argv) {
     if (a.chat && !a.prompt) throw UsageError("--chat needs --prompt TEXT (the user's message)");
     if (a.system && !a.chat) throw UsageError("--system needs --chat");
     if (a.logprobs && !a.json) throw UsageError("--logprobs needs --json");
+    if (a.beams.num_beams > 1) {
+      for (const char* o : {"--stop", "--logprobs", "--temperature", "--top-k", "--top-p",
+                            "--min-p", "--seed", "--repeat-penalty"})
+        if (cli.given(o))
+          throw UsageError(std::string(o) + " does not apply to beam search (--num-beams > 1)");
+    } else {
+      for (const char* o : {"--length-penalty", "--early-stopping"})
+        if (cli.given(o)) throw UsageError(std::string(o) + " needs --num-beams B > 1");
+    }
     for (const char* o : {"--bench-prompt", "--bench-gen", "--reps"})
       if (cli.given(o)) throw UsageError(std::string(o) + " needs --bench");
   }
@@ -486,20 +521,28 @@ int run(const Args& a) {
     kappa::io::write_npy(a.logits_file, logits);
   }
   const bool tty = isatty(fileno(stdout)) != 0;
-  const kappa::Generation g = kappa::generate(
-      lm, tok, std::span<const kappa::TokenId>(prompt_ids), opt, [&](std::string_view piece) {
-        if (!a.json) {
-          const std::string shown = tty ? for_terminal(piece) : std::string(piece);
-          std::fwrite(shown.data(), 1, shown.size(), stdout);
-          std::fflush(stdout);
-        }
-        return true;
-      });
+  const auto show = [&](std::string_view piece) {
+    if (!a.json) {
+      const std::string shown = tty ? for_terminal(piece) : std::string(piece);
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  const std::span<const kappa::TokenId> prompt(prompt_ids);
+  kappa::Generation g;
+  if (a.beams.num_beams > 1) {  // the whole search first, then the best sequence
+    g = std::move(kappa::beam_search(lm, tok, prompt, opt, a.beams)[0]);
+    show(g.text);
+  } else {
+    g = kappa::generate(lm, tok, prompt, opt, show);
+  }
   if (a.json) {
     nlohmann::json out = {{"prompt_ids", prompt_ids},
                           {"generated_ids", g.ids},
                           {"text", g.text},
                           {"stop", kappa::to_string(g.stop)}};
+    if (a.beams.num_beams > 1) out["sequence_score"] = g.sequence_score;
     if (a.logprobs) {
       nlohmann::json steps = nlohmann::json::array();
       const auto entry = [&](kappa::TokenId id, double lp) {

@@ -6,12 +6,16 @@
 // format, and per-token log-probabilities.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kappa/transformer/generate.hpp"
 #include "kappa/transformer/hf.hpp"
@@ -317,6 +321,93 @@ TEST(Logprobs, EdgeRows) {
   EXPECT_THROW((void)token_logprob<float>(std::span<const float>(row), 2), RangeError);
   const std::vector<float> none{-inf, std::nanf("")};
   EXPECT_THROW((void)token_logprob<float>(std::span<const float>(none), 0), std::domain_error);
+}
+
+// ---- Beam search ----------------------------------------------------------------------
+
+// Against tests/reference/make_beam_golden.py: Hugging Face's beam search
+// (BeamSearchScorer / BeamHypotheses) over the float64 reference forwards,
+// with EOS-ended hypotheses, length penalties 2, 1, 0.5, 0 and -1, and
+// early_stopping False, True and "never".
+TEST(BeamSearch, MatchesHuggingFacesBeamSearch) {
+  std::ifstream f(std::string(KAPPA_TEST_DATA_DIR) + "/beam/golden.json");
+  ASSERT_TRUE(f.good());
+  const nlohmann::json cases = nlohmann::json::parse(f);
+  ASSERT_GE(cases.size(), 10u);
+  for (const nlohmann::json& c : cases) {
+    const std::string name = c.at("model").get<std::string>();
+    const std::string early = c.at("early_stopping").get<std::string>();
+    SCOPED_TRACE(name + " B " + c.at("num_beams").dump() + " lp " + c.at("length_penalty").dump() +
+                 " early " + early);
+    const hf::CausalLM<double> lm = hf::load_causal_lm<double>(model_dir(name));
+    const std::vector<TokenId> prompt = c.at("prompt").get<std::vector<TokenId>>();
+    GenerateOptions o;
+    o.max_new_tokens = c.at("max_new_tokens").get<Index>();
+    o.eos_ids = c.at("eos").get<std::vector<TokenId>>();
+    BeamSearchOptions b;
+    b.num_beams = c.at("num_beams").get<Index>();
+    b.length_penalty = c.at("length_penalty").get<double>();
+    b.early_stopping = early == "True"    ? EarlyStopping::kFirst
+                       : early == "False" ? EarlyStopping::kHeuristic
+                                          : EarlyStopping::kNever;
+    b.num_return_sequences = c.at("num_return_sequences").get<Index>();
+    const std::vector<Generation> got = beam_search_ids(lm, std::span<const TokenId>(prompt), o, b);
+    const nlohmann::json& want = c.at("results");
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const std::vector<TokenId> ids = want[i].at("ids").get<std::vector<TokenId>>();
+      EXPECT_EQ(got[i].ids, ids) << "result " << i;
+      EXPECT_NEAR(got[i].sequence_score, want[i].at("score").get<double>(), 1e-9) << "result " << i;
+      const bool eos = !ids.empty() && std::find(o.eos_ids->begin(), o.eos_ids->end(),
+                                                 ids.back()) != o.eos_ids->end();
+      EXPECT_EQ(got[i].stop, eos ? StopReason::kEos : StopReason::kMaxNewTokens);
+    }
+  }
+}
+
+TEST(BeamSearch, OneBeamIsGreedyAndCachesMayBeOfAnyFormat) {
+  const auto loaded = hf::load<float>(model_dir("llama"));
+  const hf::CausalLM<float>& lm = loaded.model;
+  const std::vector<TokenId> prompt{10};
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  o.eos_ids = std::vector<TokenId>{297};
+  const Generation greedy = generate_ids(lm, std::span<const TokenId>(prompt), o);
+  BeamSearchOptions b;
+  b.num_beams = 1;
+  const std::vector<Generation> one = beam_search_ids(lm, std::span<const TokenId>(prompt), o, b);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].ids, greedy.ids);
+  EXPECT_EQ(one[0].stop, greedy.stop);
+  // The text form: the tokens' text without the EOS.
+  b.num_beams = 3;
+  b.num_return_sequences = 3;
+  const std::vector<Generation> text =
+      beam_search(lm, loaded.tokenizer, std::span<const TokenId>(prompt), o, b);
+  ASSERT_EQ(text.size(), 3u);
+  for (const Generation& g : text) {
+    const std::size_t n = g.stop == StopReason::kEos ? g.ids.size() - 1 : g.ids.size();
+    EXPECT_EQ(g.text, loaded.tokenizer.decode(std::span<const TokenId>(g.ids.data(), n),
+                                              tokenize::SkipSpecial::kYes));
+  }
+  EXPECT_GE(text[0].sequence_score, text[1].sequence_score);
+  o.cache_format = cache::Format::kF16;
+  const std::vector<Generation> f16 = beam_search_ids(lm, std::span<const TokenId>(prompt), o, b);
+  EXPECT_EQ(f16[0].ids, text[0].ids);
+  // What beam search does not take.
+  b.num_return_sequences = 4;
+  EXPECT_THROW((void)beam_search_ids(lm, std::span<const TokenId>(prompt), o, b),
+               std::invalid_argument);
+  b.num_return_sequences = 1;
+  o.decoding = Decoding::kSample;
+  EXPECT_THROW((void)beam_search_ids(lm, std::span<const TokenId>(prompt), o, b),
+               std::invalid_argument);
+  o.decoding = Decoding::kGreedy;
+  EXPECT_THROW((void)beam_search_ids(lm, std::span<const TokenId>{}, o, b), std::invalid_argument);
+  o.max_new_tokens = 0;
+  const std::vector<Generation> none = beam_search_ids(lm, std::span<const TokenId>(prompt), o, b);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(none[0].ids.empty());
 }
 
 }  // namespace

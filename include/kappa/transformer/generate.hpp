@@ -750,6 +750,10 @@ struct Generation {
   GenerationTiming timing;
   /// One entry per id when GenerateOptions::logprobs is set (else empty).
   std::vector<TokenLogprob> logprobs;
+  /// Beam search: the hypothesis' score, sum of its tokens' log-probabilities
+  /// over (generated length)^length_penalty (Hugging Face's sequence_scores);
+  /// 0 otherwise.
+  double sequence_score = 0.0;
 };
 
 /// log softmax(logits)[id] and the `top` most probable tokens of one row of
@@ -1003,6 +1007,287 @@ std::vector<TokenId> eos_of(const Tokenizer& tok, const GenerateOptions& o) {
 }
 
 }  // namespace detail
+
+// ---- Beam search ---------------------------------------------------------------------
+
+/// When beam search stops (Hugging Face's early_stopping).
+enum class EarlyStopping {
+  kHeuristic,  ///< False: stop when no running beam can beat the worst kept
+               ///< hypothesis, judged at the current length
+  kFirst,      ///< True: stop as soon as num_beams hypotheses have ended
+  kNever,      ///< "never": stop only when no running beam can beat them at
+               ///< any length up to the limit
+};
+
+/// Beam search (Hugging Face's num_beams > 1 without sampling).
+struct BeamSearchOptions {
+  Index num_beams = 4;          ///< B >= 1 (1 is greedy decoding)
+  double length_penalty = 1.0;  ///< score = sum log p / (generated length)^length_penalty
+  EarlyStopping early_stopping = EarlyStopping::kHeuristic;
+  Index num_return_sequences = 1;  ///< 1 .. num_beams, best first
+
+  /// \throws std::invalid_argument naming the first bad value.
+  void validate() const {
+    if (num_beams < 1 || num_beams > 1024)
+      throw std::invalid_argument("kappa: BeamSearchOptions: num_beams must be in [1, 1024], got " +
+                                  std::to_string(num_beams));
+    if (!std::isfinite(length_penalty))
+      throw std::invalid_argument("kappa: BeamSearchOptions: length_penalty must be finite");
+    if (num_return_sequences < 1 || num_return_sequences > num_beams)
+      throw std::invalid_argument(
+          "kappa: BeamSearchOptions: num_return_sequences must be in [1, num_beams = " +
+          std::to_string(num_beams) + "], got " + std::to_string(num_return_sequences));
+  }
+};
+
+namespace detail {
+
+/// The ended hypotheses of a beam search (Hugging Face's BeamHypotheses):
+/// the num_beams best by score = sum_logprobs / generated_len^length_penalty.
+class BeamHypotheses {
+ public:
+  struct Hypothesis {
+    double score;
+    double sum_logprobs;
+    std::vector<TokenId> ids;  // generated ids (with the EOS that ended it, if any)
+  };
+  BeamHypotheses(Index num_beams, double length_penalty, EarlyStopping early, Index max_new)
+      : n_(static_cast<std::size_t>(num_beams)),
+        lp_(length_penalty),
+        early_(early),
+        max_new_(max_new) {}
+
+  [[nodiscard]] std::size_t size() const { return hyps_.size(); }
+  void add(std::vector<TokenId> ids, double sum_logprobs, Index generated_len) {
+    const double score = sum_logprobs / std::pow(static_cast<double>(generated_len), lp_);
+    if (hyps_.size() < n_ || score > worst_) {
+      hyps_.push_back({score, sum_logprobs, std::move(ids)});
+      if (hyps_.size() > n_) {
+        // Drop the worst (the first of equal ones, as a stable sort finds it).
+        std::size_t w = 0;
+        for (std::size_t i = 1; i < hyps_.size(); ++i)
+          if (hyps_[i].score < hyps_[w].score) w = i;
+        hyps_.erase(hyps_.begin() + static_cast<std::ptrdiff_t>(w));
+        worst_ = hyps_[0].score;
+        for (const Hypothesis& h : hyps_) worst_ = std::min(worst_, h.score);
+      } else {
+        worst_ = std::min(worst_, score);
+      }
+    }
+  }
+  /// Whether no running beam can improve the kept hypotheses, given the
+  /// best running sum of log-probabilities after a step that made the
+  /// generated length `generated_len`.
+  [[nodiscard]] bool is_done(double best_sum_logprobs, Index generated_len) const {
+    if (hyps_.size() < n_) return false;
+    if (early_ == EarlyStopping::kFirst) return true;
+    Index len = generated_len;
+    if (early_ == EarlyStopping::kNever && lp_ > 0.0) len = max_new_;
+    return worst_ >= best_sum_logprobs / std::pow(static_cast<double>(len), lp_);
+  }
+  /// The hypotheses, best first (equal scores: the earlier added first).
+  [[nodiscard]] std::vector<Hypothesis> sorted() const {
+    std::vector<Hypothesis> out = hyps_;
+    std::stable_sort(out.begin(), out.end(),
+                     [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+    return out;
+  }
+
+ private:
+  std::size_t n_;
+  double lp_;
+  EarlyStopping early_;
+  Index max_new_;
+  std::vector<Hypothesis> hyps_;
+  double worst_ = 1e9;
+};
+
+/// Beam search over one prompt; see beam_search_ids().
+template <class Model>
+std::vector<Generation> run_beam_search(const Model& lm, std::span<const TokenId> prompt,
+                                        const GenerateOptions& o, const BeamSearchOptions& b,
+                                        const std::vector<TokenId>& eos) {
+  using T = LogitScalar<Model>;
+  using Clock = std::chrono::steady_clock;
+  using Cache = decltype(make_generation_cache(lm, o.cache_format));
+  o.validate();
+  b.validate();
+  if (o.decoding != Decoding::kGreedy)
+    throw std::invalid_argument(
+        "kappa: beam search is deterministic: decoding must be kGreedy (beam sampling is not "
+        "implemented)");
+  if (o.sampling.repetition_penalty != 1.0 || !o.stop_strings.empty() || o.logprobs ||
+      o.cache != KvCache::kUse)
+    throw std::invalid_argument(
+        "kappa: beam search takes no repetition penalty, stop strings, logprobs or kRecompute");
+  const Index len = static_cast<Index>(prompt.size());
+  if (len == 0)
+    throw std::invalid_argument(
+        "kappa: beam search: the prompt is empty (a model needs at least one token, e.g. BOS)");
+  const Index limit = o.context_length > 0 ? o.context_length : lm.context_length();
+  if (limit > 0 && len > limit)
+    throw RangeError("kappa: beam search: the prompt has " + std::to_string(len) +
+                     " tokens, more than the context length " + std::to_string(limit));
+  // New tokens allowed: max_new_tokens, and what the context leaves.
+  const Index max_new = limit > 0 ? std::min(o.max_new_tokens, limit - len) : o.max_new_tokens;
+  const std::size_t n_beams = static_cast<std::size_t>(b.num_beams);
+  const StopReason at_limit = limit > 0 && limit - len < o.max_new_tokens
+                                  ? StopReason::kContextLength
+                                  : StopReason::kMaxNewTokens;
+
+  struct Beam {
+    std::vector<TokenId> ids;  // generated so far
+    double sum = 0.0;          // sum of their log-probabilities
+    std::optional<Cache> cache;
+  };
+  BeamHypotheses hyps(b.num_beams, b.length_penalty, b.early_stopping, std::max<Index>(max_new, 1));
+  std::vector<Beam> beams;
+  GenerationTiming timing;
+  timing.prefill_tokens = len;
+  bool done = max_new == 0, scorer_done = false;
+  if (!done) {
+    const auto t0 = Clock::now();
+    Beam first;
+    first.cache.emplace(make_generation_cache(lm, o.cache_format));
+    RowMatrix<T> logits = lm.forward_cached(prompt, *first.cache, LogitsFor::kLast);  // (1, N_T)
+    beams.push_back(std::move(first));
+    const Index v = logits.cols();
+    const std::size_t n_keep = std::max<std::size_t>(2, 1 + eos.size()) * n_beams;
+    std::vector<double> lp;  // log softmax of every beam's row, beam-major
+    Index step = 0;
+    while (true) {
+      // Candidates: (score = beam sum + log p, beam, token), the n_keep best.
+      lp.resize(beams.size() * static_cast<std::size_t>(v));
+      for (std::size_t k = 0; k < beams.size(); ++k) {
+        const std::span<const T> row(logits.row(static_cast<Index>(k)).data(),
+                                     static_cast<std::size_t>(v));
+        const double m = row_max<T>(row);
+        if (m == -std::numeric_limits<double>::infinity()) no_finite_logit();
+        double z = 0.0;
+        for (const T l : row) z += relative_weight(static_cast<double>(l), m);
+        const double log_z = m + std::log(z);
+        for (Index j = 0; j < v; ++j) {
+          const double l = static_cast<double>(row[static_cast<std::size_t>(j)]);
+          lp[k * static_cast<std::size_t>(v) + static_cast<std::size_t>(j)] =
+              (std::isnan(l) ? -std::numeric_limits<double>::infinity() : l - log_z) + beams[k].sum;
+        }
+      }
+      std::vector<std::size_t> order(lp.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      const std::size_t n_cand = std::min(n_keep, order.size());
+      // Best first; equal scores: lower (beam, token) index first.
+      std::partial_sort(
+          order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n_cand), order.end(),
+          [&](std::size_t a, std::size_t c) { return lp[a] > lp[c] || (lp[a] == lp[c] && a < c); });
+      const Index generated = step + 1;  // the length the candidates would have
+      std::vector<Beam> next;
+      for (std::size_t r = 0; r < n_cand && next.size() < n_beams; ++r) {
+        const std::size_t k = order[r] / static_cast<std::size_t>(v);
+        const TokenId tok = static_cast<TokenId>(order[r] % static_cast<std::size_t>(v));
+        const double score = lp[order[r]];
+        if (score == -std::numeric_limits<double>::infinity()) break;
+        if (std::find(eos.begin(), eos.end(), tok) != eos.end()) {
+          if (r >= n_beams) continue;  // only an EOS among the B best ends a hypothesis
+          std::vector<TokenId> ids = beams[k].ids;
+          ids.push_back(tok);
+          hyps.add(std::move(ids), score, generated);
+          continue;
+        }
+        Beam nb;
+        nb.ids = beams[k].ids;
+        nb.ids.push_back(tok);
+        nb.sum = score;
+        nb.cache = beams[k].cache;  // a copy: the beam's own history
+        next.push_back(std::move(nb));
+      }
+      scorer_done = hyps.is_done(lp[order[0]], generated);
+      done = scorer_done || next.empty();
+      ++step;
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (step == 1)
+        timing.prefill_seconds = seconds;
+      else
+        timing.step_seconds.push_back(seconds);
+      beams.swap(next);
+      if (done || step >= max_new) break;
+      // One batched step: each beam feeds its last token through its cache.
+      std::vector<std::vector<TokenId>> batch;
+      std::vector<Cache*> caches;
+      for (Beam& bm : beams) {
+        batch.push_back({bm.ids.back()});
+        caches.push_back(&*bm.cache);
+      }
+      logits = lm.forward_cached(batch, caches, LogitsFor::kLast);  // (B, N_T)
+    }
+  }
+  // The running beams join the ended hypotheses unless the kept hypotheses
+  // were already known to be the best (Hugging Face's finalize).
+  if (!scorer_done)
+    for (Beam& bm : beams)
+      if (!bm.ids.empty()) hyps.add(bm.ids, bm.sum, static_cast<Index>(bm.ids.size()));
+  std::vector<Generation> out;
+  for (auto& h : hyps.sorted()) {
+    if (out.size() == static_cast<std::size_t>(b.num_return_sequences)) break;
+    Generation g;
+    g.stop = !h.ids.empty() && std::find(eos.begin(), eos.end(), h.ids.back()) != eos.end()
+                 ? StopReason::kEos
+                 : at_limit;
+    g.ids = std::move(h.ids);
+    g.sequence_score = h.score;
+    g.timing = timing;
+    out.push_back(std::move(g));
+  }
+  if (out.empty()) {  // max_new_tokens 0 (or no room in the context)
+    Generation g;
+    g.stop = at_limit;
+    g.timing = timing;
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Beam search (Hugging Face's generate(num_beams = B, do_sample = False)):
+/// B running sequences; each step every beam's next-token log-probabilities
+/// are added to its running sum, and of the best 2B (more with several EOS
+/// ids) candidates over all beams the first B that are not EOS continue; an
+/// EOS among the B best ends a hypothesis, scored
+///   sum of log-probabilities / (generated length, EOS included)^length_penalty.
+/// The search stops per b.early_stopping, at max_new_tokens or the context
+/// length; then the running beams are scored as hypotheses too (unless the
+/// kept ones were already known best), and the b.num_return_sequences best
+/// are returned, best first, each with its sequence_score. Each beam keeps
+/// its own cache (copied when a beam continues another), in
+/// options.cache_format; the beams run as one batch per step. Uses
+/// max_new_tokens, eos_ids, context_length and cache_format of `options`;
+/// there is no beam sampling, repetition penalty, stop string or logprobs.
+/// \throws std::invalid_argument for bad options, RangeError for a prompt
+///         longer than the context length.
+template <class Model>
+std::vector<Generation> beam_search_ids(const Model& lm, std::span<const TokenId> prompt,
+                                        const GenerateOptions& options,
+                                        const BeamSearchOptions& beams) {
+  return detail::run_beam_search(lm, prompt, options, beams,
+                                 options.eos_ids.value_or(std::vector<TokenId>{}));
+}
+
+/// beam_search_ids with text: the tokenizer gives the EOS when
+/// options.eos_ids is unset, and each result's text (its tokens' bytes
+/// without the EOS that ended it; special tokens as options.skip_special).
+template <class Model, class Tokenizer>
+std::vector<Generation> beam_search(const Model& lm, const Tokenizer& tok,
+                                    std::span<const TokenId> prompt, const GenerateOptions& options,
+                                    const BeamSearchOptions& beams) {
+  std::vector<Generation> out =
+      detail::run_beam_search(lm, prompt, options, beams, detail::eos_of(tok, options));
+  const auto text_of = detail::token_text_of(tok, options.skip_special);
+  for (Generation& g : out) {
+    const std::size_t n = g.stop == StopReason::kEos ? g.ids.size() - 1 : g.ids.size();
+    for (std::size_t i = 0; i < n; ++i) g.text += text_of(g.ids[i]);
+  }
+  return out;
+}
 
 // ---- On token ids ---------------------------------------------------------------------
 
