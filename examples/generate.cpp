@@ -375,10 +375,12 @@ void apply_sampling(const Args& a, kappa::GenerateOptions& opt) {
   const bool sample =
       !a.greedy && !zero_temperature && (a.temperature || a.top_k || a.top_p || a.min_p || a.seed);
   opt.decoding = sample ? kappa::Decoding::kSample : kappa::Decoding::kGreedy;
-  if (a.temperature && !zero_temperature) opt.sampling.temperature = *a.temperature;
-  if (a.top_k) opt.sampling.top_k = *a.top_k;
-  if (a.top_p) opt.sampling.top_p = *a.top_p;
-  if (a.min_p) opt.sampling.min_p = *a.min_p;
+  if (sample) {  // greedy decoding takes none of these (GenerateOptions::validate)
+    if (a.temperature) opt.sampling.temperature = *a.temperature;
+    if (a.top_k) opt.sampling.top_k = *a.top_k;
+    if (a.top_p) opt.sampling.top_p = *a.top_p;
+    if (a.min_p) opt.sampling.min_p = *a.min_p;
+  }
   if (a.repeat_penalty) opt.sampling.repetition_penalty = *a.repeat_penalty;
   if (a.seed) opt.seed = *a.seed;
   opt.stop_strings = a.stops;

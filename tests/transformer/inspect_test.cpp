@@ -297,6 +297,7 @@ TEST(Logprobs, AreTheModelsLogSoftmaxWithTheTopTokens) {
   }
   // Greedy: the chosen token is the most probable one.
   o.decoding = Decoding::kGreedy;
+  o.sampling = {};
   const Generation greedy = generate_ids(lm, std::span<const TokenId>(context), o);
   for (const TokenLogprob& t : greedy.logprobs) {
     EXPECT_EQ(t.id, t.top[0].first);
@@ -306,6 +307,27 @@ TEST(Logprobs, AreTheModelsLogSoftmaxWithTheTopTokens) {
   EXPECT_TRUE(generate_ids(lm, std::span<const TokenId>(context), o).logprobs.empty());
   o.top_logprobs = -1;
   EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+// Sampling parameters with greedy decoding would be ignored: an error.
+TEST(GenerateOptionsCheck, SamplingParametersNeedSampling) {
+  GenerateOptions o;
+  o.sampling.temperature = 0.7;
+  o.sampling.top_p = 0.9;
+  try {
+    o.validate();
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "kappa: GenerateOptions: sampling parameters are set (temperature 0.7, top_p 0.9) "
+                 "but decoding is kGreedy, which ignores them: set decoding = Decoding::kSample, "
+                 "or leave them at their defaults");
+  }
+  o.decoding = Decoding::kSample;
+  EXPECT_NO_THROW(o.validate());
+  GenerateOptions penalty;  // the repetition penalty applies to greedy decoding
+  penalty.sampling.repetition_penalty = 1.2;
+  EXPECT_NO_THROW(penalty.validate());
 }
 
 TEST(Logprobs, EdgeRows) {

@@ -1828,7 +1828,8 @@ class Parser {
         std::string n = expect_name("a filter name");
         while (is_op(".")) {
           next();
-          n += "." + expect_name("a filter name");
+          n += '.';  // (two appends: GCC 12 -O3 warns falsely on "." + string&&)
+          n += expect_name("a filter name");
         }
         if (is_op("(")) {
           node = parse_call(std::move(node), EK::Filter, n);

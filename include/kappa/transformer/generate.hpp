@@ -701,6 +701,24 @@ struct GenerateOptions {
           "kappa: GenerateOptions: top_logprobs must be in [0, 1000], got " +
           std::to_string(top_logprobs));
     sampling.validate();
+    if (decoding == Decoding::kGreedy) {
+      // Greedy decoding applies only the repetition penalty; a warper set
+      // with it would be silently ignored (Hugging Face warns), so it is an
+      // error here.
+      const SamplingParams& p = sampling;
+      std::string set;
+      const auto note = [&set](const char* name, double v) {
+        set += (set.empty() ? "" : ", ") + std::string(name) + " " + detail::gen_number(v);
+      };
+      if (p.temperature != 1.0) note("temperature", p.temperature);
+      if (p.top_k != 0) note("top_k", static_cast<double>(p.top_k));
+      if (p.top_p != 1.0) note("top_p", p.top_p);
+      if (p.min_p != 0.0) note("min_p", p.min_p);
+      if (!set.empty())
+        throw std::invalid_argument("kappa: GenerateOptions: sampling parameters are set (" + set +
+                                    ") but decoding is kGreedy, which ignores them: set decoding "
+                                    "= Decoding::kSample, or leave them at their defaults");
+    }
     for (const std::string& s : stop_strings)
       if (s.empty()) throw std::invalid_argument("kappa: GenerateOptions: a stop string is empty");
   }
