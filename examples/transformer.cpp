@@ -1,14 +1,14 @@
 // examples/transformer.cpp - the paper's Transformer section, step by step,
-// on a tiny GPT-2 (2 layers, 4 heads, d = 32) loaded from a Hugging Face
+// on a small trained GPT-2 (4 layers, 4 heads, d = 128, trained on the King
+// James Bible: tests/data/models/gpt2-trained) loaded from a Hugging Face
 // model directory:
 //
 //   tokens -> X_0 = E[ids] + P -> per layer: H = X + Attn(LN_1(X)),
 //   X' = H + FFN(LN_2(H)) -> logits = LN_f(X_L) E^T -> the next token.
 //
 // Usage: transformer [MODEL_DIR] [TEXT] [--svg PATH [--layer L] [--head H]]
-//   (default: the tiny test model). --svg draws the attention weights Z^-1 A
-//   of one head (default: layer 0, head 0) as a heatmap with the tokens on
-//   both axes.
+//   (default: the trained test model and a verse of Genesis). --svg draws the attention weights
+//   Z^-1 A of one head (default: layer 0, head 0) as a heatmap with the tokens on both axes.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -51,8 +51,8 @@ void print_matrix(const char* name, const kappa::RowMatrix<double>& m, int max_r
   }
 }
 struct Args {
-  std::string dir = std::string(KAPPA_SOURCE_DIR) + "/tests/data/models/gpt2";
-  std::string text = "the cat sat on the";
+  std::string dir = std::string(KAPPA_SOURCE_DIR) + "/tests/data/models/gpt2-trained";
+  std::string text = "And God said, Let there be light: and there was light.";
   std::optional<std::string> svg;
   kappa::Index layer = 0, head = 0;
 };
@@ -204,7 +204,9 @@ int main(int argc, char** argv) {
       const auto id = static_cast<kappa::TokenId>(order[static_cast<std::size_t>(r)]);
       std::printf("  %5d '%s'  p = %.4f\n", id, shown(tok.token(id)).c_str(), prob(id));
     }
-    std::printf("(random weights: the model is untrained, the mechanics are real)\n");
+    std::printf(
+        "(tests/data/models/gpt2-trained is trained; tests/data/models/gpt2 has random "
+        "weights: its mechanics are real, its text is not)\n");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transformer: %s\n", e.what());
