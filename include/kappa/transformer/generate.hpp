@@ -778,21 +778,38 @@ struct Generation {
 /// logits, in double (see TokenLogprob). A NaN logit counts as -inf.
 /// \throws RangeError if id is outside the row; std::domain_error if no
 ///         logit is finite (as argmax).
+namespace detail {
+/// log softmax(logits)_i in double, the same rule for logprobs and beam
+/// search: a NaN logit counts as -inf, and +inf logits share all the mass.
+/// \throws std::domain_error if no logit is finite (as argmax).
+template <Scalar T>
+class LogSoftmax {
+ public:
+  explicit LogSoftmax(std::span<const T> logits) : logits_(logits), m_(row_max<T>(logits)) {
+    if (m_ == -kInf) no_finite_logit();
+    for (const T l : logits) z_ += relative_weight(static_cast<double>(l), m_);
+    log_z_ = m_ + std::log(z_);
+  }
+  double operator()(std::size_t i) const {
+    const double l = static_cast<double>(logits_[i]);
+    if (std::isnan(l)) return -kInf;
+    if (m_ == kInf) return l == kInf ? -std::log(z_) : -kInf;  // the mass is on the +inf logits
+    return l - log_z_;
+  }
+
+ private:
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::span<const T> logits_;
+  double m_;
+  double z_ = 0.0;  // sum exp(l - m); with +inf logits, how many there are
+  double log_z_ = 0.0;
+};
+}  // namespace detail
+
 template <Scalar T>
 TokenLogprob token_logprob(std::span<const T> logits, TokenId id, Index top = 0) {
   require_index("token id", id, static_cast<long long>(logits.size()), "the logits row (N_T)");
-  const double m = detail::row_max<T>(logits);
-  if (m == -std::numeric_limits<double>::infinity()) detail::no_finite_logit();
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  double z = 0.0;  // sum exp(l - m); with +inf logits, how many there are
-  for (const T l : logits) z += detail::relative_weight(static_cast<double>(l), m);
-  const double log_z = m + std::log(z);
-  const auto lp = [&](std::size_t i) {
-    const double l = static_cast<double>(logits[i]);
-    if (std::isnan(l)) return -kInf;
-    if (m == kInf) return l == kInf ? -std::log(z) : -kInf;  // the mass is on the +inf logits
-    return l - log_z;
-  };
+  const detail::LogSoftmax<T> lp(logits);
   TokenLogprob out;
   out.id = id;
   out.logprob = lp(static_cast<std::size_t>(id));
@@ -1164,7 +1181,7 @@ std::vector<Generation> run_beam_search(const Model& lm, std::span<const TokenId
   timing.prefill_tokens = len;
   bool done = max_new == 0, scorer_done = false;
   if (!done) {
-    const auto t0 = Clock::now();
+    auto t0 = Clock::now();  // the start of the step being timed
     Beam first;
     first.cache.emplace(make_generation_cache(lm, o.cache_format));
     RowMatrix<T> logits = lm.forward_cached(prompt, *first.cache, LogitsFor::kLast);  // (1, N_T)
@@ -1177,18 +1194,10 @@ std::vector<Generation> run_beam_search(const Model& lm, std::span<const TokenId
       // Candidates: (score = beam sum + log p, beam, token), the n_keep best.
       lp.resize(beams.size() * static_cast<std::size_t>(v));
       for (std::size_t k = 0; k < beams.size(); ++k) {
-        const std::span<const T> row(logits.row(static_cast<Index>(k)).data(),
-                                     static_cast<std::size_t>(v));
-        const double m = row_max<T>(row);
-        if (m == -std::numeric_limits<double>::infinity()) no_finite_logit();
-        double z = 0.0;
-        for (const T l : row) z += relative_weight(static_cast<double>(l), m);
-        const double log_z = m + std::log(z);
-        for (Index j = 0; j < v; ++j) {
-          const double l = static_cast<double>(row[static_cast<std::size_t>(j)]);
-          lp[k * static_cast<std::size_t>(v) + static_cast<std::size_t>(j)] =
-              (std::isnan(l) ? -std::numeric_limits<double>::infinity() : l - log_z) + beams[k].sum;
-        }
+        const LogSoftmax<T> row(std::span<const T>(logits.row(static_cast<Index>(k)).data(),
+                                                   static_cast<std::size_t>(v)));
+        for (std::size_t j = 0; j < static_cast<std::size_t>(v); ++j)
+          lp[k * static_cast<std::size_t>(v) + j] = row(j) + beams[k].sum;
       }
       std::vector<std::size_t> order(lp.size());
       std::iota(order.begin(), order.end(), std::size_t{0});
@@ -1229,6 +1238,7 @@ std::vector<Generation> run_beam_search(const Model& lm, std::span<const TokenId
       beams.swap(next);
       if (done || step >= max_new) break;
       // One batched step: each beam feeds its last token through its cache.
+      t0 = Clock::now();
       std::vector<std::vector<TokenId>> batch;
       std::vector<Cache*> caches;
       for (Beam& bm : beams) {
