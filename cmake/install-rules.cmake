@@ -7,6 +7,16 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/kappa"
 
 install(TARGETS kappa EXPORT kappaTargets INCLUDES
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+# kappa::runtime (kappa/runtime.hpp's compiled library), with
+# KAPPA_BUILD_RUNTIME: a static library, so the package is then no longer
+# architecture-independent.
+if(KAPPA_BUILD_RUNTIME)
+  install(TARGETS kappa_runtime EXPORT kappaTargets ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+          COMPONENT kappa_Development)
+  set(kappa_arch_independent "")
+else()
+  set(kappa_arch_independent ARCH_INDEPENDENT)
+endif()
 
 set(kappa_config_dir "${CMAKE_INSTALL_DATADIR}/kappa/cmake" CACHE STRING
     "Where kappa's CMake package config is installed (relative to the prefix)")
@@ -14,7 +24,7 @@ mark_as_advanced(kappa_config_dir)
 
 write_basic_package_version_file(
   "${PROJECT_BINARY_DIR}/kappaConfigVersion.cmake"
-  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+  COMPATIBILITY SameMinorVersion ${kappa_arch_independent})
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/kappaConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/kappaConfig.cmake"

@@ -11,6 +11,14 @@ endif()
 option(KAPPA_BUILD_TESTS "Build kappa's tests" ${kappa_dev_default})
 option(KAPPA_BUILD_BENCHMARKS "Build kappa's benchmarks" ${kappa_dev_default})
 option(KAPPA_BUILD_EXAMPLES "Build kappa's examples" ${kappa_dev_default})
+# The compiled runtime kappa::runtime (kappa/runtime.hpp: a loaded model behind
+# a light header; about 4 CPU min to build), built by default only when a
+# target links it; ON builds it with the library and installs it, so that
+# find_package(kappa) users can link kappa::runtime.
+option(KAPPA_BUILD_RUNTIME "Build and install the compiled runtime kappa::runtime" OFF)
+# The Python module (python/: pybind11, Debian's pybind11-dev and python3-dev),
+# built on kappa::runtime. `pip install .` turns it on in its own build.
+option(KAPPA_BUILD_PYTHON "Build the Python module kappa (python/)" OFF)
 # The command-line tools kappa-generate and kappa-quantize (examples/generate.cpp,
 # examples/quantize.cpp), built and installed into <prefix>/bin. The examples
 # build them too (targets generate and quantize), without installing them.

@@ -44,15 +44,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_options.hpp"
-#include "kappa/core/threading.hpp"
-#include "kappa/io/gguf.hpp"
 #include "kappa/io/npy.hpp"
-#include "kappa/tokenize/chat_template.hpp"
-#include "kappa/tokenize/hf_tokenizer.hpp"
+#include "kappa/runtime.hpp"
 #include "kappa/tokenize/utf8.hpp"
-#include "kappa/transformer/generate.hpp"
-#include "kappa/transformer/gguf_load.hpp"
-#include "kappa/transformer/hf.hpp"
 
 namespace {
 
@@ -112,10 +106,11 @@ struct Args {
 
 // What --threads does without the option, for the help.
 std::string default_threads() {
-  if (!kappa::has_openmp())
+  if (!kappa::runtime::has_openmp())
     return "1: this build has no OpenMP; configure with -DKAPPA_USE_OPENMP=ON or use the "
            "preset tools";
-  return "all cores, here " + std::to_string(kappa::num_threads()) + " (OMP_NUM_THREADS if set)";
+  return "all cores, here " + std::to_string(kappa::runtime::num_threads()) +
+         " (OMP_NUM_THREADS if set)";
 }
 
 // The option table: parsing and --help. Returns nullopt after --help.
@@ -324,49 +319,13 @@ bool is_gguf(const std::string& model) {
   return model.ends_with(".gguf") && !std::filesystem::is_directory(model, ec);
 }
 
-// A model directory (its weights, or --weights), or a llama.cpp GGUF file
-// (its tokenizer inside).
-template <class S>
-struct Loaded {
-  kappa::hf::CausalLM<float, S> lm;
-  kappa::tokenize::HfTokenizer tok;
-  kappa::GenerateOptions opt;
-};
-template <class S>
-Loaded<S> load(const Args& a) {
-  if (is_gguf(a.model)) {
-    auto g = kappa::gguf::load<float, S>(a.model);
-    kappa::GenerateOptions opt;
-    if (g.eos_id) opt.eos_ids = std::vector<kappa::TokenId>{*g.eos_id};
-    return {std::move(g.model), std::move(g.tokenizer), std::move(opt)};
-  }
-  auto lm = kappa::hf::load_causal_lm<float, S>(a.model, a.weights);
-  auto tok = kappa::tokenize::HfTokenizer::from_directory(a.model);
-  return {std::move(lm), std::move(tok), kappa::hf::generation_options(a.model)};
-}
-
 // --chat: the user's message (and --system's) rendered with the model's chat
 // template, ending with the assistant's turn (add_generation_prompt).
-std::string chat_prompt(const Args& a, const kappa::tokenize::HfTokenizer& tok) {
-  using kappa::tokenize::ChatTemplate;
-  std::optional<ChatTemplate> tpl;
-  kappa::tokenize::ChatOptions o;
-  o.add_generation_prompt = true;
-  if (is_gguf(a.model)) {
-    const kappa::io::GgufFile file(a.model);
-    if (!file.has("tokenizer.chat_template"))
-      throw std::runtime_error(a.model + ": --chat: the file has no tokenizer.chat_template");
-    tpl = ChatTemplate::parse(file.get<std::string>("tokenizer.chat_template"));
-    if (const auto bos = tok.bos_id()) o.bos_token = tok.token(*bos);
-    if (const auto eos = tok.eos_id()) o.eos_token = tok.token(*eos);
-  } else {
-    tpl = ChatTemplate::from_tokenizer_config(
-        (std::filesystem::path(a.model) / "tokenizer_config.json").string());
-  }
+std::string chat_prompt(const Args& a, const kappa::runtime::Model& lm) {
   std::vector<kappa::tokenize::ChatMessage> messages;
   if (a.system) messages.push_back({"system", *a.system});
   messages.push_back({"user", *a.prompt});
-  return tpl->render(messages, o);
+  return lm.apply_chat_template(messages, /*add_generation_prompt=*/true);
 }
 
 // Sampling options of the command line on top of the model's.
@@ -411,9 +370,7 @@ Stats stats_of(std::vector<double> x) {
 
 // --bench: prefill N token ids, decode M tokens, R times (after one short
 // warm-up pass that touches every weight once).
-template <class S>
-int bench(const Args& a, const Loaded<S>& loaded, double load_s) {
-  const auto& lm = loaded.lm;
+int bench(const Args& a, const kappa::runtime::Model& lm, double load_s) {
   const kappa::Index n = a.bench_prompt, m = a.bench_gen;
   const kappa::Index context = lm.context_length();
   if (context > 0 && n + m > context)
@@ -435,12 +392,11 @@ int bench(const Args& a, const Loaded<S>& loaded, double load_s) {
 
   kappa::GenerateOptions warm = opt;
   warm.max_new_tokens = 2;
-  (void)kappa::generate_ids(lm, std::span<const kappa::TokenId>(prompt.data(), 1), warm);
+  (void)lm.generate_ids(std::span<const kappa::TokenId>(prompt.data(), 1), warm);
 
   std::vector<double> prefill, decode;
   for (int r = 0; r < a.reps; ++r) {
-    const kappa::Generation g =
-        kappa::generate_ids(lm, std::span<const kappa::TokenId>(prompt), opt);
+    const kappa::Generation g = lm.generate_ids(std::span<const kappa::TokenId>(prompt), opt);
     if (g.timing.decode_tokens() != m)
       throw std::runtime_error("--bench: decoded " + std::to_string(g.timing.decode_tokens()) +
                                " tokens instead of " + std::to_string(m) +
@@ -449,26 +405,31 @@ int bench(const Args& a, const Loaded<S>& loaded, double load_s) {
     if (m > 0) decode.push_back(g.timing.decode_tokens_per_second());
   }
   const Stats p = stats_of(prefill), d = stats_of(decode);
-  const int threads = kappa::num_threads();
+  const int threads = kappa::runtime::num_threads();
   const double weight_mb = static_cast<double>(lm.weight_bytes()) / 1e6;
   if (a.json) {
     const auto rates = [](const Stats& s, const std::vector<double>& runs) {
       return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}, {"runs", runs}};
     };
-    nlohmann::json out = {
-        {"model", a.model},       {"model_type", lm.model_type()},
-        {"weights", S::kName},    {"weight_bytes", lm.weight_bytes()},
-        {"threads", threads},     {"reps", a.reps},
-        {"prompt_tokens", n},     {"gen_tokens", m},
-        {"load_seconds", load_s}, {"prefill_tokens_per_second", rates(p, prefill)}};
+    nlohmann::json out = {{"model", a.model},
+                          {"model_type", lm.model_type()},
+                          {"weights", lm.weights_format()},
+                          {"weight_bytes", lm.weight_bytes()},
+                          {"threads", threads},
+                          {"reps", a.reps},
+                          {"prompt_tokens", n},
+                          {"gen_tokens", m},
+                          {"load_seconds", load_s},
+                          {"prefill_tokens_per_second", rates(p, prefill)}};
     if (m > 0) out["decode_tokens_per_second"] = rates(d, decode);
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf(
         "model: %s (%s, %ld layers, vocabulary %ld) | weights: %.1f MB (%s) | threads: %d "
         "| reps: %d | load: %.2f s\n\n",
-        a.model.c_str(), lm.model_type().c_str(), static_cast<long>(lm.n_layers()),
-        static_cast<long>(lm.vocab_size()), weight_mb, S::kName, threads, a.reps, load_s);
+        a.model.c_str(), lm.model_type().c_str(), static_cast<long>(lm.num_layers()),
+        static_cast<long>(lm.vocab_size()), weight_mb, lm.weights_format(), threads, a.reps,
+        load_s);
     std::printf("| %-8s | %8s | %18s | %12s | %12s |\n", "test", "tokens", "tokens/s (median)",
                 "min", "max");
     std::printf("|%s|%s|%s|%s|%s|\n", std::string(10, '-').c_str(), std::string(10, '-').c_str(),
@@ -486,19 +447,22 @@ int bench(const Args& a, const Loaded<S>& loaded, double load_s) {
   return 0;
 }
 
-template <class S>
 int run(const Args& a) {
   if (!a.weights.empty() && is_gguf(a.model))
     throw UsageError("--weights applies to a model directory, not to a GGUF file");
   const auto t0 = std::chrono::steady_clock::now();
-  Loaded<S> loaded = load<S>(a);
-  const auto& lm = loaded.lm;
-  const auto& tok = loaded.tok;
+  // kAsStored: a directory's float weights stay dense, a GGUF file's blocks
+  // stay blocks.
+  const kappa::runtime::Model lm = kappa::runtime::Model::load(
+      a.model, {.weights = a.bf16 ? kappa::runtime::LoadOptions::Weights::kBf16
+                                  : kappa::runtime::LoadOptions::Weights::kAsStored,
+                .weights_file = a.weights});
+  const kappa::runtime::Tokenizer& tok = lm.tokenizer();
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (a.bench) return bench<S>(a, loaded, load_s);
+  if (a.bench) return bench(a, lm, load_s);
 
-  kappa::GenerateOptions opt = std::move(loaded.opt);
+  kappa::GenerateOptions opt = lm.default_options();
   if (a.max_new_tokens) opt.max_new_tokens = *a.max_new_tokens;
   apply_sampling(a, opt);
 
@@ -514,7 +478,7 @@ int run(const Args& a) {
     // The template writes the special tokens (BOS included) itself, so the
     // text is encoded without adding any, as transformers'
     // apply_chat_template(tokenize=True) does.
-    prompt_ids = tok.encode(chat_prompt(a, tok), kappa::tokenize::AddSpecial::kNo);
+    prompt_ids = tok.encode(chat_prompt(a, lm), kappa::tokenize::AddSpecial::kNo);
   } else {
     prompt_ids = tok.encode(*a.prompt);
   }
@@ -534,10 +498,10 @@ int run(const Args& a) {
   const std::span<const kappa::TokenId> prompt(prompt_ids);
   kappa::Generation g;
   if (a.beams.num_beams > 1) {  // the whole search first, then the best sequence
-    g = std::move(kappa::beam_search(lm, tok, prompt, opt, a.beams)[0]);
+    g = std::move(lm.beam_search(prompt, opt, a.beams)[0]);
     show(g.text);
   } else {
-    g = kappa::generate(lm, tok, prompt, opt, show);
+    g = lm.generate(prompt, opt, show);
   }
   if (a.json) {
     nlohmann::json out = {{"prompt_ids", prompt_ids},
@@ -566,23 +530,18 @@ int run(const Args& a) {
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
     throw std::runtime_error("cannot write the output");
 
-  // The cache's size: bytes per token (one token through a fresh cache) times
-  // the tokens held at the end.
-  auto probe = lm.make_cache(a.cache_format);
-  (void)lm.forward_cached(
-      std::span<const kappa::TokenId>(prompt_ids.data(), prompt_ids.empty() ? 0 : 1), probe,
-      kappa::LogitsFor::kLast);
-  const double cache_bytes =
-      static_cast<double>(probe.bytes()) * static_cast<double>(prompt_ids.size() + g.ids.size());
+  // The cache's size: bytes per token times the tokens held at the end.
+  const double cache_bytes = static_cast<double>(lm.cache_bytes_per_token(a.cache_format)) *
+                             static_cast<double>(prompt_ids.size() + g.ids.size());
   std::fprintf(stderr,
                "prompt: %zu tokens | prefill: %.1f tokens/s | decode: %.2f tokens/s (%ld tokens) | "
                "weights: %.1f MB (%s) | cache: %.2f MB (%s) | load: %.2f s | stop: %s | "
                "threads: %d\n",
                prompt_ids.size(), g.timing.prefill_tokens_per_second(),
                g.timing.decode_tokens_per_second(), static_cast<long>(g.timing.decode_tokens()),
-               static_cast<double>(lm.weight_bytes()) / 1e6, S::kName, cache_bytes / 1e6,
+               static_cast<double>(lm.weight_bytes()) / 1e6, lm.weights_format(), cache_bytes / 1e6,
                kappa::cache::to_string(a.cache_format), load_s, kappa::to_string(g.stop),
-               kappa::num_threads());
+               kappa::runtime::num_threads());
   return 0;
 }
 
@@ -595,14 +554,12 @@ int main(int argc, char** argv) {
     const Args& a = *parsed;
     // Without --threads: Eigen's default, all cores (OMP_NUM_THREADS) with
     // OpenMP, else 1.
-    if (a.threads && kappa::set_num_threads(*a.threads) < *a.threads)
+    if (a.threads && kappa::runtime::set_num_threads(*a.threads) < *a.threads)
       std::fprintf(stderr,
                    "%s: warning: --threads %d has no effect: this build has no OpenMP, so it runs "
                    "on 1 thread (configure with -DKAPPA_USE_OPENMP=ON, or the preset tools)\n",
                    kProgram, *a.threads);
-    // AsStoredWeights: a directory's float weights stay dense (as
-    // DenseWeights), a GGUF file's blocks stay blocks.
-    return a.bf16 ? run<kappa::Bf16Weights>(a) : run<kappa::AsStoredWeights>(a);
+    return run(a);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s (see %s --help)\n", kProgram, e.what(), kProgram);
     return 2;

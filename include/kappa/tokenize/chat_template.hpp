@@ -92,6 +92,7 @@
 
 #include "kappa/core/error.hpp"
 #include "kappa/core/json.hpp"
+#include "kappa/tokenize/chat_message.hpp"
 #include "kappa/tokenize/utf8.hpp"
 
 namespace kappa::tokenize {
@@ -111,12 +112,6 @@ class ChatTemplateError : public FormatError {
 
  private:
   Kind kind_;
-};
-
-/// One message of a conversation: {"role": role, "content": content}.
-struct ChatMessage {
-  std::string role;
-  std::string content;
 };
 
 /// What a template sees besides the messages.
