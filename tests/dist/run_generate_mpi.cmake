@@ -1,0 +1,35 @@
+# Run by ctest (kappa.dist.generate_mpi): kappa-generate-mpi on 1 and 3 ranks
+# must print the text kappa-generate prints for the same model and options,
+# greedy and sampled with a seed, and rank 0 alone prints.
+foreach(var MPIEXEC GENERATE_MPI GENERATE SOURCE_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "run_generate_mpi.cmake: ${var} is not set")
+  endif()
+endforeach()
+set(model "${SOURCE_DIR}/tests/data/models/llama")
+
+function(expect_same label)
+  cmake_parse_arguments(PARSE_ARGV 1 x "" "" "ARGS")
+  execute_process(COMMAND "${GENERATE}" --model "${model}" ${x_ARGS}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE want ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${label}: kappa-generate failed (${rc}): ${err}")
+  endif()
+  foreach(p 1 3)
+    execute_process(COMMAND "${MPIEXEC}" -n ${p} --oversubscribe "${GENERATE_MPI}" --model "${model}"
+                            ${x_ARGS}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE got ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "${label}: kappa-generate-mpi on ${p} ranks failed (${rc}): ${err}")
+    endif()
+    if(NOT got STREQUAL want)
+      message(FATAL_ERROR "${label}, ${p} ranks: printed\n[${got}]\nkappa-generate printed\n[${want}]")
+    endif()
+    if(NOT err MATCHES "ranks: ${p} x [0-9]+ threads .*allreduce payload: [0-9]+ bytes per token")
+      message(FATAL_ERROR "${label}, ${p} ranks: no summary line on stderr: ${err}")
+    endif()
+  endforeach()
+endfunction()
+
+expect_same("greedy" ARGS --prompt "the cat sat on" --max-new-tokens 10)
+expect_same("sampled" ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)
