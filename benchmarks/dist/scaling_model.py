@@ -8,12 +8,13 @@ assumptions (benchmarks/README.md, "Across machines"):
               bandwidth B)                                  -- reading weights
             + 2 L allreduces of d float32 (one after W^O, one after W_down)
               each ceil(log2 P) (alpha + 4 d / link)        -- recursive doubling
-            + one broadcast of rank 0's logits row (4 N_T bytes), log2 P hops
+            + one allgather of the logits row (the head is split by vocabulary),
+              ceil(log2 P) steps moving 4 N_T / P bytes doubling each step
 
 Measured on this repository's machine (2 ranks x 1 thread against 1 process
 x 2 threads, a 246 M-parameter LLaMA shape): the allreduce payload is
 2 d floats per token and layer, as the formula says, and the 2-rank decode
-reaches 0.94 of the single process. Assumed: B = 100 GB/s per machine (a
+reaches 1.06-1.10 of the single process (the head split by vocabulary). Assumed: B = 100 GB/s per machine (a
 server's memory), f = 0.8 (kappa's whole-model decode on one machine of
 ours reaches 0.72 of a plain read on one thread), alpha = 25 us per message
 over TCP at 25 Gb/s and 10 us at 100 Gb/s (MPI over Ethernet, not RDMA).
@@ -30,7 +31,7 @@ def llama70b():
     d, L, H, Hkv, dh, ff, V = 8192, 80, 64, 8, 128, 28672, 128256
     per_layer = d * H * dh * 2 + d * Hkv * dh * 2 + 3 * d * ff
     return dict(name="LLaMA-70B shape, BF16 weights", d=d, L=L, V=V,
-                split=per_layer * L * 2, replicated=2 * V * d * 2,
+                split=per_layer * L * 2 + V * d * 2, replicated=V * d * 2,
                 kv_per_token=2 * L * Hkv * dh * 2)
 
 
@@ -40,7 +41,7 @@ def step(m, P, link_gbps, alpha, B=100 * GB, f=0.8):
     hops = math.ceil(math.log2(P)) if P > 1 else 0
     link = link_gbps * GB / 8
     t_ar = 2 * m["L"] * hops * (alpha + 4 * m["d"] / link)
-    t_bc = hops * (alpha + 4 * m["V"] / link)
+    t_bc = hops * alpha + 4 * m["V"] * (P - 1) / P / link
     return w, t_read, t_ar + t_bc
 
 

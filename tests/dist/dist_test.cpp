@@ -164,9 +164,12 @@ TEST(DistTensorParallel, EachTokenSendsTwoRowsOfWidthDPerLayer) {
   EXPECT_EQ(comm.allreduce_bytes(), per_token);
   EXPECT_EQ(comm.allreduce_calls(),
             comm.size() == 1 ? 0U : 2U * static_cast<std::uint64_t>(tp.n_layers()));
-  // and rank 0's logits row (N_T numbers) to the others
-  EXPECT_EQ(comm.broadcast_bytes(),
-            comm.size() == 1 ? 0U : static_cast<std::uint64_t>(tp.vocab_size()) * sizeof(float));
+  // and its share of the logits row (its rows of the head) to the others
+  const dist::ColumnShare v = dist::share_columns(tp.vocab_size(), comm.rank(), comm.size());
+  EXPECT_EQ(comm.allgather_bytes(),
+            comm.size() == 1 ? 0U : static_cast<std::uint64_t>(v.size()) * sizeof(float));
+  EXPECT_EQ(comm.broadcast_bytes(), 0U);
+  EXPECT_EQ(tp.local().vocab_size(), v.size());  // the head split by vocabulary
 }
 
 TEST(DistTensorParallel, WhatIsNotSupportedYetIsNamed) {

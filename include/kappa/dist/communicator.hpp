@@ -15,12 +15,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace kappa::dist {
 
@@ -119,6 +121,22 @@ class Communicator {
     detail::check(MPI_Bcast(x, checked_count(n), detail::datatype<T>(), root, comm_), "MPI_Bcast");
     broadcast_bytes_ += n * sizeof(T);
   }
+  /// Every rank's block of `counts[rank]` elements, one after another in rank
+  /// order, into `all` (sum of counts elements) on every rank.
+  template <class T>
+  void allgather(const T* mine, T* all, const std::vector<int>& counts) const {
+    std::vector<int> displs(counts.size(), 0);
+    for (std::size_t r = 1; r < counts.size(); ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    const int n = counts[static_cast<std::size_t>(rank_)];
+    if (size_ == 1) {
+      std::copy(mine, mine + n, all);
+      return;
+    }
+    detail::check(MPI_Allgatherv(mine, n, detail::datatype<T>(), all, counts.data(), displs.data(),
+                                 detail::datatype<T>(), comm_),
+                  "MPI_Allgatherv");
+    allgather_bytes_ += static_cast<std::size_t>(n) * sizeof(T);
+  }
   /// The maximum of v over the ranks.
   template <class T>
   [[nodiscard]] T max(T v) const {
@@ -141,10 +159,13 @@ class Communicator {
   [[nodiscard]] std::uint64_t allreduce_bytes() const noexcept { return allreduce_bytes_; }
   [[nodiscard]] std::uint64_t allreduce_calls() const noexcept { return allreduce_calls_; }
   [[nodiscard]] std::uint64_t broadcast_bytes() const noexcept { return broadcast_bytes_; }
+  /// Payload bytes this rank contributed to allgather so far (its block).
+  [[nodiscard]] std::uint64_t allgather_bytes() const noexcept { return allgather_bytes_; }
   void reset_counters() const noexcept {
     allreduce_bytes_ = 0;
     allreduce_calls_ = 0;
     broadcast_bytes_ = 0;
+    allgather_bytes_ = 0;
   }
 
  private:
@@ -156,7 +177,8 @@ class Communicator {
   }
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  mutable std::atomic<std::uint64_t> allreduce_bytes_{0}, allreduce_calls_{0}, broadcast_bytes_{0};
+  mutable std::atomic<std::uint64_t> allreduce_bytes_{0}, allreduce_calls_{0}, broadcast_bytes_{0},
+      allgather_bytes_{0};
 };
 
 }  // namespace kappa::dist

@@ -8,17 +8,20 @@
 //   feed-forward:  (silu(X W_gate[:, C_r]) * X W_up[:, C_r]) W_down[C_r, :]
 // and one allreduce (MPI_Allreduce, sum) after each gives every rank the
 // whole layer's output: the paper's Y = [Y_1 ... Y_H] W^O = sum_h Y_h W^O_h.
-// Norms, embeddings and the output head are replicated; biases after W^O
-// are added by rank 0 only. Per token and layer each rank hands 2 d numbers
+// Norms and the embedding are replicated; the output head is split by
+// vocabulary (rows [floor(r N_T / P), floor((r + 1) N_T / P)) of E_out, or of
+// E for tied embeddings) and one allgather gives every rank the whole row of
+// logits; biases after W^O are added by rank 0 only. Per token and layer each rank hands 2 d numbers
 // to allreduce (the payload; a ring allreduce then sends 2 (P - 1) / P of it
 // per rank).
 //
 // The layer types are the library's own with two wrappers:
 // ShardedAttention<A> (a SelfAttentionOps specialization sums the partial
 // outputs) and ShardedFfn<F>. The whole model is a DecoderLM of those
-// layers inside TensorParallelLM, which broadcasts rank 0's logits so that
-// every rank's sampler makes the same choices: kappa::generate runs
-// unchanged on every rank, in lockstep, and rank 0 prints.
+// layers inside TensorParallelLM, which gathers the logits so that every
+// rank has the same bits and its sampler makes the same choices:
+// kappa::generate runs unchanged on every rank, in lockstep, and rank 0
+// prints.
 //
 //   kappa::dist::Environment env(argc, argv);
 //   auto lm = kappa::dist::load_llama<float>("Llama-3.2-1B");   // this rank's share
@@ -28,7 +31,7 @@
 // Loads LLaMA-layout directories (model_type llama, qwen2, mistral without a
 // sliding window) from safetensors. Not yet: GPT-2, Phi-3's fused tensors,
 // sliding windows, latent attention, mixtures of experts (expert
-// parallelism), a vocabulary-split head, GGUF; each is rejected by name.
+// parallelism), GGUF; each is rejected by name.
 #pragma once
 
 #include <cstddef>
@@ -169,23 +172,32 @@ using TpLlamaLayer = DecoderOnlyLayer<T, ShardedAttention<LlamaAttention<T>>, RM
 template <Scalar T>
 using TpLlama = DecoderLM<T, TpLlamaLayer<T>, NoAbsolutePositions>;
 
-/// A rank's model with the logits every rank sees made equal to rank 0's
-/// (one broadcast of the rows asked for per call): the replicated head
-/// computes the same logits on every rank up to the order of the
-/// allreduce's sums, and generation must take the same decision on every
-/// rank or the ranks' collectives would no longer match. The interface of
-/// DecoderLM that kappa::generate uses.
+/// A rank's model, whose output head holds the rows of its share of the
+/// vocabulary: every call gathers the ranks' columns of logits (one
+/// allgather of N_T / P numbers per row from each rank), so every rank sees
+/// the same whole logits, bit for bit, and every rank's sampler takes the
+/// same decisions (the ranks' collectives would no longer match
+/// otherwise). The interface of DecoderLM that kappa::generate uses.
 template <class M>
 class TensorParallelLM {
  public:
   using T = typename M::value_type;
   using Cache = typename M::Cache;
 
-  TensorParallelLM(M model, const Communicator& comm) : m_(std::move(model)), comm_(&comm) {}
+  /// `vocab`: the whole vocabulary, split over the ranks as share_columns.
+  TensorParallelLM(M model, Index vocab, const Communicator& comm)
+      : m_(std::move(model)), vocab_(vocab), comm_(&comm) {
+    for (int r = 0; r < comm.size(); ++r) shares_.push_back(share_columns(vocab, r, comm.size()));
+    if (shares_[static_cast<std::size_t>(comm.rank())].size() != m_.vocab_size())
+      throw ShapeError("kappa: dist: the rank's output head has " +
+                       std::to_string(m_.vocab_size()) + " rows, its share of the vocabulary " +
+                       std::to_string(shares_[static_cast<std::size_t>(comm.rank())].size()));
+  }
 
   [[nodiscard]] const M& local() const noexcept { return m_; }
   [[nodiscard]] const Communicator& comm() const noexcept { return *comm_; }
-  [[nodiscard]] Index vocab_size() const { return m_.vocab_size(); }
+  /// The whole vocabulary (the logits' width).
+  [[nodiscard]] Index vocab_size() const { return vocab_; }
   [[nodiscard]] Index context_length() const { return m_.context_length(); }
   [[nodiscard]] Index n_layers() const { return m_.n_layers(); }
   [[nodiscard]] Index d_model() const { return m_.d_model(); }
@@ -194,25 +206,43 @@ class TensorParallelLM {
 
   [[nodiscard]] Cache make_cache() const { return m_.make_cache(); }
   [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
-    return same(m_.forward(ids));
+    return gather(m_.forward(ids));
   }
   [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, Cache& cache,
                                             LogitsFor which = LogitsFor::kAll) const {
-    return same(m_.forward_cached(ids, cache, which));
+    return gather(m_.forward_cached(ids, cache, which));
   }
   [[nodiscard]] RowMatrix<T> forward_cached(const std::vector<std::vector<TokenId>>& batch,
                                             const std::vector<Cache*>& caches,
                                             LogitsFor which = LogitsFor::kAll) const {
-    return same(m_.forward_cached(batch, caches, which));
+    return gather(m_.forward_cached(batch, caches, which));
   }
 
  private:
-  RowMatrix<T> same(RowMatrix<T> logits) const {
-    comm_->broadcast(logits.data(), static_cast<std::size_t>(logits.size()), 0);
-    return logits;
+  // (N, N_T / P) on each rank -> (N, N_T) on every rank.
+  RowMatrix<T> gather(const RowMatrix<T>& mine) const {
+    const Index n = mine.rows();
+    std::vector<int> counts;
+    for (const ColumnShare& c : shares_) {
+      const Index k = n * c.size();
+      if (k > static_cast<Index>(INT32_MAX))
+        throw std::length_error("kappa: dist: a block of logits exceeds MPI's int count");
+      counts.push_back(static_cast<int>(k));
+    }
+    std::vector<T> all(static_cast<std::size_t>(n * vocab_));
+    comm_->allgather(mine.data(), all.data(), counts);
+    RowMatrix<T> out(n, vocab_);
+    const T* block = all.data();
+    for (const ColumnShare& c : shares_) {
+      out.middleCols(c.begin, c.size()) = Eigen::Map<const RowMatrix<T>>(block, n, c.size());
+      block += n * c.size();
+    }
+    return out;
   }
   M m_;
+  Index vocab_;
   const Communicator* comm_;
+  std::vector<ColumnShare> shares_;
 };
 
 namespace detail {
@@ -224,11 +254,18 @@ namespace detail {
 /// passed through.
 class ShardedCheckpoint {
  public:
+  /// `vocab`: the rows of the output head this rank holds ("lm_head.weight",
+  /// or for a model with tied embeddings the same rows of E).
   ShardedCheckpoint(const io::Checkpoint& full, Index d_head, HeadShare heads, ColumnShare ffn,
-                    bool rank0)
-      : full_(full), d_head_(d_head), heads_(std::move(heads)), ffn_(ffn), rank0_(rank0) {}
+                    ColumnShare vocab, bool rank0)
+      : full_(full),
+        d_head_(d_head),
+        heads_(std::move(heads)),
+        ffn_(ffn),
+        vocab_(vocab),
+        rank0_(rank0) {}
 
-  [[nodiscard]] bool has(std::string_view name) const { return full_.has(name); }
+  [[nodiscard]] bool has(std::string_view name) const { return name == kHead || full_.has(name); }
   void require_shape(std::string_view name, const std::vector<std::int64_t>& expected) const {
     if (kind(name) == Kind::kWhole) full_.require_shape(name, expected);
     // a sliced tensor's shape is checked against the whole one when read
@@ -252,6 +289,8 @@ class ShardedCheckpoint {
                                     const std::vector<std::int64_t>& expected) const {
     const Kind k = kind(name);
     if (k == Kind::kWhole) return full_.template matrix<U>(name, expected);
+    // The head of a tied model is E's rows.
+    if (k == Kind::kHeadRows && !full_.has(name)) name = kEmbedding;
     // The whole tensor (a view when the file stores U), then this rank's part.
     RowMatrix<U> owned;
     const bool view = full_.template can_view<U>(name);
@@ -259,14 +298,19 @@ class ShardedCheckpoint {
     const Eigen::Map<const RowMatrix<U>> all =
         view ? full_.template view<U>(name)
              : Eigen::Map<const RowMatrix<U>>(owned.data(), owned.rows(), owned.cols());
-    if (k == Kind::kQRows || k == Kind::kKvRows || k == Kind::kFfnRows) {  // out x in: rows
+    if (k == Kind::kQRows || k == Kind::kKvRows || k == Kind::kFfnRows ||
+        k == Kind::kHeadRows) {  // out x in: rows
       const std::vector<Index> rows = row_indices(k);
       RowMatrix<U> out(static_cast<Index>(rows.size()), all.cols());
       for (std::size_t i = 0; i < rows.size(); ++i) {
         require(rows[i] < all.rows(), name);
         out.row(static_cast<Index>(i)) = all.row(rows[i]);
       }
-      check_expected(name, out, expected);
+      // The loader asks for the whole head (N_T, d): this rank's rows of it.
+      check_expected(name, out,
+                     k == Kind::kHeadRows && expected.size() == 2
+                         ? std::vector<std::int64_t>{out.rows(), expected[1]}
+                         : expected);
       return out;
     }
     // kOCols / kFfnCols: columns of (out x in)
@@ -281,11 +325,14 @@ class ShardedCheckpoint {
   }
 
  private:
-  enum class Kind { kWhole, kQRows, kKvRows, kOCols, kRank0Bias, kFfnRows, kFfnCols };
+  enum class Kind { kWhole, kQRows, kKvRows, kOCols, kRank0Bias, kFfnRows, kFfnCols, kHeadRows };
+  static constexpr std::string_view kHead = "lm_head.weight";
+  static constexpr std::string_view kEmbedding = "model.embed_tokens.weight";
   static bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
   }
   static Kind kind(std::string_view n) {
+    if (n == kHead) return Kind::kHeadRows;
     if (n.find(".layers.") == std::string_view::npos) return Kind::kWhole;
     if (ends_with(n, "self_attn.q_proj.weight") || ends_with(n, "self_attn.q_proj.bias"))
       return Kind::kQRows;
@@ -310,6 +357,8 @@ class ShardedCheckpoint {
     } else if (k == Kind::kKvRows) {
       for (const Index h : heads_.kv_heads)
         for (Index c = 0; c < d_head_; ++c) rows.push_back(h * d_head_ + c);
+    } else if (k == Kind::kHeadRows) {
+      for (Index v = vocab_.begin; v < vocab_.end; ++v) rows.push_back(v);
     } else {
       for (Index c = ffn_.begin; c < ffn_.end; ++c) rows.push_back(c);
     }
@@ -337,6 +386,7 @@ class ShardedCheckpoint {
   Index d_head_;
   HeadShare heads_;
   ColumnShare ffn_;
+  ColumnShare vocab_;
   bool rank0_;
 };
 
@@ -369,9 +419,11 @@ TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
         "ranks yet");
   const HeadShare heads = share_heads(s.n_head, s.n_kv, comm.rank(), comm.size());
   const ColumnShare ffn = share_columns(s.d_ff, comm.rank(), comm.size());
+  const ColumnShare vocab = share_columns(s.vocab, comm.rank(), comm.size());
   const io::Checkpoint full(dir);
-  const detail::ShardedCheckpoint part(full, s.d_head, heads, ffn, comm.rank() == 0);
+  const detail::ShardedCheckpoint part(full, s.d_head, heads, ffn, vocab, comm.rank() == 0);
   hf::LlamaSizes local = s;
+  local.tied = false;  // a tied head is this rank's rows of E, held apart
   local.n_head = heads.n_q();
   local.n_kv = heads.n_kv();
   local.q_width = local.n_head * s.d_head;
@@ -383,7 +435,7 @@ TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
         return ShardedFfn<SwiGlu<T>>(
             hf::detail::read_llama_mlp<T, DenseWeights>(w, p, local.d, local.d_ff), comm);
       });
-  return TensorParallelLM<TpLlama<T>>(std::move(m), comm);
+  return TensorParallelLM<TpLlama<T>>(std::move(m), s.vocab, comm);
 }
 
 }  // namespace kappa::dist
