@@ -10,7 +10,7 @@
 // few seconds. Without CMake, compile kappa/runtime/all.hpp in one
 // translation unit of your own and link it (see that file).
 //
-//   #include <kappa/runtime.hpp>
+//   // a file that includes kappa/runtime.hpp (and links kappa::runtime):
 //   auto lm = kappa::runtime::Model::load("gpt2");      // a directory or a .gguf
 //   kappa::GenerateOptions opt = lm.default_options();   // EOS ids of the model
 //   opt.max_new_tokens = 32;
