@@ -11,9 +11,9 @@
 // Norms and the embedding are replicated; the output head is split by
 // vocabulary (rows [floor(r N_T / P), floor((r + 1) N_T / P)) of E_out, or of
 // E for tied embeddings) and one allgather gives every rank the whole row of
-// logits; biases after W^O are added by rank 0 only. Per token and layer each rank hands 2 d numbers
-// to allreduce (the payload; a ring allreduce then sends 2 (P - 1) / P of it
-// per rank).
+// logits; biases after W^O are added by rank 0 only. Per token and layer
+// each rank hands 2 d numbers to allreduce (the payload; a ring allreduce
+// then sends 2 (P - 1) / P of it per rank).
 //
 // The layer types are the library's own with two wrappers:
 // ShardedAttention<A> (a SelfAttentionOps specialization sums the partial
