@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <span>
@@ -59,7 +60,8 @@ std::optional<Args> parse(int argc, char** argv) {
       {"Model", "Generation", "Performance"});
   using std::string;
   cli.value("Model", "--model", "DIR",
-            "a Hugging Face model directory (llama, qwen2, mistral without a sliding window), "
+            "a Hugging Face model directory (gpt2, llama, qwen2, mistral without a sliding "
+            "window), "
             "at the same path on every machine (required)",
             [&](const string& v) { a.model = v; });
   cli.value("Generation", "--prompt", "TEXT", "the prompt, encoded with the model's tokenizer",
@@ -116,15 +118,10 @@ double median(std::vector<double> x) {
   return n == 0 ? 0.0 : n % 2 == 1 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-int run(const Args& a) {
+template <class LM>
+int run(const Args& a, const LM& lm, double load_s) {
   const kappa::dist::Communicator& comm = kappa::dist::Communicator::world();
   const bool root = comm.rank() == 0;
-  if (a.threads) (void)kappa::set_num_threads(*a.threads);
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto lm = kappa::dist::load_llama<float>(a.model);
-  comm.barrier();
-  const double load_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // generation_config.json's options (EOS ids), as kappa-generate starts from.
   kappa::GenerateOptions opt = kappa::hf::generation_options(a.model);
@@ -190,6 +187,24 @@ int run(const Args& a) {
         static_cast<double>(per_token_bytes) / static_cast<double>(lm.n_layers()), load_s);
   }
   return 0;
+}
+
+int run(const Args& a) {
+  const kappa::dist::Communicator& comm = kappa::dist::Communicator::world();
+  if (a.threads) (void)kappa::set_num_threads(*a.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto seconds = [&] {
+    comm.barrier();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const kappa::hf::Config c =
+      kappa::hf::Config::read(std::filesystem::path(a.model) / "config.json");
+  if (c.string("model_type") == "gpt2") {
+    const auto lm = kappa::dist::load_gpt2<float>(a.model);
+    return run(a, lm, seconds());
+  }
+  const auto lm = kappa::dist::load_llama<float>(a.model);
+  return run(a, lm, seconds());
 }
 
 }  // namespace

@@ -87,35 +87,45 @@ TEST(DistPartition, EveryHeadOnceAndEachReadsItsOwnKeyValueHead) {
 
 // ---- The model across ranks ---------------------------------------------------------
 
-const std::vector<std::string> kModels = {"llama", "qwen2", "llama3-scaled", "llama-bf16",
-                                          "llama-256"};
+const std::vector<std::string> kModels = {"llama",      "qwen2",     "llama3-scaled",
+                                          "llama-bf16", "llama-256", "gpt2"};
+
+// f(this rank's share of model `name`), by its loader.
+template <class F>
+void with_model(const std::string& name, F f) {
+  if (name.rfind("gpt2", 0) == 0)
+    f(dist::load_gpt2<float>(model_dir(name)));
+  else
+    f(dist::load_llama<float>(model_dir(name)));
+}
 
 TEST(DistTensorParallel, LogitsEqualTheSingleProcessModel) {
   const Communicator& comm = Communicator::world();
   for (const std::string& name : kModels) {
     SCOPED_TRACE(name + " on " + std::to_string(comm.size()) + " ranks");
-    const auto tp = dist::load_llama<float>(model_dir(name));
-    const hf::CausalLM<float> one = hf::load_causal_lm<float>(model_dir(name));
-    const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
-    const RowMatrix<float> got = tp.forward(ids), want = one.forward(ids);
-    EXPECT_LE(scaled_error(got, want), 1e-5);
-    EXPECT_LE(scaled_error(got, io::read_npy_matrix<double>(
-                                    (model_dir(name) / "reference" / "logits.npy").string())),
-              1e-4);
-    // Each rank holds its share: less than the whole model when P > 1.
-    if (comm.size() > 1) {
-      EXPECT_LT(tp.weight_bytes(), one.weight_bytes());
-    }
-    // Cached decoding: the prompt, then one token at a time, equals the pass
-    // over the whole sequence.
-    auto cache = tp.make_cache();
-    const std::span<const TokenId> all(ids);
-    const Index n0 = static_cast<Index>(ids.size()) / 2;
-    RowMatrix<float> rows(static_cast<Index>(ids.size()), tp.vocab_size());
-    rows.topRows(n0) = tp.forward_cached(all.first(static_cast<std::size_t>(n0)), cache);
-    for (Index i = n0; i < static_cast<Index>(ids.size()); ++i)
-      rows.row(i) = tp.forward_cached(all.subspan(static_cast<std::size_t>(i), 1), cache);
-    EXPECT_LE(scaled_error(rows, got), 1e-5);
+    with_model(name, [&](const auto& tp) {
+      const hf::CausalLM<float> one = hf::load_causal_lm<float>(model_dir(name));
+      const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
+      const RowMatrix<float> got = tp.forward(ids), want = one.forward(ids);
+      EXPECT_LE(scaled_error(got, want), 1e-5);
+      EXPECT_LE(scaled_error(got, io::read_npy_matrix<double>(
+                                      (model_dir(name) / "reference" / "logits.npy").string())),
+                1e-4);
+      // Each rank holds its share: less than the whole model when P > 1.
+      if (comm.size() > 1) {
+        EXPECT_LT(tp.weight_bytes(), one.weight_bytes());
+      }
+      // Cached decoding: the prompt, then one token at a time, equals the pass
+      // over the whole sequence.
+      auto cache = tp.make_cache();
+      const std::span<const TokenId> all(ids);
+      const Index n0 = static_cast<Index>(ids.size()) / 2;
+      RowMatrix<float> rows(static_cast<Index>(ids.size()), tp.vocab_size());
+      rows.topRows(n0) = tp.forward_cached(all.first(static_cast<std::size_t>(n0)), cache);
+      for (Index i = n0; i < static_cast<Index>(ids.size()); ++i)
+        rows.row(i) = tp.forward_cached(all.subspan(static_cast<std::size_t>(i), 1), cache);
+      EXPECT_LE(scaled_error(rows, got), 1e-5);
+    });
   }
 }
 
@@ -123,28 +133,29 @@ TEST(DistTensorParallel, GreedyAndSeededSampledIdsAreThoseOfOneProcess) {
   const Communicator& comm = Communicator::world();
   for (const std::string& name : kModels) {
     SCOPED_TRACE(name + " on " + std::to_string(comm.size()) + " ranks");
-    const auto tp = dist::load_llama<float>(model_dir(name));
-    const hf::CausalLM<float> one = hf::load_causal_lm<float>(model_dir(name));
-    const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
-    // Greedy: Hugging Face's greedy continuation (greedy_ids.npy).
-    const std::vector<TokenId> ref = read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
-    GenerateOptions o;
-    o.max_new_tokens = static_cast<Index>(ref.size());
-    o.eos_ids = std::vector<TokenId>{};
-    const std::vector<TokenId> greedy = generate_ids(tp, ids, o).ids;
-    EXPECT_EQ(greedy, ref);
-    EXPECT_EQ(greedy, generate_ids(one, ids, o).ids);
-    o.max_new_tokens = 16;
-    o.decoding = Decoding::kSample;
-    o.sampling.temperature = 0.9;
-    o.sampling.top_p = 0.95;
-    o.seed = 7;
-    const std::vector<TokenId> sampled = generate_ids(tp, ids, o).ids;
-    EXPECT_EQ(sampled, generate_ids(one, ids, o).ids);
-    // Every rank generated the same ids.
-    std::uint64_t h = 1469598103934665603ULL;
-    for (const TokenId t : sampled) h = (h ^ static_cast<std::uint64_t>(t)) * 1099511628211ULL;
-    EXPECT_EQ(comm.max(h), h);
+    with_model(name, [&](const auto& tp) {
+      const hf::CausalLM<float> one = hf::load_causal_lm<float>(model_dir(name));
+      const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
+      // Greedy: Hugging Face's greedy continuation (greedy_ids.npy).
+      const std::vector<TokenId> ref = read_ids(model_dir(name) / "reference" / "greedy_ids.npy");
+      GenerateOptions o;
+      o.max_new_tokens = static_cast<Index>(ref.size());
+      o.eos_ids = std::vector<TokenId>{};
+      const std::vector<TokenId> greedy = generate_ids(tp, ids, o).ids;
+      EXPECT_EQ(greedy, ref);
+      EXPECT_EQ(greedy, generate_ids(one, ids, o).ids);
+      o.max_new_tokens = 16;
+      o.decoding = Decoding::kSample;
+      o.sampling.temperature = 0.9;
+      o.sampling.top_p = 0.95;
+      o.seed = 7;
+      const std::vector<TokenId> sampled = generate_ids(tp, ids, o).ids;
+      EXPECT_EQ(sampled, generate_ids(one, ids, o).ids);
+      // Every rank generated the same ids.
+      std::uint64_t h = 1469598103934665603ULL;
+      for (const TokenId t : sampled) h = (h ^ static_cast<std::uint64_t>(t)) * 1099511628211ULL;
+      EXPECT_EQ(comm.max(h), h);
+    });
   }
 }
 

@@ -28,10 +28,10 @@
 //   auto tok = kappa::tokenize::HfTokenizer::from_directory("Llama-3.2-1B");
 //   kappa::Generation g = kappa::generate(lm, tok, "The heads are", opt);  // every rank
 //
-// Loads LLaMA-layout directories (model_type llama, qwen2, mistral without a
-// sliding window) from safetensors. Not yet: GPT-2, Phi-3's fused tensors,
-// sliding windows, latent attention, mixtures of experts (expert
-// parallelism), GGUF; each is rejected by name.
+// Loads GPT-2 and LLaMA-layout directories (model_type gpt2, llama, qwen2,
+// mistral without a sliding window) from safetensors. Not yet: Phi-3's
+// fused tensors, sliding windows, latent attention, mixtures of experts
+// (expert parallelism), GGUF; each is rejected by name.
 #pragma once
 
 #include <cstddef>
@@ -436,6 +436,128 @@ TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
             hf::detail::read_llama_mlp<T, DenseWeights>(w, p, local.d, local.d_ff), comm);
       });
   return TensorParallelLM<TpLlama<T>>(std::move(m), s.vocab, comm);
+}
+
+/// The tensor-parallel GPT-2 of one rank (multi-head attention, learned
+/// positions, a GELU MLP; the head tied to E, split by vocabulary).
+template <Scalar T>
+using TpGpt2Layer = DecoderOnlyLayer<T, ShardedAttention<MultiHeadAttention<T>>, LayerNorm<T>,
+                                     ShardedFfn<Mlp<T, GeluTanh>>, PreNorm>;
+template <Scalar T>
+using TpGpt2 = DecoderLM<T, TpGpt2Layer<T>, LearnedPositions<T>>;
+
+namespace detail {
+/// Columns `cols` (or, with by_rows, rows) of tensor `name` of the
+/// checkpoint, read from the mapped file without a whole copy when the file
+/// stores U (else the one tensor converted, then sliced).
+template <class U>
+RowMatrix<U> slice(const io::Checkpoint& ckpt, const std::string& name, Index rows, Index cols,
+                   const std::vector<Index>& take, bool by_rows) {
+  ckpt.require_shape(name, {rows, cols});
+  RowMatrix<U> owned;
+  const bool view = ckpt.template can_view<U>(name);
+  if (!view) owned = ckpt.template matrix<U>(name);
+  const Eigen::Map<const RowMatrix<U>> all =
+      view ? ckpt.template view<U>(name)
+           : Eigen::Map<const RowMatrix<U>>(owned.data(), owned.rows(), owned.cols());
+  const Index n = static_cast<Index>(take.size());
+  RowMatrix<U> out(by_rows ? n : rows, by_rows ? cols : n);
+  for (Index i = 0; i < n; ++i) {
+    if (by_rows)
+      out.row(i) = all.row(take[static_cast<std::size_t>(i)]);
+    else
+      out.col(i) = all.col(take[static_cast<std::size_t>(i)]);
+  }
+  return out;
+}
+inline std::vector<Index> range(Index begin, Index end, Index offset = 0) {
+  std::vector<Index> r;
+  for (Index i = begin; i < end; ++i) r.push_back(offset + i);
+  return r;
+}
+}  // namespace detail
+
+/// This rank's share of a GPT-2 directory (config.json and safetensors, the
+/// Hugging Face Conv1D layout: X W). Every rank of MPI_COMM_WORLD calls it.
+/// \throws std::invalid_argument for a split that cannot be made (more ranks
+///         than heads); as hf::load_causal_lm for a bad directory.
+template <Scalar T>
+TensorParallelLM<TpGpt2<T>> load_gpt2(const std::filesystem::path& dir) {
+  const Communicator& comm = Communicator::world();
+  const hf::Config c = hf::Config::read(dir / "config.json");
+  if (c.string("model_type") != "gpt2")
+    throw std::invalid_argument("kappa: dist::load_gpt2: model_type " +
+                                kappa::quoted(c.string("model_type")) + " is not gpt2");
+  if (!c.boolean("tie_word_embeddings", true))
+    throw std::invalid_argument(
+        "kappa: dist::load_gpt2: an untied GPT-2 head is not supported "
+        "across ranks yet");
+  const Index d = c.integer("n_embd", std::nullopt, 1),
+              n_layer = c.integer("n_layer", std::nullopt, 0),
+              n_head = c.integer("n_head", std::nullopt, 1),
+              n_pos = c.integer("n_positions", std::nullopt, 1),
+              vocab = c.integer("vocab_size", std::nullopt, 1);
+  const Index d_ff = c.integer("n_inner", c.product("4 x n_embd", 4, d), 1);
+  const double eps = c.positive("layer_norm_epsilon", 1e-5, 1.0);
+  if (d % n_head != 0) c.fail("n_head", "must divide n_embd = " + std::to_string(d));
+  const Index dh = d / n_head;
+  const HeadShare heads = share_heads(n_head, n_head, comm.rank(), comm.size());
+  const ColumnShare ffn = share_columns(d_ff, comm.rank(), comm.size());
+  const ColumnShare voc = share_columns(vocab, comm.rank(), comm.size());
+  const bool rank0 = comm.rank() == 0;
+  const io::Checkpoint ckpt(dir);
+  const std::string pre = ckpt.has("transformer.wte.weight") ? "transformer." : "";
+  const auto vec = [&](const std::string& name, Index n) {
+    ckpt.require_shape(pre + name, {n});
+    return ckpt.template row_vector<T>(pre + name);
+  };
+  const auto take = [](const RowVector<T>& v, const std::vector<Index>& idx) {
+    RowVector<T> out(static_cast<Index>(idx.size()));
+    for (std::size_t i = 0; i < idx.size(); ++i) out(static_cast<Index>(i)) = v(idx[i]);
+    return out;
+  };
+  const Index c0 = heads.q_begin * dh, c1 = heads.q_end * dh;
+  std::vector<TpGpt2Layer<T>> layers;
+  for (Index i = 0; i < n_layer; ++i) {
+    const std::string p = pre + "h." + std::to_string(i) + ".";
+    ShardedAttention<MultiHeadAttention<T>> attn(
+        {.d_in = d, .n_heads = heads.n_q(), .d_head = dh, .n_kv_heads = heads.n_q()}, {}, {});
+    // c_attn (d, 3d): the columns of this rank's heads in each of Q, K, V
+    const std::string qkv = p + "attn.c_attn.weight";
+    const RowVector<T> b = vec("h." + std::to_string(i) + ".attn.c_attn.bias", 3 * d);
+    attn.set_weights(
+        detail::slice<T>(ckpt, qkv, d, 3 * d, detail::range(c0, c1), false),
+        detail::slice<T>(ckpt, qkv, d, 3 * d, detail::range(c0, c1, d), false),
+        detail::slice<T>(ckpt, qkv, d, 3 * d, detail::range(c0, c1, 2 * d), false),
+        detail::slice<T>(ckpt, p + "attn.c_proj.weight", d, d, detail::range(c0, c1), true));
+    const RowVector<T> b_o = vec("h." + std::to_string(i) + ".attn.c_proj.bias", d);
+    attn.set_biases(take(b, detail::range(c0, c1)), take(b, detail::range(c0, c1, d)),
+                    take(b, detail::range(c0, c1, 2 * d)),
+                    rank0 ? b_o : RowVector<T>(RowVector<T>::Zero(d)));
+    Mlp<T, GeluTanh> mlp(d, ffn.size());
+    const RowVector<T> b_fc = vec("h." + std::to_string(i) + ".mlp.c_fc.bias", d_ff);
+    const RowVector<T> b_2 = vec("h." + std::to_string(i) + ".mlp.c_proj.bias", d);
+    mlp.set_weights(detail::slice<T>(ckpt, p + "mlp.c_fc.weight", d, d_ff,
+                                     detail::range(ffn.begin, ffn.end), false),
+                    take(b_fc, detail::range(ffn.begin, ffn.end)),
+                    detail::slice<T>(ckpt, p + "mlp.c_proj.weight", d_ff, d,
+                                     detail::range(ffn.begin, ffn.end), true),
+                    rank0 ? b_2 : RowVector<T>(RowVector<T>::Zero(d)));
+    const std::string q = "h." + std::to_string(i) + ".";
+    layers.emplace_back(std::move(attn),
+                        LayerNorm<T>(vec(q + "ln_1.weight", d), vec(q + "ln_1.bias", d), eps),
+                        LayerNorm<T>(vec(q + "ln_2.weight", d), vec(q + "ln_2.bias", d), eps),
+                        ShardedFfn<Mlp<T, GeluTanh>>(std::move(mlp), comm));
+  }
+  ckpt.require_shape(pre + "wte.weight", {vocab, d});
+  ckpt.require_shape(pre + "wpe.weight", {n_pos, d});
+  RowMatrix<T> head =
+      detail::slice<T>(ckpt, pre + "wte.weight", vocab, d, detail::range(voc.begin, voc.end), true);
+  TpGpt2<T> m(Embedding<T>(ckpt.template matrix<T>(pre + "wte.weight")),
+              LearnedPositions<T>(ckpt.template matrix<T>(pre + "wpe.weight")), std::move(layers),
+              LayerNorm<T>(vec("ln_f.weight", d), vec("ln_f.bias", d), eps), std::move(head),
+              n_pos);
+  return TensorParallelLM<TpGpt2<T>>(std::move(m), vocab, comm);
 }
 
 }  // namespace kappa::dist
