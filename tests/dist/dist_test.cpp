@@ -22,29 +22,17 @@
 #include "kappa/io/npy.hpp"
 #include "kappa/transformer/generate.hpp"
 #include "kappa/transformer/hf.hpp"
+#include "transformer/model_data.hpp"
 
 namespace kappa {
 namespace {
 
 using dist::Communicator;
 
-std::filesystem::path model_dir(const std::string& name) {
-  return std::filesystem::path(KAPPA_TEST_DATA_DIR) / "models" / name;
-}
-std::vector<TokenId> read_ids(const std::filesystem::path& file) {
-  const RowMatrix<double> m = io::read_npy_matrix<double>(file.string());
-  std::vector<TokenId> ids;
-  for (Index i = 0; i < m.size(); ++i) ids.push_back(static_cast<TokenId>(m.data()[i]));
-  return ids;
-}
-template <class A, class B>
-double scaled_error(const A& a, const B& b) {
-  EXPECT_EQ(a.rows(), b.rows());
-  EXPECT_EQ(a.cols(), b.cols());
-  if (a.rows() != b.rows() || a.cols() != b.cols()) return INFINITY;
-  const RowMatrix<double> ad = a.template cast<double>(), bd = b.template cast<double>();
-  return (ad - bd).cwiseAbs().maxCoeff() / std::max(1.0, bd.cwiseAbs().maxCoeff());
-}
+using testing::model_dir;
+using testing::read_ids;
+using testing::read_ref;
+using testing::scaled_error;
 
 // ---- The plan (no communication) ----------------------------------------------------
 
@@ -107,10 +95,8 @@ TEST(DistTensorParallel, LogitsEqualTheSingleProcessModel) {
       const hf::CausalLM<float> one = hf::load_causal_lm<float>(model_dir(name));
       const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
       const RowMatrix<float> got = tp.forward(ids), want = one.forward(ids);
-      EXPECT_LE(scaled_error(got, want), 1e-5);
-      EXPECT_LE(scaled_error(got, io::read_npy_matrix<double>(
-                                      (model_dir(name) / "reference" / "logits.npy").string())),
-                1e-4);
+      EXPECT_LE(scaled_error(got, RowMatrix<double>(want.cast<double>())), 1e-5);
+      EXPECT_LE(scaled_error(got, read_ref(name, "logits")), 1e-4);
       // Each rank holds its share: less than the whole model when P > 1.
       if (comm.size() > 1) {
         EXPECT_LT(tp.weight_bytes(), one.weight_bytes());
@@ -124,7 +110,7 @@ TEST(DistTensorParallel, LogitsEqualTheSingleProcessModel) {
       rows.topRows(n0) = tp.forward_cached(all.first(static_cast<std::size_t>(n0)), cache);
       for (Index i = n0; i < static_cast<Index>(ids.size()); ++i)
         rows.row(i) = tp.forward_cached(all.subspan(static_cast<std::size_t>(i), 1), cache);
-      EXPECT_LE(scaled_error(rows, got), 1e-5);
+      EXPECT_LE(scaled_error(rows, RowMatrix<double>(got.cast<double>())), 1e-5);
     });
   }
 }

@@ -17,6 +17,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/io/npy.hpp"
 #include "kappa/runtime.hpp"
+#include "transformer/model_data.hpp"
 
 namespace kappa {
 namespace {
@@ -24,25 +25,11 @@ namespace {
 using runtime::LoadOptions;
 using runtime::Model;
 
-std::filesystem::path model_dir(const std::string& name) {
-  return std::filesystem::path(KAPPA_TEST_DATA_DIR) / "models" / name;
-}
-std::vector<TokenId> read_ids(const std::filesystem::path& file) {
-  const RowMatrix<double> m = io::read_npy_matrix<double>(file.string());
-  std::vector<TokenId> ids;
-  for (Index i = 0; i < m.size(); ++i) ids.push_back(static_cast<TokenId>(m.data()[i]));
-  return ids;
-}
-RowMatrix<double> read_ref(const std::string& model, const std::string& name) {
-  return io::read_npy_matrix<double>((model_dir(model) / "reference" / (name + ".npy")).string());
-}
-// max |a - b| / max(1, max |b|).
-double scaled_error(const RowMatrix<float>& a, const RowMatrix<double>& b) {
-  EXPECT_EQ(a.rows(), b.rows());
-  EXPECT_EQ(a.cols(), b.cols());
-  if (a.rows() != b.rows() || a.cols() != b.cols()) return INFINITY;
-  return (a.cast<double>() - b).cwiseAbs().maxCoeff() / std::max(1.0, b.cwiseAbs().maxCoeff());
-}
+using testing::model_dir;
+using testing::read_ids;
+using testing::read_ref;
+using testing::scaled_error;
+
 // The float tolerance against float64 references (the Transformer issue's).
 constexpr double kTol = 1e-4;
 
