@@ -337,6 +337,69 @@ TEST(MixtureOfExperts, BytesShapesAndErrors) {
   EXPECT_THROW((void)v3.forward(RowMatrix<float>::Ones(1, 6)), std::logic_error);
 }
 
+TEST(MixtureOfExperts, RangesOfExpertsSumToTheWholeMixture) {
+  // Expert parallelism: mixtures holding disjoint ranges of the experts
+  // (the shared expert in one of them) add up to the whole mixture, for a
+  // prompt (gathered products) and a single token (the decode path).
+  const RouterConfig rc{.n_experts = 8,
+                        .top_k = 3,
+                        .selection = ExpertSelection::kGroupLimitedTopK,
+                        .n_group = 4,
+                        .topk_group = 2,
+                        .scale = 2.0};
+  std::mt19937_64 g(11);
+  const Index d = 6, f = 5;
+  std::vector<GatedMlp<double, Silu>> experts;
+  for (Index e = 0; e < 8; ++e) {
+    experts.emplace_back(d, f);
+    experts.back().init_random(static_cast<std::uint64_t>(100 + e));
+  }
+  GatedMlp<double, Silu> shared(d, 2 * f);
+  shared.init_random(99);
+  const RowMatrix<double> w_r = random_matrix(d, 8, g, 1.0);
+  MixtureOfExperts<double> whole(experts, rc, w_r);
+  whole.set_shared(shared);
+  std::vector<MixtureOfExperts<double>> parts;
+  for (const auto& [b0, b1] : std::vector<std::pair<Index, Index>>{{0, 3}, {3, 5}, {5, 8}}) {
+    parts.emplace_back(
+        std::vector<GatedMlp<double, Silu>>(experts.begin() + b0, experts.begin() + b1), rc, w_r,
+        b0);
+    EXPECT_EQ(parts.back().first_expert(), b0);
+    EXPECT_EQ(parts.back().n_held(), b1 - b0);
+    EXPECT_LT(parts.back().weight_bytes(), whole.weight_bytes());
+  }
+  parts[0].set_shared(shared);
+  for (const Index n : {Index{5}, Index{1}}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens");
+    const RowMatrix<double> x = random_matrix(n, d, g, 1.0);
+    RowMatrix<double> sum = RowMatrix<double>::Zero(n, d);
+    for (const auto& m : parts) sum += m.forward(x);
+    const RowMatrix<double> want = whole.forward(x);
+    EXPECT_LE((sum - want).cwiseAbs().maxCoeff(), 1e-13 * (1 + want.cwiseAbs().maxCoeff()));
+    EXPECT_GT(want.cwiseAbs().maxCoeff(), 1e-3);  // not a trivially zero case
+  }
+  // The experts a part does not hold are named; a range outside the router's
+  // experts is a shape error.
+  EXPECT_EQ(&parts[1].expert(4), &parts[1].expert(4));
+  try {
+    (void)parts[1].expert(5);
+    ADD_FAILURE() << "no exception";
+  } catch (const RangeError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("expert 5 is not held (this mixture holds experts [3, 5) of 8)"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(MixtureOfExperts<double>(std::vector<GatedMlp<double, Silu>>(3, experts[0]), rc, w_r,
+                                        Index{6}),
+               ShapeError);
+  EXPECT_THROW(MixtureOfExperts<double>(std::vector<GatedMlp<double, Silu>>{}, rc, w_r, Index{0}),
+               ShapeError);
+  EXPECT_THROW(
+      MixtureOfExperts<double>(std::vector<GatedMlp<double, Silu>>(3, experts[0]), rc, w_r),
+      ShapeError);  // without a first expert: all 8 are expected
+}
+
 TEST(MixtureOfExperts, DenseOrSparseForwardsToWhatItHolds) {
   GatedMlp<double, Silu> dense(4, 3);
   dense.init_random(7);

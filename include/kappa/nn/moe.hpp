@@ -19,6 +19,13 @@
 // k experts and the shared ones. A single token (decoding) skips the
 // gathering, and its experts are shared out among the threads whole (one
 // fork-join per layer; see forward_one).
+//
+// Expert parallelism: a mixture may hold only the experts [e0, e0 + m) of
+// its E (the router still scores all E). Tokens routed to an expert it does
+// not hold get nothing from that expert here; summing the outputs of
+// mixtures that hold disjoint ranges covering all E (one allreduce across
+// the ranks of kappa/dist) gives F(x). The shared expert is added by every
+// holder (a split of its columns keeps the sum right).
 #pragma once
 
 #include <algorithm>
@@ -228,14 +235,22 @@ class MixtureOfExperts {
     experts_.reserve(static_cast<std::size_t>(router.n_experts));
     for (Index e = 0; e < router.n_experts; ++e) experts_.emplace_back(d_model, d_ff);
   }
-  /// As above with experts already built (each (d, d_ff) as the first).
-  MixtureOfExperts(std::vector<Expert> experts, RouterConfig router, RowMatrix<T> w_router)
-      : router_(router), experts_(std::move(experts)) {
+  /// As above with experts already built (each (d, d_ff) as the first):
+  /// all E of them, or (expert parallelism, see the file comment) the m >= 1
+  /// experts [first_expert, first_expert + m) of the router's E.
+  /// \throws ShapeError when the experts do not fit the router's E or differ
+  ///         in shape; std::invalid_argument for a bad router config.
+  MixtureOfExperts(std::vector<Expert> experts, RouterConfig router, RowMatrix<T> w_router,
+                   std::optional<Index> first_expert = std::nullopt)
+      : router_(router), experts_(std::move(experts)), first_(first_expert.value_or(0)) {
     router_.validate();
-    if (static_cast<Index>(experts_.size()) != router_.n_experts)
-      throw ShapeError(
-          "kappa: MixtureOfExperts: " + std::to_string(experts_.size()) +
-          " experts but the router has n_experts = " + std::to_string(router_.n_experts));
+    const auto held = static_cast<Index>(experts_.size());
+    if (!first_expert ? held != router_.n_experts
+                      : (held < 1 || first_ < 0 || first_ > router_.n_experts - held))
+      throw ShapeError("kappa: MixtureOfExperts: " + std::to_string(experts_.size()) + " experts" +
+                       (first_expert ? " from expert " + std::to_string(first_) : std::string()) +
+                       " but the router has n_experts = " + std::to_string(router_.n_experts) +
+                       (first_expert ? " (a range held must lie within them)" : ""));
     for (const Expert& x : experts_)
       require_shapes(x.d_model() == experts_[0].d_model() && x.d_ff() == experts_[0].d_ff(),
                      "MixtureOfExperts", "an expert", x.d_model(), x.d_ff(), "expert 0",
@@ -250,9 +265,15 @@ class MixtureOfExperts {
   [[nodiscard]] Index d_ff() const { return experts_.empty() ? 0 : experts_[0].d_ff(); }
   [[nodiscard]] const RouterConfig& router() const { return router_; }
   [[nodiscard]] const RowMatrix<T>& w_router() const { return w_r_; }
+  /// The experts held: [first_expert(), first_expert() + n_held()) of the
+  /// n_experts() (all of them unless built for expert parallelism).
+  [[nodiscard]] Index first_expert() const { return first_; }
+  [[nodiscard]] Index n_held() const { return static_cast<Index>(experts_.size()); }
+  [[nodiscard]] bool holds(Index e) const { return e >= first_ && e < first_ + n_held(); }
+  /// Expert e (of the n_experts()). \throws RangeError unless held.
   [[nodiscard]] const Expert& expert(Index e) const {
-    require_index("MixtureOfExperts: expert", e, n_experts(), "the experts");
-    return experts_[static_cast<std::size_t>(e)];
+    require_held(e);
+    return experts_[static_cast<std::size_t>(e - first_)];
   }
   [[nodiscard]] const std::optional<Expert>& shared() const { return shared_; }
 
@@ -273,8 +294,8 @@ class MixtureOfExperts {
   /// Expert e's W_gate, W_up (d, d_ff) and W_down (d_ff, d).
   void set_expert(Index e, const ConstMatrixRef<T>& w_gate, const ConstMatrixRef<T>& w_up,
                   RowMatrix<T> w_down) {
-    require_index("MixtureOfExperts: expert", e, n_experts(), "the experts");
-    experts_[static_cast<std::size_t>(e)].set_weights(w_gate, w_up, std::move(w_down));
+    require_held(e);
+    experts_[static_cast<std::size_t>(e - first_)].set_weights(w_gate, w_up, std::move(w_down));
   }
   /// The shared expert(s) S (one gated MLP; DeepSeek's n_shared_experts are
   /// one MLP of n_shared x the width), and the optional gate w_g (d): the
@@ -307,13 +328,14 @@ class MixtureOfExperts {
     if (x.rows() == 1) return forward_one(x, r);
     const Index n = x.rows(), d = d_model(), k = r.k;
     RowMatrix<T> y = RowMatrix<T>::Zero(n, d);
-    // Token rows per expert, in token order.
+    // Token rows per expert held, in token order.
     std::vector<std::vector<std::pair<Index, T>>> rows(experts_.size());
     for (Index i = 0; i < n; ++i)
       for (Index j = 0; j < k; ++j) {
         const auto at = static_cast<std::size_t>(i * k + j);
-        rows[static_cast<std::size_t>(r.experts[at])].emplace_back(i,
-                                                                   static_cast<T>(r.weights[at]));
+        if (!holds(r.experts[at])) continue;
+        rows[static_cast<std::size_t>(r.experts[at] - first_)].emplace_back(
+            i, static_cast<T>(r.weights[at]));
       }
     RowMatrix<T> xe;
     for (std::size_t e = 0; e < experts_.size(); ++e) {
@@ -351,12 +373,22 @@ class MixtureOfExperts {
   /// shared expert.
   [[nodiscard]] std::size_t decode_bytes() const {
     std::size_t b = router_bytes();
-    if (!experts_.empty()) b += static_cast<std::size_t>(top_k()) * experts_[0].weight_bytes();
+    if (!experts_.empty())
+      b += static_cast<std::size_t>(std::min(top_k(), n_held())) * experts_[0].weight_bytes();
     if (shared_) b += shared_->weight_bytes();
     return b;
   }
 
  private:
+  void require_held(Index e) const {
+    if (n_held() == n_experts())
+      require_index("MixtureOfExperts: expert", e, n_experts(), "the experts");
+    if (!holds(e))
+      throw RangeError("kappa: MixtureOfExperts: expert " + std::to_string(e) +
+                       " is not held (this mixture holds experts [" + std::to_string(first_) +
+                       ", " + std::to_string(first_ + n_held()) + ") of " +
+                       std::to_string(n_experts()) + ")");
+  }
   void check_input(ConstMatrixRef<T> x) const {
     require_shapes(x.cols() == d_model(), "MixtureOfExperts::forward", "X", x.rows(), x.cols(),
                    "W_r", d_model(), n_experts(), "X must have d_model columns");
@@ -372,21 +404,23 @@ class MixtureOfExperts {
   /// the sum is formed in the order of forward()'s general path, so the
   /// result is the same at any thread count.
   [[nodiscard]] RowMatrix<T> forward_one(ConstMatrixRef<T> x, const Routing& r) const {
-    const Index k = r.k;
-    // The chosen experts in index order (the order the general path adds them).
+    // The chosen experts held, in index order (the order the general path
+    // adds them).
     std::vector<std::pair<Index, T>> chosen;
-    chosen.reserve(static_cast<std::size_t>(k));
-    for (Index j = 0; j < k; ++j)
-      chosen.emplace_back(r.experts[static_cast<std::size_t>(j)],
-                          static_cast<T>(r.weights[static_cast<std::size_t>(j)]));
+    chosen.reserve(static_cast<std::size_t>(r.k));
+    for (Index j = 0; j < r.k; ++j)
+      if (holds(r.experts[static_cast<std::size_t>(j)]))
+        chosen.emplace_back(r.experts[static_cast<std::size_t>(j)],
+                            static_cast<T>(r.weights[static_cast<std::size_t>(j)]));
+    const auto k = static_cast<Index>(chosen.size());
     std::sort(chosen.begin(), chosen.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     // Work items 0 .. k - 1: the chosen experts; k: the shared expert.
     const auto n_items = static_cast<int>(k + (shared_ ? 1 : 0));
     const auto expert_of = [&](int item) -> const Expert& {
-      return item < k
-                 ? experts_[static_cast<std::size_t>(chosen[static_cast<std::size_t>(item)].first)]
-                 : *shared_;
+      return item < k ? experts_[static_cast<std::size_t>(
+                            chosen[static_cast<std::size_t>(item)].first - first_)]
+                      : *shared_;
     };
     std::vector<RowMatrix<T>> out(static_cast<std::size_t>(n_items));
     const int threads = std::min(num_threads(), n_items);
@@ -429,6 +463,7 @@ class MixtureOfExperts {
   RouterConfig router_;
   RowMatrix<T> w_r_;
   std::vector<Expert> experts_;
+  Index first_ = 0;  // experts_[i] is expert first_ + i
   std::vector<double> bias_;
   std::optional<Expert> shared_;
   RowVector<T> shared_gate_;
