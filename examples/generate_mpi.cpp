@@ -169,8 +169,10 @@ int run(const Args& a, const LM& lm, double load_s) {
     if (root) std::printf("\n");
     prefill.push_back(g.timing.prefill_tokens_per_second());
     decode.push_back(g.timing.decode_tokens_per_second());
-    per_token_bytes =
-        comm.allreduce_bytes() / static_cast<std::uint64_t>(ids.size() + g.ids.size());
+    // The tokens that went through the model: the prompt and every generated
+    // token but the last (sampled, never fed back).
+    const std::size_t passed = ids.size() + g.ids.size() - (g.ids.empty() ? 0 : 1);
+    per_token_bytes = passed == 0 ? 0 : comm.allreduce_bytes() / passed;
   }
   // What each rank holds: the largest and the sum over the ranks.
   const double w = static_cast<double>(lm.weight_bytes()), rss = peak_rss_bytes();
@@ -197,14 +199,8 @@ int run(const Args& a) {
     comm.barrier();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const kappa::hf::Config c =
-      kappa::hf::Config::read(std::filesystem::path(a.model) / "config.json");
-  if (c.string("model_type") == "gpt2") {
-    const auto lm = kappa::dist::load_gpt2<float>(a.model);
-    return run(a, lm, seconds());
-  }
-  const auto lm = kappa::dist::load_llama<float>(a.model);
-  return run(a, lm, seconds());
+  return kappa::dist::with_model<float>(std::filesystem::path(a.model),
+                                        [&](const auto& lm) { return run(a, lm, seconds()); });
 }
 
 }  // namespace

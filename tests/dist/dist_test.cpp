@@ -75,16 +75,32 @@ TEST(DistPartition, EveryHeadOnceAndEachReadsItsOwnKeyValueHead) {
 
 // ---- The model across ranks ---------------------------------------------------------
 
-const std::vector<std::string> kModels = {"llama",      "qwen2",     "llama3-scaled",
-                                          "llama-bf16", "llama-256", "gpt2"};
+// Every architecture kappa::dist loads, and the variants that exercise its
+// splits: GQA (llama, qwen2 with biases), RoPE scaling, a BF16 file (slices
+// converted), an uneven vocabulary, tied heads (gpt2, qwen3), QK-norm
+// (qwen3), mixtures of experts with and without shared experts and gates
+// (mixtral, qwen2_moe), latent attention with and without the query latent,
+// dense and expert layers, group-limited and biased routing (deepseek_*).
+const std::vector<std::string> kModels = {"llama",
+                                          "qwen2",
+                                          "llama3-scaled",
+                                          "llama-bf16",
+                                          "llama-256",
+                                          "gpt2",
+                                          "qwen3",
+                                          "mixtral",
+                                          "qwen2_moe",
+                                          "qwen2_moe-norm",
+                                          "deepseek_v2",
+                                          "deepseek_v2-noqlora",
+                                          "deepseek_v2-lite",
+                                          "deepseek_v2-moe",
+                                          "deepseek_v3"};
 
-// f(this rank's share of model `name`), by its loader.
+// f(this rank's share of model `name`), by the loader its model_type names.
 template <class F>
 void with_model(const std::string& name, F f) {
-  if (name.rfind("gpt2", 0) == 0)
-    f(dist::load_gpt2<float>(model_dir(name)));
-  else
-    f(dist::load_llama<float>(model_dir(name)));
+  dist::with_model<float>(model_dir(name), f);
 }
 
 TEST(DistTensorParallel, LogitsEqualTheSingleProcessModel) {
@@ -146,27 +162,55 @@ TEST(DistTensorParallel, GreedyAndSeededSampledIdsAreThoseOfOneProcess) {
 }
 
 TEST(DistTensorParallel, EachTokenSendsTwoRowsOfWidthDPerLayer) {
+  // Dense, expert (the experts' partial sums go through the same one
+  // allreduce as a dense feed-forward) and latent attention layers alike.
   const Communicator& comm = Communicator::world();
-  const auto tp = dist::load_llama<float>(model_dir("llama-256"));
-  const std::vector<TokenId> ids = {1, 2, 3, 4, 5};
-  auto cache = tp.make_cache();
-  (void)tp.forward_cached(std::span<const TokenId>(ids), cache, LogitsFor::kLast);
-  comm.reset_counters();
-  const TokenId next = 7;
-  (void)tp.forward_cached(std::span<const TokenId>(&next, 1), cache, LogitsFor::kLast);
-  const std::uint64_t per_token = comm.size() == 1 ? 0
-                                                   : 2 * static_cast<std::uint64_t>(tp.n_layers()) *
-                                                         static_cast<std::uint64_t>(tp.d_model()) *
-                                                         sizeof(float);
-  EXPECT_EQ(comm.allreduce_bytes(), per_token);
-  EXPECT_EQ(comm.allreduce_calls(),
-            comm.size() == 1 ? 0U : 2U * static_cast<std::uint64_t>(tp.n_layers()));
-  // and its share of the logits row (its rows of the head) to the others
-  const dist::ColumnShare v = dist::share_columns(tp.vocab_size(), comm.rank(), comm.size());
-  EXPECT_EQ(comm.allgather_bytes(),
-            comm.size() == 1 ? 0U : static_cast<std::uint64_t>(v.size()) * sizeof(float));
-  EXPECT_EQ(comm.broadcast_bytes(), 0U);
-  EXPECT_EQ(tp.local().vocab_size(), v.size());  // the head split by vocabulary
+  for (const std::string& name : {"llama-256", "mixtral", "deepseek_v2-moe"}) {
+    SCOPED_TRACE(name);
+    with_model(name, [&](const auto& tp) {
+      const std::vector<TokenId> ids = {1, 2, 3, 4, 5};
+      auto cache = tp.make_cache();
+      (void)tp.forward_cached(std::span<const TokenId>(ids), cache, LogitsFor::kLast);
+      comm.reset_counters();
+      const TokenId next = 7;
+      (void)tp.forward_cached(std::span<const TokenId>(&next, 1), cache, LogitsFor::kLast);
+      const std::uint64_t per_token =
+          comm.size() == 1 ? 0
+                           : 2 * static_cast<std::uint64_t>(tp.n_layers()) *
+                                 static_cast<std::uint64_t>(tp.d_model()) * sizeof(float);
+      EXPECT_EQ(comm.allreduce_bytes(), per_token);
+      EXPECT_EQ(comm.allreduce_calls(),
+                comm.size() == 1 ? 0U : 2U * static_cast<std::uint64_t>(tp.n_layers()));
+      // and its share of the logits row (its rows of the head) to the others
+      const dist::ColumnShare v = dist::share_columns(tp.vocab_size(), comm.rank(), comm.size());
+      EXPECT_EQ(comm.allgather_bytes(),
+                comm.size() == 1 ? 0U : static_cast<std::uint64_t>(v.size()) * sizeof(float));
+      EXPECT_EQ(comm.broadcast_bytes(), 0U);
+      EXPECT_EQ(tp.local().vocab_size(), v.size());  // the head split by vocabulary
+    });
+  }
+}
+
+TEST(DistTensorParallel, ExpertsAreSplitAndTheLatentIsReplicated) {
+  // deepseek_v2-moe: 8 routed experts in layers 1 and 2; rank r holds
+  // experts [8 r / P, 8 (r + 1) / P), the router whole, its columns of the
+  // shared experts; every rank's latent cache holds the whole latent.
+  const Communicator& comm = Communicator::world();
+  const auto tp = dist::load_deepseek<float>(model_dir("deepseek_v2-moe"));
+  const dist::ColumnShare e = dist::share_columns(8, comm.rank(), comm.size());
+  for (Index l = 1; l < tp.n_layers(); ++l) {
+    const auto& ffn = tp.local().layers()[static_cast<std::size_t>(l)].feed_forward().local();
+    ASSERT_TRUE(ffn.is_sparse());
+    const auto& moe = std::get<1>(ffn.get());
+    EXPECT_EQ(moe.n_experts(), 8);
+    EXPECT_EQ(moe.first_expert(), e.begin);
+    EXPECT_EQ(moe.n_held(), e.size());
+    ASSERT_TRUE(moe.shared().has_value());
+    EXPECT_EQ(moe.shared()->d_ff(), dist::share_columns(32, comm.rank(), comm.size()).size());
+  }
+  const auto& attn = tp.local().layers()[0].attention().local();
+  EXPECT_EQ(attn.config().n_heads, dist::share_heads(4, 4, comm.rank(), comm.size()).n_q());
+  EXPECT_EQ(attn.config().d_latent, 16);  // the latent is whole on every rank
 }
 
 TEST(DistTensorParallel, WhatIsNotSupportedYetIsNamed) {

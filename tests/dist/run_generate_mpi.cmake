@@ -1,15 +1,16 @@
 # Run by ctest (kappa.dist.generate_mpi): kappa-generate-mpi on 1 and 3 ranks
 # must print the text kappa-generate prints for the same model and options,
-# greedy and sampled with a seed, and rank 0 alone prints.
+# greedy and sampled with a seed, and rank 0 alone prints; the allreduce
+# payload it reports on 3 ranks is 2 d floats per token and layer.
 foreach(var MPIEXEC GENERATE_MPI GENERATE SOURCE_DIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_generate_mpi.cmake: ${var} is not set")
   endif()
 endforeach()
-set(model "${SOURCE_DIR}/tests/data/models/llama")
-
 function(expect_same label)
-  cmake_parse_arguments(PARSE_ARGV 1 x "" "" "ARGS")
+  cmake_parse_arguments(PARSE_ARGV 1 x "" "MODEL;D" "ARGS")
+  set(model "${SOURCE_DIR}/tests/data/models/${x_MODEL}")
+  math(EXPR per_layer "8 * ${x_D}")
   execute_process(COMMAND "${GENERATE}" --model "${model}" ${x_ARGS}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE want ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -28,8 +29,15 @@ function(expect_same label)
     if(NOT err MATCHES "ranks: ${p} x [0-9]+ threads .*allreduce payload: [0-9]+ bytes per token")
       message(FATAL_ERROR "${label}, ${p} ranks: no summary line on stderr: ${err}")
     endif()
+    if(p GREATER 1 AND NOT err MATCHES "bytes per token \\(${per_layer} per layer\\)")
+      message(FATAL_ERROR "${label}, ${p} ranks: not ${per_layer} bytes per layer: ${err}")
+    endif()
   endforeach()
 endfunction()
 
-expect_same("greedy" ARGS --prompt "the cat sat on" --max-new-tokens 10)
-expect_same("sampled" ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)
+expect_same("greedy" MODEL llama D 32 ARGS --prompt "the cat sat on" --max-new-tokens 10)
+expect_same("sampled" MODEL llama D 32 ARGS --prompt "the cat sat on" --max-new-tokens 10
+            --temperature 0.8 --seed 5)
+expect_same("latent attention and experts, sampled" MODEL deepseek_v2-moe D 32
+            ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)
+expect_same("experts, greedy" MODEL mixtral D 32 ARGS --prompt "the cat sat on" --max-new-tokens 10)

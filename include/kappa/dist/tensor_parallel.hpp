@@ -1,269 +1,124 @@
 // kappa/dist/tensor_parallel.hpp - a decoder-only model split over the
-// ranks of an MPI communicator by heads and feed-forward columns (tensor
-// parallelism), each rank reading only its share of the weights.
+// ranks of an MPI communicator by heads, feed-forward columns and experts
+// (tensor and expert parallelism), each rank reading only its share of the
+// weights from the memory-mapped safetensors.
 //
-// The split (see partition.hpp for who holds what): rank r computes, for its
-// query heads h in S_r and its feed-forward columns C_r,
-//   attention:     sum_{h in S_r} softmax(Q_h K_h^T / sqrt(d)) V_h W^O_h
-//   feed-forward:  (silu(X W_gate[:, C_r]) * X W_up[:, C_r]) W_down[C_r, :]
-// and one allreduce (MPI_Allreduce, sum) after each gives every rank the
-// whole layer's output: the paper's Y = [Y_1 ... Y_H] W^O = sum_h Y_h W^O_h.
-// Norms and the embedding are replicated; the output head is split by
-// vocabulary (rows [floor(r N_T / P), floor((r + 1) N_T / P)) of E_out, or of
-// E for tied embeddings) and one allgather gives every rank the whole row of
-// logits; biases after W^O are added by rank 0 only. Per token and layer
-// each rank hands 2 d numbers to allreduce (the payload; a ring allreduce
-// then sends 2 (P - 1) / P of it per rank).
+// Who holds what (partition.hpp): rank r holds
+//   - the query heads [floor(r H / P), floor((r + 1) H / P)) and the
+//     key/value heads they read: the columns of W^Q, W^K, W^V (their rows in
+//     Hugging Face's out x in layout) and the rows of W^O, and their cache;
+//   - latent attention (DeepSeek MLA): its heads' columns of W^Q (or W^UQ
+//     and W^QR, after the replicated down-projection W^DQ), their
+//     W^UK / W^UV (kv_b_proj's rows) and W^O rows; the down-projection W^DKV,
+//     its norm and the shared RoPE key W^KR are replicated, and so is the
+//     latent cache (c^KV and k^R of every token): every head reads the whole
+//     latent, so splitting it would cost an allgather per layer and step for
+//     d_c + d_R numbers per token that are cheap to recompute, and the cache
+//     is already the small one (576 numbers per token and layer on
+//     DeepSeek-V2, against 32768 for its 128 heads uncompressed);
+//   - the feed-forward columns [floor(r d_ff / P), floor((r + 1) d_ff / P))
+//     of W_gate and W_up and those rows of W_down;
+//   - mixture-of-experts layers: the experts [floor(r E / P), floor((r + 1)
+//     E / P)) whole (expert parallelism), the router whole, and the shared
+//     expert split by columns as a dense feed-forward. The hidden states
+//     are already on every rank (the attention's allreduce put them there),
+//     so no token has to travel to its expert: every rank routes every token
+//     (the same choice, from the same bits), runs the tokens that chose its
+//     experts, and the sum over ranks is the same one allreduce of d numbers
+//     per token as a dense layer's. An all-to-all exchange of tokens would
+//     pay off only with data-parallel attention (each rank its own tokens),
+//     which this layout does not use;
+//   - the output head's rows [floor(r N_T / P), floor((r + 1) N_T / P)) (of
+//     E for tied embeddings); one allgather gives every rank the whole row
+//     of logits.
+// Norms and the embedding are replicated; biases after W^O and W_down are
+// added by rank 0 only. Per token and layer each rank hands 2 d numbers to
+// allreduce (the payload; a ring allreduce then sends 2 (P - 1) / P of it
+// per rank).
 //
-// The layer types are the library's own with two wrappers:
-// ShardedAttention<A> (a SelfAttentionOps specialization sums the partial
-// outputs) and ShardedFfn<F>. The whole model is a DecoderLM of those
-// layers inside TensorParallelLM, which gathers the logits so that every
-// rank has the same bits and its sampler makes the same choices:
-// kappa::generate runs unchanged on every rank, in lockstep, and rank 0
-// prints.
+// The layers are the library's own (sharded.hpp wraps them), the model a
+// DecoderLM inside TensorParallelLM: kappa::generate runs unchanged on
+// every rank, in lockstep, and rank 0 prints.
 //
 //   kappa::dist::Environment env(argc, argv);
 //   auto lm = kappa::dist::load_llama<float>("Llama-3.2-1B");   // this rank's share
 //   auto tok = kappa::tokenize::HfTokenizer::from_directory("Llama-3.2-1B");
 //   kappa::Generation g = kappa::generate(lm, tok, "The heads are", opt);  // every rank
 //
-// Loads GPT-2 and LLaMA-layout directories (model_type gpt2, llama, qwen2,
-// mistral without a sliding window) from safetensors. Not yet: Phi-3's
-// fused tensors, sliding windows, latent attention, mixtures of experts
-// (expert parallelism), GGUF; each is rejected by name.
+// Loaders, by model_type: load_gpt2 (gpt2), load_llama (llama, qwen2,
+// mistral without a sliding window), load_qwen3 (qwen3), load_llama_moe
+// (mixtral, qwen2_moe), load_deepseek (deepseek_v2, deepseek_v3, dense or
+// with experts). Not yet: Phi-3's fused tensors, sliding windows, Gemma,
+// GGUF; each is rejected by name.
 #pragma once
 
 #include <cstddef>
 #include <filesystem>
-#include <memory>
-#include <span>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kappa/dist/communicator.hpp"
 #include "kappa/dist/partition.hpp"
+#include "kappa/dist/sharded.hpp"
 #include "kappa/io/safetensors.hpp"
 #include "kappa/transformer/architectures.hpp"
 #include "kappa/transformer/hf.hpp"
-#include "kappa/transformer/layers.hpp"
-#include "kappa/transformer/models.hpp"
 
 namespace kappa::dist {
 
-/// A rank's share of a grouped-query attention layer: the local heads' A
-/// (whose W^O rows give a partial output), summed over the ranks by the
-/// layer (SelfAttentionOps below). Constructed as A is.
-template <class A>
-class ShardedAttention {
- public:
-  using value_type = typename A::value_type;
-  using Local = A;
+/// One rank's layer of a LLaMA-layout model: the library's layer with the
+/// rank's attention heads and feed-forward share.
+template <Scalar T, class Attention, class Ffn>
+using TpDecoderLayer =
+    DecoderOnlyLayer<T, ShardedAttention<Attention>, RMSNorm<T>, ShardedFfn<Ffn>, PreNorm>;
+template <Scalar T, class Layer>
+using TpDecoderLM = DecoderLM<T, Layer, NoAbsolutePositions>;
 
-  ShardedAttention(HeadsConfig config, typename A::KernelType kernel,
-                   typename A::PositionType position,
-                   const Communicator& comm = Communicator::world())
-      : local_(config, std::move(kernel), std::move(position)), comm_(&comm) {}
-
-  template <class... Args>
-  void set_weights_from_hf(Args&&... args) {
-    local_.set_weights_from_hf(std::forward<Args>(args)...);
-  }
-  template <class... Args>
-  void set_weights(Args&&... args) {
-    local_.set_weights(std::forward<Args>(args)...);
-  }
-  template <class... Args>
-  void set_biases(Args&&... args) {
-    local_.set_biases(std::forward<Args>(args)...);
-  }
-
-  [[nodiscard]] const A& local() const noexcept { return local_; }
-  [[nodiscard]] const Communicator& comm() const noexcept { return *comm_; }
-  /// y <- sum over the ranks of y.
-  void reduce(RowMatrix<value_type>& y) const {
-    comm_->allreduce_sum(y.data(), static_cast<std::size_t>(y.size()));
-  }
-  [[nodiscard]] std::size_t weight_bytes() const { return local_.weight_bytes(); }
-
- private:
-  A local_;
-  const Communicator* comm_;
-};
-
-/// A rank's share of a feed-forward (columns of W_gate, W_up; rows of
-/// W_down): forward gives the partial output summed over the ranks.
-template <class F>
-class ShardedFfn {
- public:
-  explicit ShardedFfn(F local, const Communicator& comm = Communicator::world())
-      : local_(std::move(local)), comm_(&comm) {}
-  template <Scalar T>
-  [[nodiscard]] RowMatrix<T> forward(const Eigen::Ref<const RowMatrix<T>>& x) const {
-    RowMatrix<T> y = local_.forward(x);
-    comm_->allreduce_sum(y.data(), static_cast<std::size_t>(y.size()));
-    return y;
-  }
-  [[nodiscard]] std::size_t weight_bytes() const { return local_.weight_bytes(); }
-  [[nodiscard]] const F& local() const noexcept { return local_; }
-
- private:
-  F local_;
-  const Communicator* comm_;
-};
-
-}  // namespace kappa::dist
-
-namespace kappa {
-
-/// A sharded attention layer runs as its local layer, then sums the ranks'
-/// partial outputs. Head weights (inspection) are the rank's own heads.
-template <class A, class Mask>
-struct SelfAttentionOps<dist::ShardedAttention<A>, Mask> {
-  using Attn = dist::ShardedAttention<A>;
-  using Inner = SelfAttentionOps<A, Mask>;
-  using T = typename A::value_type;
-  template <class F>
-  using CacheOf = typename Inner::template CacheOf<F>;
-  using Cache = typename Inner::Cache;
-
-  template <cache::StorageFormat F = cache::Native>
-  static CacheOf<F> make_cache(const Attn& a, const Mask& mask) {
-    return Inner::template make_cache<F>(a.local(), mask);
-  }
-  static RowMatrix<T> full(const Attn& a, ConstMatrixRef<T> x, const Mask& mask) {
-    RowMatrix<T> y = Inner::full(a.local(), x, mask);
-    a.reduce(y);
-    return y;
-  }
-  static RowMatrix<T> batch(const Attn& a, const SequenceBatch<T>& x, const Mask& mask) {
-    RowMatrix<T> y = Inner::batch(a.local(), x, mask);
-    a.reduce(y);
-    return y;
-  }
-  template <cache::StorageFormat F>
-  static RowMatrix<T> cached(const Attn& a, ConstMatrixRef<T> x, CacheOf<F>& c) {
-    RowMatrix<T> y = Inner::template cached<F>(a.local(), x, c);
-    a.reduce(y);
-    return y;
-  }
-  template <cache::StorageFormat F>
-  static RowMatrix<T> batch_cached(const Attn& a, const SequenceBatch<T>& x,
-                                   const std::vector<CacheOf<F>*>& caches) {
-    RowMatrix<T> y = Inner::template batch_cached<F>(a.local(), x, caches);
-    a.reduce(y);
-    return y;
-  }
-  static HeadWeights<T> head_weights(const Attn& a, ConstMatrixRef<T> x, const Mask& mask) {
-    return Inner::head_weights(a.local(), x, mask);
-  }
-  static std::size_t weight_bytes(const Attn& a) { return a.weight_bytes(); }
-};
-
-}  // namespace kappa
-
-namespace kappa::dist {
-
-/// The tensor-parallel LLaMA-layout model of one rank.
+/// LLaMA, Qwen2, Mistral (without a window).
 template <Scalar T>
-using TpLlamaLayer = DecoderOnlyLayer<T, ShardedAttention<LlamaAttention<T>>, RMSNorm<T>,
-                                      ShardedFfn<SwiGlu<T>>, PreNorm>;
+using TpLlamaLayer = TpDecoderLayer<T, LlamaAttention<T>, SwiGlu<T>>;
 template <Scalar T>
-using TpLlama = DecoderLM<T, TpLlamaLayer<T>, NoAbsolutePositions>;
-
-/// A rank's model, whose output head holds the rows of its share of the
-/// vocabulary: every call gathers the ranks' columns of logits (one
-/// allgather of N_T / P numbers per row from each rank), so every rank sees
-/// the same whole logits, bit for bit, and every rank's sampler takes the
-/// same decisions (the ranks' collectives would no longer match
-/// otherwise). The interface of DecoderLM that kappa::generate uses.
-template <class M>
-class TensorParallelLM {
- public:
-  using T = typename M::value_type;
-  using Cache = typename M::Cache;
-
-  /// `vocab`: the whole vocabulary, split over the ranks as share_columns.
-  TensorParallelLM(M model, Index vocab, const Communicator& comm)
-      : m_(std::move(model)), vocab_(vocab), comm_(&comm) {
-    for (int r = 0; r < comm.size(); ++r) shares_.push_back(share_columns(vocab, r, comm.size()));
-    if (shares_[static_cast<std::size_t>(comm.rank())].size() != m_.vocab_size())
-      throw ShapeError("kappa: dist: the rank's output head has " +
-                       std::to_string(m_.vocab_size()) + " rows, its share of the vocabulary " +
-                       std::to_string(shares_[static_cast<std::size_t>(comm.rank())].size()));
-  }
-
-  [[nodiscard]] const M& local() const noexcept { return m_; }
-  [[nodiscard]] const Communicator& comm() const noexcept { return *comm_; }
-  /// The whole vocabulary (the logits' width).
-  [[nodiscard]] Index vocab_size() const { return vocab_; }
-  [[nodiscard]] Index context_length() const { return m_.context_length(); }
-  [[nodiscard]] Index n_layers() const { return m_.n_layers(); }
-  [[nodiscard]] Index d_model() const { return m_.d_model(); }
-  /// This rank's weight bytes.
-  [[nodiscard]] std::size_t weight_bytes() const { return m_.weight_bytes(); }
-
-  [[nodiscard]] Cache make_cache() const { return m_.make_cache(); }
-  [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
-    return gather(m_.forward(ids));
-  }
-  [[nodiscard]] RowMatrix<T> forward_cached(std::span<const TokenId> ids, Cache& cache,
-                                            LogitsFor which = LogitsFor::kAll) const {
-    return gather(m_.forward_cached(ids, cache, which));
-  }
-  [[nodiscard]] RowMatrix<T> forward_cached(const std::vector<std::vector<TokenId>>& batch,
-                                            const std::vector<Cache*>& caches,
-                                            LogitsFor which = LogitsFor::kAll) const {
-    return gather(m_.forward_cached(batch, caches, which));
-  }
-
- private:
-  // (N, N_T / P) on each rank -> (N, N_T) on every rank.
-  RowMatrix<T> gather(const RowMatrix<T>& mine) const {
-    const Index n = mine.rows();
-    std::vector<int> counts;
-    for (const ColumnShare& c : shares_) {
-      const Index k = n * c.size();
-      if (k > static_cast<Index>(INT32_MAX))
-        throw std::length_error("kappa: dist: a block of logits exceeds MPI's int count");
-      counts.push_back(static_cast<int>(k));
-    }
-    std::vector<T> all(static_cast<std::size_t>(n * vocab_));
-    comm_->allgather(mine.data(), all.data(), counts);
-    RowMatrix<T> out(n, vocab_);
-    const T* block = all.data();
-    for (const ColumnShare& c : shares_) {
-      out.middleCols(c.begin, c.size()) = Eigen::Map<const RowMatrix<T>>(block, n, c.size());
-      block += n * c.size();
-    }
-    return out;
-  }
-  M m_;
-  Index vocab_;
-  const Communicator* comm_;
-  std::vector<ColumnShare> shares_;
-};
+using TpLlama = TpDecoderLM<T, TpLlamaLayer<T>>;
+/// Qwen3 (QK-norm before RoPE).
+template <Scalar T>
+using TpQwen3 = TpDecoderLM<T, TpDecoderLayer<T, Qwen3Attention<T>, SwiGlu<T>>>;
+/// Mixtral, Qwen2-MoE: a layer's feed-forward is dense or the rank's experts.
+template <Scalar T>
+using TpLlamaMoe = TpDecoderLM<T, TpDecoderLayer<T, LlamaAttention<T>, SwiGluOrExperts<T>>>;
+/// DeepSeek-V2 / V3: latent attention (the absorbed path), dense or expert
+/// feed-forward layers.
+template <Scalar T>
+using TpDeepSeek = TpDecoderLM<
+    T, TpDecoderLayer<T, LatentAttention<T, AbsorbedLatent, Interleaved>, SwiGluOrExperts<T>>>;
 
 namespace detail {
 
-/// The checkpoint as one rank sees it: the projections of its heads and
-/// feed-forward columns, under the Hugging Face names (the Source of
-/// hf::detail::Weights). Each slice is read from the mapped file (a view
-/// for F32, else the one tensor converted, then sliced); everything else is
-/// passed through.
+/// What one rank takes of each kind of tensor (see the file comment).
+struct ShardPlan {
+  HeadShare heads;
+  /// Per head: W^Q's rows (out x in), W^K / W^V's (or latent attention's
+  /// kv_b_proj's) rows, W^O's columns.
+  Index q_width = 0, kv_width = 0, o_width = 0;
+  ColumnShare ffn;      ///< dense feed-forward columns
+  ColumnShare shared;   ///< the shared expert's columns (empty: none)
+  ColumnShare experts;  ///< the routed experts held (empty: no expert layers)
+  ColumnShare vocab;    ///< the output head's rows
+  bool rank0 = false;   ///< adds the biases after W^O and W_down
+};
+
+/// The checkpoint as one rank sees it: its slices of the projections under
+/// the Hugging Face names (the Source of hf::detail::Weights). Each slice
+/// is read from the mapped file (a view for F32, else the one tensor
+/// converted, then sliced); everything else is passed through, and the
+/// routed experts are read whole by the loader for the experts the rank
+/// holds only.
 class ShardedCheckpoint {
  public:
-  /// `vocab`: the rows of the output head this rank holds ("lm_head.weight",
-  /// or for a model with tied embeddings the same rows of E).
-  ShardedCheckpoint(const io::Checkpoint& full, Index d_head, HeadShare heads, ColumnShare ffn,
-                    ColumnShare vocab, bool rank0)
-      : full_(full),
-        d_head_(d_head),
-        heads_(std::move(heads)),
-        ffn_(ffn),
-        vocab_(vocab),
-        rank0_(rank0) {}
+  ShardedCheckpoint(const io::Checkpoint& full, ShardPlan plan)
+      : full_(full), plan_(std::move(plan)) {}
 
   [[nodiscard]] bool has(std::string_view name) const { return name == kHead || full_.has(name); }
   void require_shape(std::string_view name, const std::vector<std::int64_t>& expected) const {
@@ -275,12 +130,12 @@ class ShardedCheckpoint {
     const Kind k = kind(name);
     if (k == Kind::kWhole) return full_.template row_vector<U>(name);
     const RowVector<U> all = full_.template row_vector<U>(name);
-    if (k == Kind::kRank0Bias) return rank0_ ? all : RowVector<U>::Zero(all.size());
-    const std::vector<Index> rows = row_indices(k);
-    RowVector<U> out(static_cast<Index>(rows.size()));
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      require(rows[i] < all.size(), name);
-      out(static_cast<Index>(i)) = all(rows[i]);
+    if (k == Kind::kRank0Bias) return plan_.rank0 ? all : RowVector<U>::Zero(all.size());
+    const std::vector<Index> take = indices(k);
+    RowVector<U> out(static_cast<Index>(take.size()));
+    for (std::size_t i = 0; i < take.size(); ++i) {
+      require(take[i] < all.size(), name);
+      out(static_cast<Index>(i)) = all(take[i]);
     }
     return out;
   }
@@ -298,71 +153,111 @@ class ShardedCheckpoint {
     const Eigen::Map<const RowMatrix<U>> all =
         view ? full_.template view<U>(name)
              : Eigen::Map<const RowMatrix<U>>(owned.data(), owned.rows(), owned.cols());
-    if (k == Kind::kQRows || k == Kind::kKvRows || k == Kind::kFfnRows ||
-        k == Kind::kHeadRows) {  // out x in: rows
-      const std::vector<Index> rows = row_indices(k);
-      RowMatrix<U> out(static_cast<Index>(rows.size()), all.cols());
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        require(rows[i] < all.rows(), name);
-        out.row(static_cast<Index>(i)) = all.row(rows[i]);
-      }
-      // The loader asks for the whole head (N_T, d): this rank's rows of it.
-      check_expected(name, out,
-                     k == Kind::kHeadRows && expected.size() == 2
-                         ? std::vector<std::int64_t>{out.rows(), expected[1]}
-                         : expected);
-      return out;
+    const std::vector<Index> take = indices(k);
+    const auto n = static_cast<Index>(take.size());
+    const bool by_rows = k != Kind::kOCols && k != Kind::kFfnCols && k != Kind::kSharedCols;
+    RowMatrix<U> out(by_rows ? n : all.rows(), by_rows ? all.cols() : n);
+    for (Index i = 0; i < n; ++i) {
+      const Index at = take[static_cast<std::size_t>(i)];
+      require(at < (by_rows ? all.rows() : all.cols()), name);
+      if (by_rows)
+        out.row(i) = all.row(at);
+      else
+        out.col(i) = all.col(at);
     }
-    // kOCols / kFfnCols: columns of (out x in)
-    const std::vector<Index> cols = row_indices(k == Kind::kOCols ? Kind::kQRows : Kind::kFfnRows);
-    RowMatrix<U> out(all.rows(), static_cast<Index>(cols.size()));
-    for (std::size_t j = 0; j < cols.size(); ++j) {
-      require(cols[j] < all.cols(), name);
-      out.col(static_cast<Index>(j)) = all.col(cols[j]);
-    }
-    check_expected(name, out, expected);
+    // The loader asks for the whole head (N_T, d): this rank's rows of it.
+    check_expected(name, out,
+                   k == Kind::kHeadRows && expected.size() == 2
+                       ? std::vector<std::int64_t>{out.rows(), expected[1]}
+                       : expected);
     return out;
   }
 
  private:
-  enum class Kind { kWhole, kQRows, kKvRows, kOCols, kRank0Bias, kFfnRows, kFfnCols, kHeadRows };
+  enum class Kind {
+    kWhole,
+    kQRows,
+    kKvRows,
+    kOCols,
+    kRank0Bias,
+    kFfnRows,
+    kFfnCols,
+    kSharedRows,
+    kSharedCols,
+    kHeadRows
+  };
   static constexpr std::string_view kHead = "lm_head.weight";
   static constexpr std::string_view kEmbedding = "model.embed_tokens.weight";
   static bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
   }
+  static bool contains(std::string_view s, std::string_view part) {
+    return s.find(part) != std::string_view::npos;
+  }
+  static bool any_end(std::string_view n, std::initializer_list<std::string_view> suffixes) {
+    for (const std::string_view x : suffixes)
+      if (ends_with(n, x)) return true;
+    return false;
+  }
   static Kind kind(std::string_view n) {
     if (n == kHead) return Kind::kHeadRows;
-    if (n.find(".layers.") == std::string_view::npos) return Kind::kWhole;
-    if (ends_with(n, "self_attn.q_proj.weight") || ends_with(n, "self_attn.q_proj.bias"))
+    if (!contains(n, ".layers.")) return Kind::kWhole;
+    if (contains(n, ".experts.")) return Kind::kWhole;  // routed: the held ones, whole
+    if (contains(n, ".shared_expert.") || contains(n, ".shared_experts.")) {
+      if (any_end(n, {"gate_proj.weight", "up_proj.weight"})) return Kind::kSharedRows;
+      if (ends_with(n, "down_proj.weight")) return Kind::kSharedCols;
+      return Kind::kWhole;
+    }
+    if (any_end(n,
+                {"self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.q_b_proj.weight"}))
       return Kind::kQRows;
-    if (ends_with(n, "self_attn.k_proj.weight") || ends_with(n, "self_attn.k_proj.bias") ||
-        ends_with(n, "self_attn.v_proj.weight") || ends_with(n, "self_attn.v_proj.bias"))
+    if (any_end(n, {"self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
+                    "self_attn.v_proj.bias", "self_attn.kv_b_proj.weight"}))
       return Kind::kKvRows;
     if (ends_with(n, "self_attn.o_proj.weight")) return Kind::kOCols;
-    if (ends_with(n, "self_attn.o_proj.bias") || ends_with(n, "mlp.down_proj.bias"))
-      return Kind::kRank0Bias;
-    if (ends_with(n, "mlp.gate_proj.weight") || ends_with(n, "mlp.up_proj.weight") ||
-        ends_with(n, "mlp.gate_proj.bias") || ends_with(n, "mlp.up_proj.bias"))
+    if (any_end(n, {"self_attn.o_proj.bias", "mlp.down_proj.bias"})) return Kind::kRank0Bias;
+    if (any_end(n, {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.gate_proj.bias",
+                    "mlp.up_proj.bias"}))
       return Kind::kFfnRows;
     if (ends_with(n, "mlp.down_proj.weight")) return Kind::kFfnCols;
     return Kind::kWhole;
   }
-  // The rows of the whole (out x in) tensor this rank takes.
-  [[nodiscard]] std::vector<Index> row_indices(Kind k) const {
-    std::vector<Index> rows;
-    if (k == Kind::kQRows) {
-      for (Index h = heads_.q_begin; h < heads_.q_end; ++h)
-        for (Index c = 0; c < d_head_; ++c) rows.push_back(h * d_head_ + c);
-    } else if (k == Kind::kKvRows) {
-      for (const Index h : heads_.kv_heads)
-        for (Index c = 0; c < d_head_; ++c) rows.push_back(h * d_head_ + c);
-    } else if (k == Kind::kHeadRows) {
-      for (Index v = vocab_.begin; v < vocab_.end; ++v) rows.push_back(v);
-    } else {
-      for (Index c = ffn_.begin; c < ffn_.end; ++c) rows.push_back(c);
+  // The rows (or columns) of the whole tensor this rank takes.
+  [[nodiscard]] std::vector<Index> indices(Kind k) const {
+    std::vector<Index> out;
+    const auto heads = [&](Index width) {
+      for (Index h = plan_.heads.q_begin; h < plan_.heads.q_end; ++h)
+        for (Index c = 0; c < width; ++c) out.push_back(h * width + c);
+    };
+    const auto range = [&](ColumnShare c) {
+      for (Index i = c.begin; i < c.end; ++i) out.push_back(i);
+    };
+    switch (k) {
+      case Kind::kQRows:
+        heads(plan_.q_width);
+        break;
+      case Kind::kOCols:
+        heads(plan_.o_width);
+        break;
+      case Kind::kKvRows:
+        for (const Index h : plan_.heads.kv_heads)
+          for (Index c = 0; c < plan_.kv_width; ++c) out.push_back(h * plan_.kv_width + c);
+        break;
+      case Kind::kFfnRows:
+      case Kind::kFfnCols:
+        range(plan_.ffn);
+        break;
+      case Kind::kSharedRows:
+      case Kind::kSharedCols:
+        range(plan_.shared);
+        break;
+      case Kind::kHeadRows:
+        range(plan_.vocab);
+        break;
+      default:
+        break;
     }
-    return rows;
+    return out;
   }
   static void require(bool ok, std::string_view name) {
     if (!ok)
@@ -383,12 +278,93 @@ class ShardedCheckpoint {
   }
 
   const io::Checkpoint& full_;
-  Index d_head_;
-  HeadShare heads_;
-  ColumnShare ffn_;
-  ColumnShare vocab_;
-  bool rank0_;
+  ShardPlan plan_;
 };
+
+/// model_type of dir's config.json, which must be one of `accepted` (else
+/// std::invalid_argument naming the loader and what it accepts).
+inline std::string require_type(const hf::Config& c, const char* loader,
+                                std::initializer_list<std::string_view> accepted) {
+  const std::string type = c.string("model_type");
+  std::string list;
+  for (const std::string_view a : accepted) {
+    if (type == a) return type;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw std::invalid_argument("kappa: dist::" + std::string(loader) + ": model_type " +
+                              kappa::quoted(type) + " is not one it loads (" + list + ")");
+}
+
+/// The experts held by this rank (empty when no layer is a mixture).
+/// \throws std::invalid_argument when there are more ranks than experts.
+inline ColumnShare share_experts(const hf::MoeSizes& m, const Communicator& comm) {
+  if (!m.any_sparse()) return {};
+  if (comm.size() > m.router.n_experts)
+    throw std::invalid_argument("kappa: dist: " + std::to_string(m.router.n_experts) +
+                                " experts over " + std::to_string(comm.size()) +
+                                " ranks: more ranks than experts (every rank holds at least one)");
+  return share_columns(m.router.n_experts, comm.rank(), comm.size());
+}
+
+/// A layer's feed-forward on this rank: its columns of a dense one, or its
+/// experts of a mixture (with its columns of the shared expert).
+template <Scalar T, class W>
+ShardedFfn<SwiGluOrExperts<T>> read_sharded_ffn(const W& w, Index i, const std::string& p, Index d,
+                                                const hf::MoeSizes& m, const ShardPlan& plan,
+                                                const Communicator& comm) {
+  if (!m.sparse[static_cast<std::size_t>(i)])
+    return ShardedFfn<SwiGluOrExperts<T>>(
+        hf::detail::read_llama_mlp<T, DenseWeights>(w, p, d, plan.ffn.size()), comm);
+  hf::MoeSizes local = m;
+  local.d_shared = plan.shared.size();
+  return ShardedFfn<SwiGluOrExperts<T>>(
+      hf::detail::read_moe<T, DenseWeights>(
+          w, p, d, local, std::pair<Index, Index>{plan.experts.begin, plan.experts.end}),
+      comm);
+}
+
+/// A LLaMA-layout model of sizes s on this rank: the plan for its heads,
+/// columns, experts and vocabulary; the model built by hf::detail::
+/// build_llama from the rank's view of the checkpoint, with the position
+/// policy make_position and the feed-forward make_ffn(w, i, p, plan).
+template <Scalar T, class Layer, class MakePosition, class MakeFfn>
+TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(const std::filesystem::path& dir,
+                                                          const hf::LlamaSizes& s,
+                                                          const hf::MoeSizes* m,
+                                                          MakePosition make_position,
+                                                          MakeFfn make_ffn) {
+  const Communicator& comm = Communicator::world();
+  if (s.sliding_window > 0)
+    throw std::invalid_argument("kappa: dist: a sliding window (" +
+                                std::to_string(s.sliding_window) +
+                                " tokens) is not supported across ranks yet");
+  if (s.tensors != hf::LlamaSizes::Tensors::kSeparate)
+    throw std::invalid_argument(
+        "kappa: dist: fused projections (Phi-3's qkv_proj) are not supported across ranks yet");
+  ShardPlan plan;
+  plan.heads = share_heads(s.n_head, s.n_kv, comm.rank(), comm.size());
+  plan.q_width = plan.kv_width = plan.o_width = s.d_head;
+  plan.ffn = share_columns(s.d_ff, comm.rank(), comm.size());
+  if (m != nullptr) {
+    plan.experts = share_experts(*m, comm);
+    if (m->d_shared > 0) plan.shared = share_columns(m->d_shared, comm.rank(), comm.size());
+  }
+  plan.vocab = share_columns(s.vocab, comm.rank(), comm.size());
+  plan.rank0 = comm.rank() == 0;
+  const io::Checkpoint full(dir);
+  const ShardedCheckpoint part(full, plan);
+  hf::LlamaSizes local = s;
+  local.tied = false;  // a tied head is this rank's rows of E, held apart
+  local.n_head = plan.heads.n_q();
+  local.n_kv = plan.heads.n_kv();
+  local.q_width = local.n_head * s.d_head;
+  local.kv_width = local.n_kv * s.d_head;
+  local.d_ff = plan.ffn.size();
+  TpDecoderLM<T, Layer> model = hf::detail::build_llama<T, DenseWeights, Layer>(
+      local, part, CausalMask{}, make_position(s),
+      [&](const auto& w, Index i, const std::string& p) { return make_ffn(w, i, p, plan); });
+  return TensorParallelLM<TpDecoderLM<T, Layer>>(std::move(model), s.vocab, comm);
+}
 
 }  // namespace detail
 
@@ -397,45 +373,102 @@ class ShardedCheckpoint {
 /// window; float or double. Every rank of MPI_COMM_WORLD calls it (the
 /// ranks of the world split the model).
 /// \throws std::invalid_argument naming what is not supported yet (another
-///         model_type, Phi-3's fused tensors, a sliding window) or a split
-///         that cannot be made (more ranks than heads or than d_ff columns);
-///         as hf::load_causal_lm for a bad directory.
+///         model_type, a sliding window) or a split that cannot be made
+///         (more ranks than heads or than d_ff columns); as
+///         hf::load_causal_lm for a bad directory.
 template <Scalar T>
 TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
+  const hf::Config c = hf::Config::read(dir / "config.json");
+  const std::string type = detail::require_type(c, "load_llama", {"llama", "qwen2", "mistral"});
+  const hf::LlamaSizes s = hf::llama_sizes(c, type);
+  return detail::load_llama_layout<T, TpLlamaLayer<T>>(
+      dir, s, nullptr, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
+      [&](const auto& w, Index, const std::string& p, const detail::ShardPlan& plan) {
+        return ShardedFfn<SwiGlu<T>>(
+            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
+      });
+}
+
+/// This rank's share of a Qwen3 directory (the LLaMA layout with QK-norm,
+/// whose one gain per layer every rank holds). As load_llama.
+template <Scalar T>
+TensorParallelLM<TpQwen3<T>> load_qwen3(const std::filesystem::path& dir) {
+  const hf::Config c = hf::Config::read(dir / "config.json");
+  const hf::LlamaSizes s = hf::llama_sizes(c, detail::require_type(c, "load_qwen3", {"qwen3"}));
+  return detail::load_llama_layout<T, typename TpQwen3<T>::LayerType>(
+      dir, s, nullptr, [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
+      [&](const auto& w, Index, const std::string& p, const detail::ShardPlan& plan) {
+        return ShardedFfn<SwiGlu<T>>(
+            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
+      });
+}
+
+/// This rank's share of a Mixtral or Qwen2-MoE directory: attention split
+/// by heads, each mixture by experts (expert parallelism; the router and
+/// the shared expert's columns as the file comment says), dense layers by
+/// columns. \throws std::invalid_argument for more ranks than experts, and
+/// as load_llama.
+template <Scalar T>
+TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir) {
   const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
-  const std::string type = c.string("model_type");
-  if (type != "llama" && type != "qwen2" && type != "mistral")
-    throw std::invalid_argument("kappa: dist::load_llama: model_type " + kappa::quoted(type) +
-                                " is not supported across ranks yet (llama, qwen2, mistral are)");
-  hf::LlamaSizes s = hf::llama_sizes(c, type);
-  if (s.sliding_window > 0)
-    throw std::invalid_argument("kappa: dist::load_llama: a sliding window (" +
-                                std::to_string(s.sliding_window) +
-                                " tokens) is not supported across ranks yet");
-  if (s.tensors != hf::LlamaSizes::Tensors::kSeparate)
-    throw std::invalid_argument(
-        "kappa: dist::load_llama: fused projections (Phi-3's qkv_proj) are not supported across "
-        "ranks yet");
-  const HeadShare heads = share_heads(s.n_head, s.n_kv, comm.rank(), comm.size());
-  const ColumnShare ffn = share_columns(s.d_ff, comm.rank(), comm.size());
-  const ColumnShare vocab = share_columns(s.vocab, comm.rank(), comm.size());
-  const io::Checkpoint full(dir);
-  const detail::ShardedCheckpoint part(full, s.d_head, heads, ffn, vocab, comm.rank() == 0);
-  hf::LlamaSizes local = s;
-  local.tied = false;  // a tied head is this rank's rows of E, held apart
-  local.n_head = heads.n_q();
-  local.n_kv = heads.n_kv();
-  local.q_width = local.n_head * s.d_head;
-  local.kv_width = local.n_kv * s.d_head;
-  local.d_ff = ffn.size();
-  TpLlama<T> m = hf::detail::build_llama<T, DenseWeights, TpLlamaLayer<T>>(
-      local, part, CausalMask{}, hf::detail::llama_rope<T>(s),
-      [&](const auto& w, Index, const std::string& p) {
-        return ShardedFfn<SwiGlu<T>>(
-            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, local.d, local.d_ff), comm);
+  const std::string type = detail::require_type(c, "load_llama_moe", {"mixtral", "qwen2_moe"});
+  const hf::LlamaSizes s = hf::llama_sizes(c, type);
+  if (type == "mixtral" && c.has("sliding_window"))
+    c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
+  const hf::MoeSizes m = hf::moe_sizes(c, type, s.n_layer);
+  return detail::load_llama_layout<T, typename TpLlamaMoe<T>::LayerType>(
+      dir, s, &m, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
+      [&](const auto& w, Index i, const std::string& p, const detail::ShardPlan& plan) {
+        return detail::read_sharded_ffn<T>(w, i, p, s.d, m, plan, comm);
       });
-  return TensorParallelLM<TpLlama<T>>(std::move(m), s.vocab, comm);
+}
+
+/// This rank's share of a DeepSeek-V2 / V2-Lite / V3 directory: latent
+/// attention split by heads (the latent and its cache replicated: see the
+/// file comment), experts by expert, dense layers and the shared experts by
+/// columns; the absorbed latent path. V3's multi-token-prediction layer is
+/// ignored, as by the single-process loader.
+/// \throws std::invalid_argument for more ranks than heads or experts, and
+///         as hf::load_causal_lm for a bad directory.
+template <Scalar T>
+TensorParallelLM<TpDeepSeek<T>> load_deepseek(const std::filesystem::path& dir) {
+  const Communicator& comm = Communicator::world();
+  const hf::Config c = hf::Config::read(dir / "config.json");
+  const std::string type = detail::require_type(c, "load_deepseek", {"deepseek_v2", "deepseek_v3"});
+  const Index n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+              n_head = c.integer("num_attention_heads", std::nullopt, 1),
+              d = c.integer("hidden_size", std::nullopt, 1),
+              vocab = c.integer("vocab_size", std::nullopt, 1),
+              dh = c.integer("qk_nope_head_dim", std::nullopt, 1),
+              dr = c.integer("qk_rope_head_dim", std::nullopt, 2),
+              dv = c.integer("v_head_dim", std::nullopt, 1);
+  const hf::MoeSizes m = hf::moe_sizes(c, type, n_layer);
+  detail::ShardPlan plan;
+  plan.heads = share_heads(n_head, n_head, comm.rank(), comm.size());
+  plan.q_width = dh + dr;
+  plan.kv_width = dh + dv;
+  plan.o_width = dv;
+  plan.ffn =
+      share_columns(c.integer("intermediate_size", std::nullopt, 1), comm.rank(), comm.size());
+  plan.experts = detail::share_experts(m, comm);
+  if (m.d_shared > 0) plan.shared = share_columns(m.d_shared, comm.rank(), comm.size());
+  plan.vocab = share_columns(vocab, comm.rank(), comm.size());
+  plan.rank0 = comm.rank() == 0;
+  // The rank's layers are a DeepSeek model of its heads whose head is its
+  // rows of the vocabulary (a tied head too: the rows of E).
+  nlohmann::json j = c.json();
+  j["num_attention_heads"] = plan.heads.n_q();
+  j["tie_word_embeddings"] = false;
+  const hf::Config local(std::move(j), c.file());
+  const io::Checkpoint full(dir);
+  const detail::ShardedCheckpoint part(full, plan);
+  TpDeepSeek<T> model = hf::detail::build_deepseek<T, DenseWeights, AbsorbedLatent,
+                                                   typename TpDeepSeek<T>::LayerType>(
+      local, part, [&](const auto& w, Index i, const std::string& p, Index, Index) {
+        return detail::read_sharded_ffn<T>(w, i, p, d, m, plan, comm);
+      });
+  return TensorParallelLM<TpDeepSeek<T>>(std::move(model), vocab, comm);
 }
 
 /// The tensor-parallel GPT-2 of one rank (multi-head attention, learned
@@ -558,6 +591,32 @@ TensorParallelLM<TpGpt2<T>> load_gpt2(const std::filesystem::path& dir) {
               LayerNorm<T>(vec("ln_f.weight", d), vec("ln_f.bias", d), eps), std::move(head),
               n_pos);
   return TensorParallelLM<TpGpt2<T>>(std::move(m), vocab, comm);
+}
+
+}  // namespace kappa::dist
+
+namespace kappa::dist {
+
+/// Loads this rank's share of the model in dir with the loader its
+/// config's model_type names (gpt2, llama, qwen2, mistral, qwen3, mixtral,
+/// qwen2_moe, deepseek_v2, deepseek_v3) and returns f(model). Every rank of
+/// MPI_COMM_WORLD calls it. (Instantiates every loader: a program that runs
+/// one architecture compiles faster with that loader alone.)
+/// \throws std::invalid_argument naming a model_type no loader takes; as
+///         the loaders.
+template <Scalar T, class F>
+decltype(auto) with_model(const std::filesystem::path& dir, F&& f) {
+  const std::string type = hf::Config::read(dir / "config.json").string("model_type");
+  if (type == "gpt2") return std::forward<F>(f)(load_gpt2<T>(dir));
+  if (type == "llama" || type == "qwen2" || type == "mistral")
+    return std::forward<F>(f)(load_llama<T>(dir));
+  if (type == "qwen3") return std::forward<F>(f)(load_qwen3<T>(dir));
+  if (type == "mixtral" || type == "qwen2_moe") return std::forward<F>(f)(load_llama_moe<T>(dir));
+  if (type == "deepseek_v2" || type == "deepseek_v3")
+    return std::forward<F>(f)(load_deepseek<T>(dir));
+  throw std::invalid_argument("kappa: dist: model_type " + kappa::quoted(type) +
+                              " is not supported across ranks yet (gpt2, llama, qwen2, mistral, "
+                              "qwen3, mixtral, qwen2_moe, deepseek_v2, deepseek_v3 are)");
 }
 
 }  // namespace kappa::dist

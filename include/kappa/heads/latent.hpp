@@ -300,6 +300,8 @@ class LatentCache {
 template <Scalar T, LatentPath Path = AbsorbedLatent, class RopeConvention = Interleaved>
 class LatentAttention {
  public:
+  using value_type = T;
+
   explicit LatentAttention(LatentConfig config)
       : c_(checked(std::move(config))),
         rope_(c_.d_rope, c_.rope_base, c_.rope_scaling),

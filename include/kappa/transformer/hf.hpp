@@ -641,15 +641,19 @@ SwiGlu<T, S> read_llama_mlp(const Weights<T, Source>& w, const std::string& p, I
 
 /// The mixture of experts of layer prefix p ("layers.i."), in the hub's
 /// layout `m.layout`; every tensor read (and so checked) before it is built.
+/// With `held` = [e0, e1): only those experts are read (expert parallelism;
+/// see MixtureOfExperts).
 template <Scalar T, WeightStoragePolicy S, class Source>
 MixtureOfExperts<T, S> read_moe(const Weights<T, Source>& w, const std::string& p, Index d,
-                                const MoeSizes& m) {
+                                const MoeSizes& m,
+                                std::optional<std::pair<Index, Index>> held = std::nullopt) {
   using Layout = MoeSizes::Layout;
   const Index n_e = m.router.n_experts, f = m.d_expert;
   const std::string base = m.layout == Layout::kMixtral ? p + "block_sparse_moe." : p + "mlp.";
   const RowMatrix<T> w_router = w.mat(base + "gate.weight", n_e, d);  // (E, d)
+  const auto [e0, e1] = held.value_or(std::pair<Index, Index>{0, n_e});
   std::vector<typename MixtureOfExperts<T, S>::Expert> experts;
-  for (Index e = 0; e < n_e; ++e) {
+  for (Index e = e0; e < e1; ++e) {
     const std::string x = base + "experts." + std::to_string(e) + ".";
     experts.push_back(
         m.layout == Layout::kMixtral
@@ -657,7 +661,8 @@ MixtureOfExperts<T, S> read_moe(const Weights<T, Source>& w, const std::string& 
             : read_swiglu<T, S>(w, x + "gate_proj.weight", x + "up_proj.weight",
                                 x + "down_proj.weight", d, f));
   }
-  MixtureOfExperts<T, S> moe(std::move(experts), m.router, w_router.transpose());
+  MixtureOfExperts<T, S> moe(std::move(experts), m.router, w_router.transpose(),
+                             held ? std::optional<Index>(e0) : std::nullopt);
   if (m.router.selection == ExpertSelection::kBiasedGroupTopK)
     moe.set_selection_bias(w.vec(base + "gate.e_score_correction_bias", n_e));
   if (m.d_shared > 0) {
@@ -798,19 +803,23 @@ Llama<T, S> load_llama(const Config& c, const io::Checkpoint& ckpt) {
 /// Qwen3: the LLaMA layout with q_norm and k_norm (RMSNorm over each head's
 /// d_head columns, one gain for all heads) before RoPE.
 namespace detail {
+/// The position policy of a Qwen3 layer: q_norm / k_norm, then RoPE.
+template <Scalar T>
+auto qwen3_position(const LlamaSizes& s) {
+  return [&s](const auto& w, Index, const std::string& p) {
+    return QkNorm<T, Rope<T, RotateHalf>>(w.vec(p + "self_attn.q_norm.weight", s.d_head),
+                                          w.vec(p + "self_attn.k_norm.weight", s.d_head), s.eps,
+                                          Rope<T, RotateHalf>(s.d_rot, s.theta, s.scaling));
+  };
+}
+
 /// Qwen3 of sizes s: the LLaMA layout with q_norm / k_norm.
 template <Scalar T, WeightStoragePolicy S, class Source>
 Qwen3<T, S> build_qwen3(const LlamaSizes& s, const Source& ckpt) {
-  return build_llama<T, S, Qwen3Layer<T, S>>(
-      s, ckpt, CausalMask{},
-      [&s](const auto& w, Index, const std::string& p) {
-        return QkNorm<T, Rope<T, RotateHalf>>(w.vec(p + "self_attn.q_norm.weight", s.d_head),
-                                              w.vec(p + "self_attn.k_norm.weight", s.d_head), s.eps,
-                                              Rope<T, RotateHalf>(s.d_rot, s.theta, s.scaling));
-      },
-      [&s](const auto& w, Index, const std::string& p) {
-        return read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
-      });
+  return build_llama<T, S, Qwen3Layer<T, S>>(s, ckpt, CausalMask{}, qwen3_position<T>(s),
+                                             [&s](const auto& w, Index, const std::string& p) {
+                                               return read_llama_mlp<T, S>(w, p, s.d, s.d_ff);
+                                             });
 }
 }  // namespace detail
 
