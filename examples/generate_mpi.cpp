@@ -5,12 +5,13 @@
 //   mpirun -np 2 kappa-generate-mpi --model DIR --prompt TEXT [--max-new-tokens N]
 //   mpirun -np 2 --hostfile hosts kappa-generate-mpi --model DIR --bench
 //
-// Every rank loads only its share of the weights (its heads and feed-forward
-// columns) from DIR, which every machine must see at the same path. Rank 0
-// tokenizes, and prints the text as it is generated (all ranks decode in
-// lockstep from rank 0's logits, so seeded sampling gives the same text for
-// every number of ranks), then on stderr the speed, the bytes each rank
-// holds, its peak memory, and the allreduce payload per token. Built when
+// Every rank loads only its share of the weights (its heads, feed-forward
+// columns and experts; --experts) from DIR, which every machine must see at
+// the same path. Rank 0 tokenizes, and prints the text as it is generated
+// (all ranks decode in lockstep from rank 0's logits, so seeded sampling
+// gives the same text for every number of ranks), then on stderr the speed,
+// the bytes each rank holds, its peak memory, and the allreduce payload per
+// token. Built when
 // CMake finds MPI (target generate_mpi).
 #include <algorithm>
 #include <chrono>
@@ -47,6 +48,7 @@ struct Args {
   kappa::Index bench_prompt = 128, bench_gen = 32;
   int reps = 3;
   std::optional<int> threads;
+  kappa::dist::ExpertSplit experts = kappa::dist::ExpertSplit::kWhole;
 };
 
 std::optional<Args> parse(int argc, char** argv) {
@@ -55,15 +57,26 @@ std::optional<Args> parse(int argc, char** argv) {
       kProgram,
       std::string("usage: mpirun -np P ") + kProgram +
           " --model DIR (--prompt TEXT | --bench) [options]\n\n"
-          "Generates text with a LLaMA-layout model directory split over the MPI job's ranks\n"
-          "(each holds its heads' and feed-forward columns' weights); rank 0 prints.\n",
+          "Generates text with a model directory split over the MPI job's ranks (each holds\n"
+          "its heads', feed-forward columns' and experts' weights); rank 0 prints.\n",
       {"Model", "Generation", "Performance"});
   using std::string;
   cli.value("Model", "--model", "DIR",
             "a Hugging Face model directory (gpt2, llama, qwen2, mistral without a sliding "
-            "window), "
-            "at the same path on every machine (required)",
+            "window, qwen3, mixtral, qwen2_moe, deepseek_v2, deepseek_v3), at the same path on "
+            "every machine (required)",
             [&](const string& v) { a.model = v; });
+  cli.value("Model", "--experts", "whole|columns",
+            "how a mixture's experts are split: whole experts per rank (expert parallelism, "
+            "the default), or every expert by its columns (even reads in a decode step)",
+            [&](const string& v) {
+              if (v == "whole")
+                a.experts = kappa::dist::ExpertSplit::kWhole;
+              else if (v == "columns")
+                a.experts = kappa::dist::ExpertSplit::kColumns;
+              else
+                throw UsageError("--experts is whole or columns, not " + v);
+            });
   cli.value("Generation", "--prompt", "TEXT", "the prompt, encoded with the model's tokenizer",
             [&](const string& v) { a.prompt = v; });
   cli.value("Generation", "--max-new-tokens", "N", "tokens to generate (default 32)",
@@ -200,7 +213,8 @@ int run(const Args& a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   return kappa::dist::with_model<float>(std::filesystem::path(a.model),
-                                        [&](const auto& lm) { return run(a, lm, seconds()); });
+                                        [&](const auto& lm) { return run(a, lm, seconds()); },
+                                        {.experts = a.experts});
 }
 
 }  // namespace

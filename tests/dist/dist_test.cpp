@@ -191,6 +191,41 @@ TEST(DistTensorParallel, EachTokenSendsTwoRowsOfWidthDPerLayer) {
   }
 }
 
+TEST(DistTensorParallel, ExpertsSplitByColumnsGiveTheSameModel) {
+  // Every expert split by its columns instead of whole experts per rank.
+  const Communicator& comm = Communicator::world();
+  const dist::LoadOptions by_columns{.experts = dist::ExpertSplit::kColumns};
+  for (const std::string& name : {"mixtral", "qwen2_moe", "deepseek_v2-moe", "deepseek_v3"}) {
+    SCOPED_TRACE(name + " on " + std::to_string(comm.size()) + " ranks");
+    dist::with_model<float>(
+        model_dir(name),
+        [&](const auto& tp) {
+          const hf::CausalLM<float> one = hf::load_causal_lm<float>(model_dir(name));
+          const std::vector<TokenId> ids =
+              read_ids(model_dir(name) / "reference" / "input_ids.npy");
+          const RowMatrix<float> got = tp.forward(ids), want = one.forward(ids);
+          EXPECT_LE(scaled_error(got, RowMatrix<double>(want.cast<double>())), 1e-5);
+          EXPECT_LE(scaled_error(got, read_ref(name, "logits")), 1e-4);
+          GenerateOptions o;
+          o.max_new_tokens = 8;
+          o.eos_ids = std::vector<TokenId>{};
+          EXPECT_EQ(generate_ids(tp, ids, o).ids, generate_ids(one, ids, o).ids);
+          // Every rank holds every expert, by its columns.
+          const auto& layers = tp.local().layers();
+          const auto& ffn = layers.back().feed_forward().local();
+          if constexpr (requires { ffn.is_sparse(); }) {
+            ASSERT_TRUE(ffn.is_sparse());
+            const auto& moe = std::get<1>(ffn.get());
+            EXPECT_EQ(moe.n_held(), moe.n_experts());
+            EXPECT_EQ(moe.d_ff(), dist::share_columns(16, comm.rank(), comm.size()).size());
+          } else {
+            ADD_FAILURE() << "not a mixture-of-experts model";
+          }
+        },
+        by_columns);
+  }
+}
+
 TEST(DistTensorParallel, ExpertsAreSplitAndTheLatentIsReplicated) {
   // deepseek_v2-moe: 8 routed experts in layers 1 and 2; rank r holds
   // experts [8 r / P, 8 (r + 1) / P), the router whole, its columns of the

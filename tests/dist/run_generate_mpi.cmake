@@ -8,7 +8,7 @@ foreach(var MPIEXEC GENERATE_MPI GENERATE SOURCE_DIR)
   endif()
 endforeach()
 function(expect_same label)
-  cmake_parse_arguments(PARSE_ARGV 1 x "" "MODEL;D" "ARGS")
+  cmake_parse_arguments(PARSE_ARGV 1 x "" "MODEL;D" "ARGS;MPI_ARGS")
   set(model "${SOURCE_DIR}/tests/data/models/${x_MODEL}")
   math(EXPR per_layer "8 * ${x_D}")
   execute_process(COMMAND "${GENERATE}" --model "${model}" ${x_ARGS}
@@ -18,7 +18,7 @@ function(expect_same label)
   endif()
   foreach(p 1 3)
     execute_process(COMMAND "${MPIEXEC}" -n ${p} --oversubscribe "${GENERATE_MPI}" --model "${model}"
-                            ${x_ARGS}
+                            ${x_ARGS} ${x_MPI_ARGS}
                     RESULT_VARIABLE rc OUTPUT_VARIABLE got ERROR_VARIABLE err)
     if(NOT rc EQUAL 0)
       message(FATAL_ERROR "${label}: kappa-generate-mpi on ${p} ranks failed (${rc}): ${err}")
@@ -41,3 +41,6 @@ expect_same("sampled" MODEL llama D 32 ARGS --prompt "the cat sat on" --max-new-
 expect_same("latent attention and experts, sampled" MODEL deepseek_v2-moe D 32
             ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)
 expect_same("experts, greedy" MODEL mixtral D 32 ARGS --prompt "the cat sat on" --max-new-tokens 10)
+expect_same("experts by columns, sampled" MODEL deepseek_v3 D 32
+            ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5
+            MPI_ARGS --experts columns)

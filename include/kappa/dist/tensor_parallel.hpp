@@ -18,16 +18,24 @@
 //     DeepSeek-V2, against 32768 for its 128 heads uncompressed);
 //   - the feed-forward columns [floor(r d_ff / P), floor((r + 1) d_ff / P))
 //     of W_gate and W_up and those rows of W_down;
-//   - mixture-of-experts layers: the experts [floor(r E / P), floor((r + 1)
-//     E / P)) whole (expert parallelism), the router whole, and the shared
-//     expert split by columns as a dense feed-forward. The hidden states
-//     are already on every rank (the attention's allreduce put them there),
-//     so no token has to travel to its expert: every rank routes every token
-//     (the same choice, from the same bits), runs the tokens that chose its
-//     experts, and the sum over ranks is the same one allreduce of d numbers
+//   - mixture-of-experts layers: the router whole, the shared expert split
+//     by columns as a dense feed-forward, and the routed experts split one
+//     of two ways (LoadOptions::experts):
+//       ExpertSplit::kWhole (expert parallelism, the default): the experts
+//         [floor(r E / P), floor((r + 1) E / P)) whole;
+//       ExpertSplit::kColumns: every expert, by the columns of its width.
+//     The hidden states are already on every rank (the attention's allreduce
+//     put them there), so no token has to travel to its expert: every rank
+//     routes every token (the same choice, from the same bits), runs its
+//     part, and the sum over ranks is the same one allreduce of d numbers
 //     per token as a dense layer's. An all-to-all exchange of tokens would
 //     pay off only with data-parallel attention (each rank its own tokens),
-//     which this layout does not use;
+//     which this layout does not use. Whole experts make fewer, larger
+//     products (prefill, batches); but a decode step's k experts fall
+//     unevenly on the ranks, and the busiest rank sets the step's time
+//     (benchmarks/README.md, "Across machines": with DeepSeek-V2's routing
+//     on 8 ranks the busiest reads 2.9 of the 6 experts, not 0.75), which
+//     the column split avoids: every rank reads 1 / P of each chosen expert;
 //   - the output head's rows [floor(r N_T / P), floor((r + 1) N_T / P)) (of
 //     E for tied embeddings); one allgather gives every rank the whole row
 //     of logits.
@@ -94,6 +102,18 @@ template <Scalar T>
 using TpDeepSeek = TpDecoderLM<
     T, TpDecoderLayer<T, LatentAttention<T, AbsorbedLatent, Interleaved>, SwiGluOrExperts<T>>>;
 
+/// How the routed experts of a mixture are split over the ranks (see the
+/// file comment).
+enum class ExpertSplit {
+  kWhole,    ///< expert parallelism: each rank holds whole experts
+  kColumns,  ///< each rank holds its columns of every expert
+};
+
+/// Options of the loaders.
+struct LoadOptions {
+  ExpertSplit experts = ExpertSplit::kWhole;
+};
+
 namespace detail {
 
 /// What one rank takes of each kind of tensor (see the file comment).
@@ -105,8 +125,11 @@ struct ShardPlan {
   ColumnShare ffn;      ///< dense feed-forward columns
   ColumnShare shared;   ///< the shared expert's columns (empty: none)
   ColumnShare experts;  ///< the routed experts held (empty: no expert layers)
-  ColumnShare vocab;    ///< the output head's rows
-  bool rank0 = false;   ///< adds the biases after W^O and W_down
+  /// With ExpertSplit::kColumns: every expert is held, by these columns of
+  /// its width (experts then spans all of them).
+  std::optional<ColumnShare> expert_columns;
+  ColumnShare vocab;   ///< the output head's rows
+  bool rank0 = false;  ///< adds the biases after W^O and W_down
 };
 
 /// The checkpoint as one rank sees it: its slices of the projections under
@@ -155,7 +178,8 @@ class ShardedCheckpoint {
              : Eigen::Map<const RowMatrix<U>>(owned.data(), owned.rows(), owned.cols());
     const std::vector<Index> take = indices(k);
     const auto n = static_cast<Index>(take.size());
-    const bool by_rows = k != Kind::kOCols && k != Kind::kFfnCols && k != Kind::kSharedCols;
+    const bool by_rows = k != Kind::kOCols && k != Kind::kFfnCols && k != Kind::kSharedCols &&
+                         k != Kind::kExpertCols;
     RowMatrix<U> out(by_rows ? n : all.rows(), by_rows ? all.cols() : n);
     for (Index i = 0; i < n; ++i) {
       const Index at = take[static_cast<std::size_t>(i)];
@@ -184,6 +208,8 @@ class ShardedCheckpoint {
     kFfnCols,
     kSharedRows,
     kSharedCols,
+    kExpertRows,
+    kExpertCols,
     kHeadRows
   };
   static constexpr std::string_view kHead = "lm_head.weight";
@@ -199,10 +225,21 @@ class ShardedCheckpoint {
       if (ends_with(n, x)) return true;
     return false;
   }
-  static Kind kind(std::string_view n) {
+  [[nodiscard]] Kind kind(std::string_view n) const {
+    const Kind k = kind_of(n);
+    if ((k == Kind::kExpertRows || k == Kind::kExpertCols) && !plan_.expert_columns)
+      return Kind::kWhole;
+    return k;
+  }
+  static Kind kind_of(std::string_view n) {
     if (n == kHead) return Kind::kHeadRows;
     if (!contains(n, ".layers.")) return Kind::kWhole;
-    if (contains(n, ".experts.")) return Kind::kWhole;  // routed: the held ones, whole
+    if (contains(n, ".experts.")) {  // routed: the held ones, whole or by columns
+      if (any_end(n, {"gate_proj.weight", "up_proj.weight", ".w1.weight", ".w3.weight"}))
+        return Kind::kExpertRows;
+      if (any_end(n, {"down_proj.weight", ".w2.weight"})) return Kind::kExpertCols;
+      return Kind::kWhole;
+    }
     if (contains(n, ".shared_expert.") || contains(n, ".shared_experts.")) {
       if (any_end(n, {"gate_proj.weight", "up_proj.weight"})) return Kind::kSharedRows;
       if (ends_with(n, "down_proj.weight")) return Kind::kSharedCols;
@@ -251,6 +288,10 @@ class ShardedCheckpoint {
       case Kind::kSharedCols:
         range(plan_.shared);
         break;
+      case Kind::kExpertRows:
+      case Kind::kExpertCols:
+        range(*plan_.expert_columns);
+        break;
       case Kind::kHeadRows:
         range(plan_.vocab);
         break;
@@ -295,15 +336,23 @@ inline std::string require_type(const hf::Config& c, const char* loader,
                               kappa::quoted(type) + " is not one it loads (" + list + ")");
 }
 
-/// The experts held by this rank (empty when no layer is a mixture).
-/// \throws std::invalid_argument when there are more ranks than experts.
-inline ColumnShare share_experts(const hf::MoeSizes& m, const Communicator& comm) {
-  if (!m.any_sparse()) return {};
+/// This rank's experts in `plan` (none when no layer is a mixture): whole
+/// experts, or the columns of every one.
+/// \throws std::invalid_argument when there are more ranks than experts
+///         (kWhole) or than an expert's columns (kColumns).
+inline void share_experts(ShardPlan& plan, const hf::MoeSizes& m, ExpertSplit split,
+                          const Communicator& comm) {
+  if (!m.any_sparse()) return;
+  if (split == ExpertSplit::kColumns) {
+    plan.experts = {0, m.router.n_experts};
+    plan.expert_columns = share_columns(m.d_expert, comm.rank(), comm.size());
+    return;
+  }
   if (comm.size() > m.router.n_experts)
     throw std::invalid_argument("kappa: dist: " + std::to_string(m.router.n_experts) +
                                 " experts over " + std::to_string(comm.size()) +
                                 " ranks: more ranks than experts (every rank holds at least one)");
-  return share_columns(m.router.n_experts, comm.rank(), comm.size());
+  plan.experts = share_columns(m.router.n_experts, comm.rank(), comm.size());
 }
 
 /// A layer's feed-forward on this rank: its columns of a dense one, or its
@@ -317,6 +366,7 @@ ShardedFfn<SwiGluOrExperts<T>> read_sharded_ffn(const W& w, Index i, const std::
         hf::detail::read_llama_mlp<T, DenseWeights>(w, p, d, plan.ffn.size()), comm);
   hf::MoeSizes local = m;
   local.d_shared = plan.shared.size();
+  if (plan.expert_columns) local.d_expert = plan.expert_columns->size();
   return ShardedFfn<SwiGluOrExperts<T>>(
       hf::detail::read_moe<T, DenseWeights>(
           w, p, d, local, std::pair<Index, Index>{plan.experts.begin, plan.experts.end}),
@@ -328,11 +378,9 @@ ShardedFfn<SwiGluOrExperts<T>> read_sharded_ffn(const W& w, Index i, const std::
 /// build_llama from the rank's view of the checkpoint, with the position
 /// policy make_position and the feed-forward make_ffn(w, i, p, plan).
 template <Scalar T, class Layer, class MakePosition, class MakeFfn>
-TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(const std::filesystem::path& dir,
-                                                          const hf::LlamaSizes& s,
-                                                          const hf::MoeSizes* m,
-                                                          MakePosition make_position,
-                                                          MakeFfn make_ffn) {
+TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(
+    const std::filesystem::path& dir, const hf::LlamaSizes& s, const hf::MoeSizes* m,
+    const LoadOptions& options, MakePosition make_position, MakeFfn make_ffn) {
   const Communicator& comm = Communicator::world();
   if (s.sliding_window > 0)
     throw std::invalid_argument("kappa: dist: a sliding window (" +
@@ -346,7 +394,7 @@ TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(const std::filesystem:
   plan.q_width = plan.kv_width = plan.o_width = s.d_head;
   plan.ffn = share_columns(s.d_ff, comm.rank(), comm.size());
   if (m != nullptr) {
-    plan.experts = share_experts(*m, comm);
+    detail::share_experts(plan, *m, options.experts, comm);
     if (m->d_shared > 0) plan.shared = share_columns(m->d_shared, comm.rank(), comm.size());
   }
   plan.vocab = share_columns(s.vocab, comm.rank(), comm.size());
@@ -382,7 +430,7 @@ TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
   const std::string type = detail::require_type(c, "load_llama", {"llama", "qwen2", "mistral"});
   const hf::LlamaSizes s = hf::llama_sizes(c, type);
   return detail::load_llama_layout<T, TpLlamaLayer<T>>(
-      dir, s, nullptr, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
+      dir, s, nullptr, {}, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
       [&](const auto& w, Index, const std::string& p, const detail::ShardPlan& plan) {
         return ShardedFfn<SwiGlu<T>>(
             hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
@@ -396,7 +444,7 @@ TensorParallelLM<TpQwen3<T>> load_qwen3(const std::filesystem::path& dir) {
   const hf::Config c = hf::Config::read(dir / "config.json");
   const hf::LlamaSizes s = hf::llama_sizes(c, detail::require_type(c, "load_qwen3", {"qwen3"}));
   return detail::load_llama_layout<T, typename TpQwen3<T>::LayerType>(
-      dir, s, nullptr, [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
+      dir, s, nullptr, {}, [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
       [&](const auto& w, Index, const std::string& p, const detail::ShardPlan& plan) {
         return ShardedFfn<SwiGlu<T>>(
             hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
@@ -406,10 +454,12 @@ TensorParallelLM<TpQwen3<T>> load_qwen3(const std::filesystem::path& dir) {
 /// This rank's share of a Mixtral or Qwen2-MoE directory: attention split
 /// by heads, each mixture by experts (expert parallelism; the router and
 /// the shared expert's columns as the file comment says), dense layers by
-/// columns. \throws std::invalid_argument for more ranks than experts, and
-/// as load_llama.
+/// columns (or every expert by columns: options.experts).
+/// \throws std::invalid_argument for more ranks than experts, and as
+///         load_llama.
 template <Scalar T>
-TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir) {
+TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir,
+                                               const LoadOptions& options = {}) {
   const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type = detail::require_type(c, "load_llama_moe", {"mixtral", "qwen2_moe"});
@@ -418,7 +468,7 @@ TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir)
     c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
   const hf::MoeSizes m = hf::moe_sizes(c, type, s.n_layer);
   return detail::load_llama_layout<T, typename TpLlamaMoe<T>::LayerType>(
-      dir, s, &m, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
+      dir, s, &m, options, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
       [&](const auto& w, Index i, const std::string& p, const detail::ShardPlan& plan) {
         return detail::read_sharded_ffn<T>(w, i, p, s.d, m, plan, comm);
       });
@@ -426,13 +476,14 @@ TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir)
 
 /// This rank's share of a DeepSeek-V2 / V2-Lite / V3 directory: latent
 /// attention split by heads (the latent and its cache replicated: see the
-/// file comment), experts by expert, dense layers and the shared experts by
-/// columns; the absorbed latent path. V3's multi-token-prediction layer is
-/// ignored, as by the single-process loader.
-/// \throws std::invalid_argument for more ranks than heads or experts, and
+/// file comment), experts by expert (or by columns: options.experts), dense
+/// layers and the shared experts by columns; the absorbed latent path. V3's multi-token-prediction
+/// layer is ignored, as by the single-process loader. \throws std::invalid_argument for more ranks
+/// than heads or experts, and
 ///         as hf::load_causal_lm for a bad directory.
 template <Scalar T>
-TensorParallelLM<TpDeepSeek<T>> load_deepseek(const std::filesystem::path& dir) {
+TensorParallelLM<TpDeepSeek<T>> load_deepseek(const std::filesystem::path& dir,
+                                              const LoadOptions& options = {}) {
   const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type = detail::require_type(c, "load_deepseek", {"deepseek_v2", "deepseek_v3"});
@@ -451,7 +502,7 @@ TensorParallelLM<TpDeepSeek<T>> load_deepseek(const std::filesystem::path& dir) 
   plan.o_width = dv;
   plan.ffn =
       share_columns(c.integer("intermediate_size", std::nullopt, 1), comm.rank(), comm.size());
-  plan.experts = detail::share_experts(m, comm);
+  detail::share_experts(plan, m, options.experts, comm);
   if (m.d_shared > 0) plan.shared = share_columns(m.d_shared, comm.rank(), comm.size());
   plan.vocab = share_columns(vocab, comm.rank(), comm.size());
   plan.rank0 = comm.rank() == 0;
@@ -605,15 +656,17 @@ namespace kappa::dist {
 /// \throws std::invalid_argument naming a model_type no loader takes; as
 ///         the loaders.
 template <Scalar T, class F>
-decltype(auto) with_model(const std::filesystem::path& dir, F&& f) {
+decltype(auto) with_model(const std::filesystem::path& dir, F&& f,
+                          const LoadOptions& options = {}) {
   const std::string type = hf::Config::read(dir / "config.json").string("model_type");
   if (type == "gpt2") return std::forward<F>(f)(load_gpt2<T>(dir));
   if (type == "llama" || type == "qwen2" || type == "mistral")
     return std::forward<F>(f)(load_llama<T>(dir));
   if (type == "qwen3") return std::forward<F>(f)(load_qwen3<T>(dir));
-  if (type == "mixtral" || type == "qwen2_moe") return std::forward<F>(f)(load_llama_moe<T>(dir));
+  if (type == "mixtral" || type == "qwen2_moe")
+    return std::forward<F>(f)(load_llama_moe<T>(dir, options));
   if (type == "deepseek_v2" || type == "deepseek_v3")
-    return std::forward<F>(f)(load_deepseek<T>(dir));
+    return std::forward<F>(f)(load_deepseek<T>(dir, options));
   throw std::invalid_argument("kappa: dist: model_type " + kappa::quoted(type) +
                               " is not supported across ranks yet (gpt2, llama, qwen2, mistral, "
                               "qwen3, mixtral, qwen2_moe, deepseek_v2, deepseek_v3 are)");
