@@ -78,7 +78,9 @@ TEST(DistPartition, EveryHeadOnceAndEachReadsItsOwnKeyValueHead) {
 // Every architecture kappa::dist loads, and the variants that exercise its
 // splits: GQA (llama, qwen2 with biases), RoPE scaling, a BF16 file (slices
 // converted), an uneven vocabulary, tied heads (gpt2, qwen3), QK-norm
-// (qwen3), mixtures of experts with and without shared experts and gates
+// (qwen3), sliding windows (mistral; phi3, whose fused projections are read
+// by rows; LongRoPE), Gemma 2 and 3 (sandwich norms, soft-capping, sliding
+// and global layers), mixtures of experts with and without shared experts and gates
 // (mixtral, qwen2_moe), latent attention with and without the query latent,
 // dense and expert layers, group-limited and biased routing (deepseek_*).
 const std::vector<std::string> kModels = {"llama",
@@ -87,7 +89,12 @@ const std::vector<std::string> kModels = {"llama",
                                           "llama-bf16",
                                           "llama-256",
                                           "gpt2",
+                                          "mistral",
+                                          "phi3",
+                                          "phi3-longrope",
                                           "qwen3",
+                                          "gemma2",
+                                          "gemma3_text",
                                           "mixtral",
                                           "qwen2_moe",
                                           "qwen2_moe-norm",
@@ -117,16 +124,27 @@ TEST(DistTensorParallel, LogitsEqualTheSingleProcessModel) {
       if (comm.size() > 1) {
         EXPECT_LT(tp.weight_bytes(), one.weight_bytes());
       }
-      // Cached decoding: the prompt, then one token at a time, equals the pass
-      // over the whole sequence.
-      auto cache = tp.make_cache();
-      const std::span<const TokenId> all(ids);
-      const Index n0 = static_cast<Index>(ids.size()) / 2;
-      RowMatrix<float> rows(static_cast<Index>(ids.size()), tp.vocab_size());
-      rows.topRows(n0) = tp.forward_cached(all.first(static_cast<std::size_t>(n0)), cache);
-      for (Index i = n0; i < static_cast<Index>(ids.size()); ++i)
-        rows.row(i) = tp.forward_cached(all.subspan(static_cast<std::size_t>(i), 1), cache);
-      EXPECT_LE(scaled_error(rows, RowMatrix<double>(got.cast<double>())), 1e-5);
+      // Cached decoding: the prompt, then one token at a time, equals the
+      // single process's, and the pass over the whole sequence (but for
+      // LongRoPE past its original context, whose factors change with the
+      // length: generation recomputes the cache there, cache_refresh_length).
+      const auto by_steps = [&](const auto& lm) {
+        auto cache = lm.make_cache();
+        const std::span<const TokenId> all(ids);
+        const Index n0 = static_cast<Index>(ids.size()) / 2;
+        RowMatrix<float> rows(static_cast<Index>(ids.size()), lm.vocab_size());
+        rows.topRows(n0) = lm.forward_cached(all.first(static_cast<std::size_t>(n0)), cache);
+        for (Index i = n0; i < static_cast<Index>(ids.size()); ++i)
+          rows.row(i) = lm.forward_cached(all.subspan(static_cast<std::size_t>(i), 1), cache);
+        return rows;
+      };
+      const RowMatrix<float> rows = by_steps(tp), rows_one = by_steps(one);
+      EXPECT_LE(scaled_error(rows, RowMatrix<double>(rows_one.cast<double>())), 1e-5);
+      if (tp.cache_refresh_length() == 0 ||
+          static_cast<Index>(ids.size()) <= tp.cache_refresh_length()) {
+        EXPECT_LE(scaled_error(rows, RowMatrix<double>(got.cast<double>())), 1e-5);
+      }
+      EXPECT_EQ(tp.cache_refresh_length(), one.cache_refresh_length());
     });
   }
 }
@@ -165,7 +183,7 @@ TEST(DistTensorParallel, EachTokenSendsTwoRowsOfWidthDPerLayer) {
   // Dense, expert (the experts' partial sums go through the same one
   // allreduce as a dense feed-forward) and latent attention layers alike.
   const Communicator& comm = Communicator::world();
-  for (const std::string& name : {"llama-256", "mixtral", "deepseek_v2-moe"}) {
+  for (const std::string name : {"llama-256", "mixtral", "deepseek_v2-moe"}) {
     SCOPED_TRACE(name);
     with_model(name, [&](const auto& tp) {
       const std::vector<TokenId> ids = {1, 2, 3, 4, 5};
@@ -195,7 +213,7 @@ TEST(DistTensorParallel, ExpertsSplitByColumnsGiveTheSameModel) {
   // Every expert split by its columns instead of whole experts per rank.
   const Communicator& comm = Communicator::world();
   const dist::LoadOptions by_columns{.experts = dist::ExpertSplit::kColumns};
-  for (const std::string& name : {"mixtral", "qwen2_moe", "deepseek_v2-moe", "deepseek_v3"}) {
+  for (const std::string name : {"mixtral", "qwen2_moe", "deepseek_v2-moe", "deepseek_v3"}) {
     SCOPED_TRACE(name + " on " + std::to_string(comm.size()) + " ranks");
     dist::with_model<float>(
         model_dir(name),
@@ -248,12 +266,23 @@ TEST(DistTensorParallel, ExpertsAreSplitAndTheLatentIsReplicated) {
   EXPECT_EQ(attn.config().d_latent, 16);  // the latent is whole on every rank
 }
 
-TEST(DistTensorParallel, WhatIsNotSupportedYetIsNamed) {
+TEST(DistTensorParallel, WrongLoadersAndUnsupportedTypesAreNamed) {
   try {
     (void)dist::load_llama<float>(model_dir("mistral"));
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("sliding window"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sliding window (4 tokens): load it with "
+                                         "dist::load_llama_sliding"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    dist::with_model<float>(model_dir("bert"), [](const auto&) {});
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model_type \"bert\" is not supported across ranks"),
+              std::string::npos)
+        << e.what();
   }
   try {
     (void)dist::load_llama<float>(model_dir("gpt2"));

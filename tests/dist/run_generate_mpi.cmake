@@ -44,3 +44,7 @@ expect_same("experts, greedy" MODEL mixtral D 32 ARGS --prompt "the cat sat on" 
 expect_same("experts by columns, sampled" MODEL deepseek_v3 D 32
             ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5
             MPI_ARGS --experts columns)
+expect_same("sliding and global layers, greedy" MODEL gemma2 D 32
+            ARGS --prompt "the cat sat on" --max-new-tokens 10)
+expect_same("fused projections and a window, sampled" MODEL phi3 D 64
+            ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)

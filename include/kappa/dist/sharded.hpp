@@ -96,7 +96,9 @@ class ShardedAttention {
 template <class F>
 class ShardedFfn {
  public:
-  explicit ShardedFfn(F local, const Communicator& comm = Communicator::world())
+  // Implicit: a loader's emplace_back(..., local_ffn, ...) builds the wrapper.
+  ShardedFfn(F local,  // NOLINT(google-explicit-constructor)
+             const Communicator& comm = Communicator::world())
       : local_(std::move(local)), comm_(&comm) {}
   template <Scalar T>
   [[nodiscard]] RowMatrix<T> forward(const Eigen::Ref<const RowMatrix<T>>& x) const {
@@ -205,6 +207,10 @@ class TensorParallelLM {
   [[nodiscard]] std::size_t weight_bytes() const { return m_.weight_bytes(); }
 
   [[nodiscard]] Cache make_cache() const { return m_.make_cache(); }
+  /// Phi-3's LongRoPE: the prompt length past which generation recomputes
+  /// the cache (as hf::CausalLM::cache_refresh_length); 0: never.
+  [[nodiscard]] Index cache_refresh_length() const { return refresh_; }
+  void set_cache_refresh_length(Index n) { refresh_ = n; }
   [[nodiscard]] RowMatrix<T> forward(std::span<const TokenId> ids) const {
     return gather(m_.forward(ids));
   }
@@ -243,6 +249,7 @@ class TensorParallelLM {
   Index vocab_;
   const Communicator* comm_;
   std::vector<ColumnShare> shares_;
+  Index refresh_ = 0;
 };
 
 }  // namespace kappa::dist

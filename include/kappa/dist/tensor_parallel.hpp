@@ -53,11 +53,13 @@
 //   auto tok = kappa::tokenize::HfTokenizer::from_directory("Llama-3.2-1B");
 //   kappa::Generation g = kappa::generate(lm, tok, "The heads are", opt);  // every rank
 //
-// Loaders, by model_type: load_gpt2 (gpt2), load_llama (llama, qwen2,
-// mistral without a sliding window), load_qwen3 (qwen3), load_llama_moe
-// (mixtral, qwen2_moe), load_deepseek (deepseek_v2, deepseek_v3, dense or
-// with experts). Not yet: Phi-3's fused tensors, sliding windows, Gemma,
-// GGUF; each is rejected by name.
+// Loaders, by model_type (with_model picks one): load_gpt2 (gpt2),
+// load_llama (llama, qwen2, mistral and phi3 without a sliding window;
+// Phi-3's fused qkv_proj / gate_up_proj read by the rank's rows),
+// load_llama_sliding (mistral, phi3 with one), load_qwen3 (qwen3),
+// load_gemma (gemma2, gemma3_text), load_llama_moe (mixtral, qwen2_moe),
+// load_deepseek (deepseek_v2, deepseek_v3, dense or with experts). Not yet:
+// GGUF files (each rank would read its rows of the quantized blocks).
 #pragma once
 
 #include <cstddef>
@@ -65,6 +67,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -79,9 +82,9 @@ namespace kappa::dist {
 
 /// One rank's layer of a LLaMA-layout model: the library's layer with the
 /// rank's attention heads and feed-forward share.
-template <Scalar T, class Attention, class Ffn>
+template <Scalar T, class Attention, class Ffn, class Mask = CausalMask>
 using TpDecoderLayer =
-    DecoderOnlyLayer<T, ShardedAttention<Attention>, RMSNorm<T>, ShardedFfn<Ffn>, PreNorm>;
+    DecoderOnlyLayer<T, ShardedAttention<Attention>, RMSNorm<T>, ShardedFfn<Ffn>, PreNorm, Mask>;
 template <Scalar T, class Layer>
 using TpDecoderLM = DecoderLM<T, Layer, NoAbsolutePositions>;
 
@@ -90,6 +93,19 @@ template <Scalar T>
 using TpLlamaLayer = TpDecoderLayer<T, LlamaAttention<T>, SwiGlu<T>>;
 template <Scalar T>
 using TpLlama = TpDecoderLM<T, TpLlamaLayer<T>>;
+/// Mistral and Phi-3 with their sliding window.
+template <Scalar T>
+using TpMistralSliding =
+    TpDecoderLM<T, TpDecoderLayer<T, LlamaAttention<T>, SwiGlu<T>, SlidingWindowMask>>;
+/// Gemma 2 and 3: sandwich norms, GeGLU, sliding and global layers.
+template <Scalar T, class Attention>
+using TpGemmaLayer =
+    DecoderOnlyLayer<T, ShardedAttention<Attention>, Sandwich<RMSNorm<T>>,
+                     ShardedFfn<GatedMlp<T, GeluTanh>>, SandwichNorm, SlidingWindowMask>;
+template <Scalar T>
+using TpGemma2 = TpDecoderLM<T, TpGemmaLayer<T, Gemma2Attention<T>>>;
+template <Scalar T>
+using TpGemma3 = TpDecoderLM<T, TpGemmaLayer<T, Qwen3Attention<T>>>;
 /// Qwen3 (QK-norm before RoPE).
 template <Scalar T>
 using TpQwen3 = TpDecoderLM<T, TpDecoderLayer<T, Qwen3Attention<T>, SwiGlu<T>>>;
@@ -130,6 +146,9 @@ struct ShardPlan {
   std::optional<ColumnShare> expert_columns;
   ColumnShare vocab;   ///< the output head's rows
   bool rank0 = false;  ///< adds the biases after W^O and W_down
+  /// The whole layer's heads, key/value heads and d_ff: where the parts of
+  /// Phi-3's fused tensors begin (qkv_proj: q, k, v; gate_up_proj: gate, up).
+  Index n_head = 0, n_kv = 0, d_ff = 0;
 };
 
 /// The checkpoint as one rank sees it: its slices of the projections under
@@ -144,6 +163,9 @@ class ShardedCheckpoint {
       : full_(full), plan_(std::move(plan)) {}
 
   [[nodiscard]] bool has(std::string_view name) const { return name == kHead || full_.has(name); }
+  [[nodiscard]] const io::TensorInfo& info(std::string_view name) const {
+    return full_.info(name == kHead && !full_.has(name) ? kEmbedding : name);
+  }
   void require_shape(std::string_view name, const std::vector<std::int64_t>& expected) const {
     if (kind(name) == Kind::kWhole) full_.require_shape(name, expected);
     // a sliced tensor's shape is checked against the whole one when read
@@ -210,6 +232,8 @@ class ShardedCheckpoint {
     kSharedCols,
     kExpertRows,
     kExpertCols,
+    kQkvRows,
+    kGateUpRows,
     kHeadRows
   };
   static constexpr std::string_view kHead = "lm_head.weight";
@@ -252,6 +276,8 @@ class ShardedCheckpoint {
                     "self_attn.v_proj.bias", "self_attn.kv_b_proj.weight"}))
       return Kind::kKvRows;
     if (ends_with(n, "self_attn.o_proj.weight")) return Kind::kOCols;
+    if (ends_with(n, "self_attn.qkv_proj.weight")) return Kind::kQkvRows;
+    if (ends_with(n, "mlp.gate_up_proj.weight")) return Kind::kGateUpRows;
     if (any_end(n, {"self_attn.o_proj.bias", "mlp.down_proj.bias"})) return Kind::kRank0Bias;
     if (any_end(n, {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.gate_proj.bias",
                     "mlp.up_proj.bias"}))
@@ -291,6 +317,19 @@ class ShardedCheckpoint {
       case Kind::kExpertRows:
       case Kind::kExpertCols:
         range(*plan_.expert_columns);
+        break;
+      case Kind::kQkvRows: {  // this rank's rows of q, then of k, then of v
+        heads(plan_.q_width);
+        const Index dh = plan_.kv_width, k0 = plan_.n_head * plan_.q_width,
+                    v0 = k0 + plan_.n_kv * dh;
+        for (const Index base : {k0, v0})
+          for (const Index h : plan_.heads.kv_heads)
+            for (Index c = 0; c < dh; ++c) out.push_back(base + h * dh + c);
+        break;
+      }
+      case Kind::kGateUpRows:  // this rank's rows of gate, then of up
+        range(plan_.ffn);
+        for (Index i = plan_.ffn.begin; i < plan_.ffn.end; ++i) out.push_back(plan_.d_ff + i);
         break;
       case Kind::kHeadRows:
         range(plan_.vocab);
@@ -377,19 +416,15 @@ ShardedFfn<SwiGluOrExperts<T>> read_sharded_ffn(const W& w, Index i, const std::
 /// columns, experts and vocabulary; the model built by hf::detail::
 /// build_llama from the rank's view of the checkpoint, with the position
 /// policy make_position and the feed-forward make_ffn(w, i, p, plan).
-template <Scalar T, class Layer, class MakePosition, class MakeFfn>
+template <Scalar T, class Layer, class Mask, class MakePosition, class MakeFfn>
 TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(
     const std::filesystem::path& dir, const hf::LlamaSizes& s, const hf::MoeSizes* m,
-    const LoadOptions& options, MakePosition make_position, MakeFfn make_ffn) {
+    const LoadOptions& options, Mask mask, MakePosition make_position, MakeFfn make_ffn) {
   const Communicator& comm = Communicator::world();
-  if (s.sliding_window > 0)
-    throw std::invalid_argument("kappa: dist: a sliding window (" +
-                                std::to_string(s.sliding_window) +
-                                " tokens) is not supported across ranks yet");
-  if (s.tensors != hf::LlamaSizes::Tensors::kSeparate)
-    throw std::invalid_argument(
-        "kappa: dist: fused projections (Phi-3's qkv_proj) are not supported across ranks yet");
   ShardPlan plan;
+  plan.n_head = s.n_head;
+  plan.n_kv = s.n_kv;
+  plan.d_ff = s.d_ff;
   plan.heads = share_heads(s.n_head, s.n_kv, comm.rank(), comm.size());
   plan.q_width = plan.kv_width = plan.o_width = s.d_head;
   plan.ffn = share_columns(s.d_ff, comm.rank(), comm.size());
@@ -409,32 +444,68 @@ TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(
   local.kv_width = local.n_kv * s.d_head;
   local.d_ff = plan.ffn.size();
   TpDecoderLM<T, Layer> model = hf::detail::build_llama<T, DenseWeights, Layer>(
-      local, part, CausalMask{}, make_position(s),
+      local, part, mask, make_position(s),
       [&](const auto& w, Index i, const std::string& p) { return make_ffn(w, i, p, plan); });
   return TensorParallelLM<TpDecoderLM<T, Layer>>(std::move(model), s.vocab, comm);
 }
 
 }  // namespace detail
 
+namespace detail {
+/// A LLaMA-layout model of type Model (TpLlama or TpMistralSliding) from
+/// dir: llama, qwen2, mistral, phi3 (fused projections, LongRoPE).
+template <Scalar T, class Model, class Mask>
+TensorParallelLM<Model> load_llama_like(const std::filesystem::path& dir, const hf::Config& c,
+                                        const hf::LlamaSizes& s, Mask mask) {
+  TensorParallelLM<Model> lm = load_llama_layout<T, typename Model::LayerType>(
+      dir, s, nullptr, {}, mask,
+      [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
+      [&](const auto& w, Index, const std::string& p, const ShardPlan& plan) {
+        if (s.tensors == hf::LlamaSizes::Tensors::kFused)
+          return ShardedFfn<SwiGlu<T>>(
+              hf::detail::read_fused_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size(), c));
+        return ShardedFfn<SwiGlu<T>>(
+            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
+      });
+  if (s.scaling.kind == RopeScaling::Kind::kLongRope)  // as hf::load_causal_lm
+    lm.set_cache_refresh_length(s.scaling.original_context);
+  return lm;
+}
+}  // namespace detail
+
 /// This rank's share of a LLaMA-layout model directory (config.json and
-/// safetensors): model_type llama, qwen2 or mistral without a sliding
-/// window; float or double. Every rank of MPI_COMM_WORLD calls it (the
-/// ranks of the world split the model).
-/// \throws std::invalid_argument naming what is not supported yet (another
-///         model_type, a sliding window) or a split that cannot be made
-///         (more ranks than heads or than d_ff columns); as
+/// safetensors) without a sliding window: model_type llama, qwen2, mistral
+/// or phi3 (its fused qkv_proj and gate_up_proj read by this rank's rows);
+/// float or double. Every rank of MPI_COMM_WORLD calls it (the ranks of the
+/// world split the model).
+/// \throws std::invalid_argument naming what is not supported (another
+///         model_type, a sliding window: load_llama_sliding) or a split that
+///         cannot be made (more ranks than heads or than d_ff columns); as
 ///         hf::load_causal_lm for a bad directory.
 template <Scalar T>
 TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
   const hf::Config c = hf::Config::read(dir / "config.json");
-  const std::string type = detail::require_type(c, "load_llama", {"llama", "qwen2", "mistral"});
+  const std::string type =
+      detail::require_type(c, "load_llama", {"llama", "qwen2", "mistral", "phi3"});
   const hf::LlamaSizes s = hf::llama_sizes(c, type);
-  return detail::load_llama_layout<T, TpLlamaLayer<T>>(
-      dir, s, nullptr, {}, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
-      [&](const auto& w, Index, const std::string& p, const detail::ShardPlan& plan) {
-        return ShardedFfn<SwiGlu<T>>(
-            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
-      });
+  if (s.sliding_window > 0)
+    throw std::invalid_argument("kappa: dist::load_llama: the model has a sliding window (" +
+                                std::to_string(s.sliding_window) +
+                                " tokens): load it with dist::load_llama_sliding");
+  return detail::load_llama_like<T, TpLlama<T>>(dir, c, s, CausalMask{});
+}
+
+/// This rank's share of a Mistral or Phi-3 directory with a sliding window
+/// (each rank's cache keeps the window of its key/value heads). As
+/// load_llama. \throws std::invalid_argument when the config sets no window.
+template <Scalar T>
+TensorParallelLM<TpMistralSliding<T>> load_llama_sliding(const std::filesystem::path& dir) {
+  const hf::Config c = hf::Config::read(dir / "config.json");
+  const std::string type = detail::require_type(c, "load_llama_sliding", {"mistral", "phi3"});
+  const hf::LlamaSizes s = hf::llama_sizes(c, type);
+  if (s.sliding_window < 1) c.fail("sliding_window", "is not set");
+  return detail::load_llama_like<T, TpMistralSliding<T>>(dir, c, s,
+                                                         SlidingWindowMask{s.sliding_window});
 }
 
 /// This rank's share of a Qwen3 directory (the LLaMA layout with QK-norm,
@@ -444,11 +515,48 @@ TensorParallelLM<TpQwen3<T>> load_qwen3(const std::filesystem::path& dir) {
   const hf::Config c = hf::Config::read(dir / "config.json");
   const hf::LlamaSizes s = hf::llama_sizes(c, detail::require_type(c, "load_qwen3", {"qwen3"}));
   return detail::load_llama_layout<T, typename TpQwen3<T>::LayerType>(
-      dir, s, nullptr, {}, [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
+      dir, s, nullptr, {}, CausalMask{},
+      [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
       [&](const auto& w, Index, const std::string& p, const detail::ShardPlan& plan) {
         return ShardedFfn<SwiGlu<T>>(
             hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
       });
+}
+
+/// This rank's share of a Gemma 2 or Gemma 3 (text) directory: heads and
+/// GeGLU columns split as LLaMA's; norms, the embedding (and its scale) and
+/// the final soft-cap as the single-process model. Model: TpGemma2<T> for
+/// gemma2, TpGemma3<T> for gemma3_text. As load_llama.
+template <Scalar T, class Model>
+TensorParallelLM<Model> load_gemma(const std::filesystem::path& dir) {
+  const Communicator& comm = Communicator::world();
+  const hf::Config c = hf::Config::read(dir / "config.json");
+  const bool gemma3 = std::is_same_v<Model, TpGemma3<T>>;
+  (void)detail::require_type(c, gemma3 ? "load_gemma<TpGemma3>" : "load_gemma<TpGemma2>",
+                             {gemma3 ? "gemma3_text" : "gemma2"});
+  const Index n_head = c.integer("num_attention_heads", std::nullopt, 1),
+              n_kv = c.integer("num_key_value_heads", n_head, 1),
+              d_head = c.integer("head_dim", 256, 2),
+              d_ff = c.integer("intermediate_size", std::nullopt, 1),
+              vocab = c.integer("vocab_size", std::nullopt, 1);
+  detail::ShardPlan plan;
+  plan.heads = share_heads(n_head, n_kv, comm.rank(), comm.size());
+  plan.q_width = plan.kv_width = plan.o_width = d_head;
+  plan.ffn = share_columns(d_ff, comm.rank(), comm.size());
+  plan.vocab = share_columns(vocab, comm.rank(), comm.size());
+  plan.rank0 = comm.rank() == 0;
+  nlohmann::json j = c.json();
+  j["num_attention_heads"] = plan.heads.n_q();
+  j["num_key_value_heads"] = plan.heads.n_kv();
+  j["head_dim"] = d_head;
+  j["intermediate_size"] = plan.ffn.size();
+  j["tie_word_embeddings"] = false;  // a tied head is this rank's rows of E
+  const hf::Config local(std::move(j), c.file());
+  const io::Checkpoint full(dir);
+  const detail::ShardedCheckpoint part(full, plan);
+  return TensorParallelLM<Model>(
+      hf::detail::build_gemma<T, DenseWeights, typename Model::LayerType, Model>(local, part),
+      vocab, comm);
 }
 
 /// This rank's share of a Mixtral or Qwen2-MoE directory: attention split
@@ -468,7 +576,8 @@ TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir,
     c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
   const hf::MoeSizes m = hf::moe_sizes(c, type, s.n_layer);
   return detail::load_llama_layout<T, typename TpLlamaMoe<T>::LayerType>(
-      dir, s, &m, options, [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
+      dir, s, &m, options, CausalMask{},
+      [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
       [&](const auto& w, Index i, const std::string& p, const detail::ShardPlan& plan) {
         return detail::read_sharded_ffn<T>(w, i, p, s.d, m, plan, comm);
       });
@@ -649,8 +758,9 @@ TensorParallelLM<TpGpt2<T>> load_gpt2(const std::filesystem::path& dir) {
 namespace kappa::dist {
 
 /// Loads this rank's share of the model in dir with the loader its
-/// config's model_type names (gpt2, llama, qwen2, mistral, qwen3, mixtral,
-/// qwen2_moe, deepseek_v2, deepseek_v3) and returns f(model). Every rank of
+/// config's model_type names (gpt2, llama, qwen2, mistral, phi3, qwen3,
+/// gemma2, gemma3_text, mixtral, qwen2_moe, deepseek_v2, deepseek_v3) and
+/// returns f(model). Every rank of
 /// MPI_COMM_WORLD calls it. (Instantiates every loader: a program that runs
 /// one architecture compiles faster with that loader alone.)
 /// \throws std::invalid_argument naming a model_type no loader takes; as
@@ -660,8 +770,13 @@ decltype(auto) with_model(const std::filesystem::path& dir, F&& f,
                           const LoadOptions& options = {}) {
   const std::string type = hf::Config::read(dir / "config.json").string("model_type");
   if (type == "gpt2") return std::forward<F>(f)(load_gpt2<T>(dir));
-  if (type == "llama" || type == "qwen2" || type == "mistral")
+  if (type == "llama" || type == "qwen2" || type == "mistral" || type == "phi3") {
+    const hf::LlamaSizes sizes = hf::llama_sizes(hf::Config::read(dir / "config.json"), type);
+    if (sizes.sliding_window > 0) return std::forward<F>(f)(load_llama_sliding<T>(dir));
     return std::forward<F>(f)(load_llama<T>(dir));
+  }
+  if (type == "gemma2") return std::forward<F>(f)(load_gemma<T, TpGemma2<T>>(dir));
+  if (type == "gemma3_text") return std::forward<F>(f)(load_gemma<T, TpGemma3<T>>(dir));
   if (type == "qwen3") return std::forward<F>(f)(load_qwen3<T>(dir));
   if (type == "mixtral" || type == "qwen2_moe")
     return std::forward<F>(f)(load_llama_moe<T>(dir, options));
@@ -669,7 +784,8 @@ decltype(auto) with_model(const std::filesystem::path& dir, F&& f,
     return std::forward<F>(f)(load_deepseek<T>(dir, options));
   throw std::invalid_argument("kappa: dist: model_type " + kappa::quoted(type) +
                               " is not supported across ranks yet (gpt2, llama, qwen2, mistral, "
-                              "qwen3, mixtral, qwen2_moe, deepseek_v2, deepseek_v3 are)");
+                              "phi3, qwen3, gemma2, gemma3_text, mixtral, qwen2_moe, deepseek_v2, "
+                              "deepseek_v3 are)");
 }
 
 }  // namespace kappa::dist

@@ -44,6 +44,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -688,8 +689,8 @@ SwiGluOrExperts<T, S> read_ffn(const Weights<T, Source>& w, Index i, const std::
 
 /// The dense feed-forward of Phi-3's layer prefix p: gate_up_proj holds
 /// W_gate^T over W_up^T (2 d_ff, d).
-template <Scalar T, WeightStoragePolicy S>
-SwiGlu<T, S> read_fused_mlp(const Weights<T>& w, const std::string& p, Index d, Index d_ff,
+template <Scalar T, WeightStoragePolicy S, class Source>
+SwiGlu<T, S> read_fused_mlp(const Weights<T, Source>& w, const std::string& p, Index d, Index d_ff,
                             const Config& c) {
   const RowMatrix<T> gate_up =
       w.mat(p + "mlp.gate_up_proj.weight", c.product("2 x intermediate_size", 2, d_ff), d);
@@ -849,8 +850,8 @@ inline double rounded_to(double x, io::Dtype dtype) {
 }
 
 /// (1 + w): Gemma's RMSNorm gain stored as its offset from one.
-template <Scalar T>
-RowVector<T> gemma_gain(const Weights<T>& w, const std::string& name, Index n) {
+template <Scalar T, class Source>
+RowVector<T> gemma_gain(const Weights<T, Source>& w, const std::string& name, Index n) {
   return (w.vec(name, n).array() + T(1)).matrix();
 }
 
@@ -880,8 +881,22 @@ inline std::vector<char> gemma_sliding_layers(const Config& c, const std::string
   return sliding;
 }
 
-template <Scalar T, WeightStoragePolicy S, class Layer, class Model>
-Model build_gemma(const Config& c, const io::Checkpoint& ckpt) {
+/// The attention layer a model's Layer is built from: Layer::AttentionType,
+/// or for a wrapper of one (kappa::dist's ShardedAttention) the wrapped
+/// type, which converts to it.
+template <class A, class = void>
+struct BuiltAttention {
+  using type = A;
+};
+template <class A>
+struct BuiltAttention<A, std::void_t<typename A::Local>> {
+  using type = typename A::Local;
+};
+
+/// Gemma 2 / 3 from config and checkpoint (any Source of Weights); Layer's
+/// attention is Gemma2Attention or Qwen3Attention (or a wrapper of one).
+template <Scalar T, WeightStoragePolicy S, class Layer, class Model, class Source = io::Checkpoint>
+Model build_gemma(const Config& c, const Source& ckpt) {
   const std::string type = c.string("model_type");
   const bool gemma3 = type == "gemma3_text";
   const Index d = c.integer("hidden_size", std::nullopt, 1),
@@ -922,9 +937,10 @@ Model build_gemma(const Config& c, const io::Checkpoint& ckpt) {
   require_false(c, "attention_bias", "kappa's Gemma attention has no biases");
   const bool tied = c.boolean("tie_word_embeddings", true);
   const std::vector<char> sliding = gemma_sliding_layers(c, type, n_layer);
-  const Weights<T> w(ckpt, "model.");
+  const Weights<T, Source> w(ckpt, "model.");
   w.check("embed_tokens.weight", vocab, d);
   if (!tied) ckpt.require_shape("lm_head.weight", {vocab, d});
+  using Attention = typename BuiltAttention<typename Layer::AttentionType>::type;
   std::vector<Layer> layers;
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
@@ -936,8 +952,8 @@ Model build_gemma(const Config& c, const io::Checkpoint& ckpt) {
     const Rope<T, RotateHalf> rope(d_head, local ? local_theta : theta,
                                    local && gemma3 ? RopeScaling{} : global_scaling);
     const HeadsConfig hc{.d_in = d, .n_heads = n_head, .d_head = d_head, .n_kv_heads = n_kv};
-    typename Layer::AttentionType attn = [&] {
-      if constexpr (std::same_as<typename Layer::AttentionType, Gemma2Attention<T, S>>) {
+    Attention attn = [&] {
+      if constexpr (std::same_as<Attention, Gemma2Attention<T, S>>) {
         return Gemma2Attention<T, S>(hc, kernels::SoftCapped(attn_cap, scale), rope);
       } else {
         return Qwen3Attention<T, S>(
