@@ -2,7 +2,7 @@
 // split over the ranks of an MPI job (tensor parallelism, kappa/dist/), or
 // measure its prefill and decode speed (--bench).
 //
-//   mpirun -np 2 kappa-generate-mpi --model DIR --prompt TEXT [--max-new-tokens N]
+//   mpirun -np 2 kappa-generate-mpi --model DIR|FILE.gguf --prompt TEXT [--max-new-tokens N]
 //   mpirun -np 2 --hostfile hosts kappa-generate-mpi --model DIR --bench
 //
 // Every rank loads only its share of the weights (its heads, feed-forward
@@ -32,6 +32,7 @@
 #include "kappa/dist/tensor_parallel.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
 #include "kappa/transformer/generate.hpp"
+#include "kappa/transformer/gguf_load.hpp"
 
 namespace {
 
@@ -56,15 +57,16 @@ std::optional<Args> parse(int argc, char** argv) {
   kappa_cli::Options cli(
       kProgram,
       std::string("usage: mpirun -np P ") + kProgram +
-          " --model DIR (--prompt TEXT | --bench) [options]\n\n"
+          " --model DIR|FILE.gguf (--prompt TEXT | --bench) [options]\n\n"
           "Generates text with a model directory split over the MPI job's ranks (each holds\n"
           "its heads', feed-forward columns' and experts' weights); rank 0 prints.\n",
       {"Model", "Generation", "Performance"});
   using std::string;
-  cli.value("Model", "--model", "DIR",
+  cli.value("Model", "--model", "DIR|FILE.gguf",
             "a Hugging Face model directory (gpt2, llama, qwen2, mistral without a sliding "
             "window, qwen3, mixtral, qwen2_moe, deepseek_v2, deepseek_v3), at the same path on "
-            "every machine (required)",
+            "every machine; or a GGUF file (llama, qwen2, qwen3, qwen2moe; each rank keeps its "
+            "slices dequantized) (required)",
             [&](const string& v) { a.model = v; });
   cli.value("Model", "--experts", "whole|columns",
             "how a mixture's experts are split: whole experts per rank (expert parallelism, "
@@ -136,8 +138,11 @@ int run(const Args& a, const LM& lm, double load_s) {
   const kappa::dist::Communicator& comm = kappa::dist::Communicator::world();
   const bool root = comm.rank() == 0;
 
-  // generation_config.json's options (EOS ids), as kappa-generate starts from.
-  kappa::GenerateOptions opt = kappa::hf::generation_options(a.model);
+  // generation_config.json's options (EOS ids), as kappa-generate starts
+  // from; a GGUF file's EOS is its tokenizer's (tokenizer.ggml.eos_token_id).
+  kappa::GenerateOptions opt = std::filesystem::is_regular_file(a.model)
+                                   ? kappa::GenerateOptions{}
+                                   : kappa::hf::generation_options(a.model);
   opt.max_new_tokens = a.max_new_tokens;
   if (a.temperature && *a.temperature > 0) {
     opt.decoding = kappa::Decoding::kSample;
@@ -168,7 +173,10 @@ int run(const Args& a, const LM& lm, double load_s) {
           comm.allreduce_bytes() / static_cast<std::uint64_t>(a.bench_prompt + a.bench_gen);
     }
   } else {
-    const auto tok = kappa::tokenize::HfTokenizer::from_directory(a.model);
+    // A directory's tokenizer.json, or a GGUF file's tokenizer.ggml.* keys.
+    const auto tok = std::filesystem::is_regular_file(a.model)
+                         ? kappa::gguf::load_tokenizer(kappa::io::GgufFile(a.model))
+                         : kappa::tokenize::HfTokenizer::from_directory(a.model);
     const std::vector<kappa::TokenId> ids = tok.encode(*a.prompt);
     comm.reset_counters();
     const kappa::Generation g = kappa::generate(

@@ -21,6 +21,7 @@
 #include "kappa/dist/tensor_parallel.hpp"
 #include "kappa/io/npy.hpp"
 #include "kappa/transformer/generate.hpp"
+#include "kappa/transformer/gguf_load.hpp"
 #include "kappa/transformer/hf.hpp"
 #include "transformer/model_data.hpp"
 
@@ -264,6 +265,37 @@ TEST(DistTensorParallel, ExpertsAreSplitAndTheLatentIsReplicated) {
   const auto& attn = tp.local().layers()[0].attention().local();
   EXPECT_EQ(attn.config().n_heads, dist::share_heads(4, 4, comm.rank(), comm.size()).n_q());
   EXPECT_EQ(attn.config().d_latent, 16);  // the latent is whole on every rank
+}
+
+TEST(DistTensorParallel, GgufFilesGiveTheSingleProcessModel) {
+  // llama.cpp's files (written by ggml's own gguf writer, tests/reference):
+  // the rank's slices of each dequantized tensor give the logits of the
+  // single-process model of the same file, quantized or not.
+  const Communicator& comm = Communicator::world();
+  for (const std::string name : {"llama-f32", "llama-q8_0", "llama-256-q4_k_m", "qwen2-f32",
+                                 "qwen3-f32", "mistral-f32", "mixtral-f32", "mixtral-q8_0"}) {
+    SCOPED_TRACE(name + " on " + std::to_string(comm.size()) + " ranks");
+    const std::filesystem::path file = model_dir("llama-gguf") / (name + ".gguf");
+    dist::with_model<float>(file, [&](const auto& tp) {
+      const hf::CausalLM<float> one = gguf::load_causal_lm<float>(file);
+      const std::vector<TokenId> ids = {1, 5, 9, 13, 2, 40, 7};
+      const RowMatrix<float> got = tp.forward(ids), want = one.forward(ids);
+      EXPECT_LE(scaled_error(got, RowMatrix<double>(want.cast<double>())), 1e-5);
+      GenerateOptions o;
+      o.max_new_tokens = 8;
+      o.eos_ids = std::vector<TokenId>{};
+      EXPECT_EQ(generate_ids(tp, ids, o).ids, generate_ids(one, ids, o).ids);
+    });
+  }
+  try {
+    dist::with_model<float>(model_dir("llama-gguf") / "gpt2-f32.gguf", [](const auto&) {});
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("general.architecture \"gpt2\" is not split across ranks "
+                                         "from GGUF yet"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DistTensorParallel, WrongLoadersAndUnsupportedTypesAreNamed) {

@@ -48,3 +48,5 @@ expect_same("sliding and global layers, greedy" MODEL gemma2 D 32
             ARGS --prompt "the cat sat on" --max-new-tokens 10)
 expect_same("fused projections and a window, sampled" MODEL phi3 D 64
             ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)
+expect_same("a GGUF file, sampled" MODEL llama-gguf/llama-f32.gguf D 32
+            ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)

@@ -58,8 +58,9 @@
 // Phi-3's fused qkv_proj / gate_up_proj read by the rank's rows),
 // load_llama_sliding (mistral, phi3 with one), load_qwen3 (qwen3),
 // load_gemma (gemma2, gemma3_text), load_llama_moe (mixtral, qwen2_moe),
-// load_deepseek (deepseek_v2, deepseek_v3, dense or with experts). Not yet:
-// GGUF files (each rank would read its rows of the quantized blocks).
+// load_deepseek (deepseek_v2, deepseek_v3, dense or with experts);
+// with_gguf_model for GGUF files (llama, qwen2, qwen3, qwen2moe; each rank
+// keeps its slices dequantized).
 #pragma once
 
 #include <cstddef>
@@ -74,8 +75,10 @@
 #include "kappa/dist/communicator.hpp"
 #include "kappa/dist/partition.hpp"
 #include "kappa/dist/sharded.hpp"
+#include "kappa/io/gguf.hpp"
 #include "kappa/io/safetensors.hpp"
 #include "kappa/transformer/architectures.hpp"
+#include "kappa/transformer/gguf_load.hpp"
 #include "kappa/transformer/hf.hpp"
 
 namespace kappa::dist {
@@ -157,13 +160,18 @@ struct ShardPlan {
 /// converted, then sliced); everything else is passed through, and the
 /// routed experts are read whole by the loader for the experts the rank
 /// holds only.
+///
+/// \tparam Full  the whole checkpoint under the Hugging Face names: an
+///               io::Checkpoint (safetensors: F32 slices read from views of
+///               the mapped file) or transformer/gguf_load.hpp's GgufTensors
+///               (each tensor dequantized, then sliced).
+template <class Full = io::Checkpoint>
 class ShardedCheckpoint {
  public:
-  ShardedCheckpoint(const io::Checkpoint& full, ShardPlan plan)
-      : full_(full), plan_(std::move(plan)) {}
+  ShardedCheckpoint(const Full& full, ShardPlan plan) : full_(full), plan_(std::move(plan)) {}
 
   [[nodiscard]] bool has(std::string_view name) const { return name == kHead || full_.has(name); }
-  [[nodiscard]] const io::TensorInfo& info(std::string_view name) const {
+  [[nodiscard]] decltype(auto) info(std::string_view name) const {
     return full_.info(name == kHead && !full_.has(name) ? kEmbedding : name);
   }
   void require_shape(std::string_view name, const std::vector<std::int64_t>& expected) const {
@@ -193,11 +201,7 @@ class ShardedCheckpoint {
     if (k == Kind::kHeadRows && !full_.has(name)) name = kEmbedding;
     // The whole tensor (a view when the file stores U), then this rank's part.
     RowMatrix<U> owned;
-    const bool view = full_.template can_view<U>(name);
-    if (!view) owned = full_.template matrix<U>(name);
-    const Eigen::Map<const RowMatrix<U>> all =
-        view ? full_.template view<U>(name)
-             : Eigen::Map<const RowMatrix<U>>(owned.data(), owned.rows(), owned.cols());
+    const Eigen::Map<const RowMatrix<U>> all = whole<U>(name, owned);
     const std::vector<Index> take = indices(k);
     const auto n = static_cast<Index>(take.size());
     const bool by_rows = k != Kind::kOCols && k != Kind::kFfnCols && k != Kind::kSharedCols &&
@@ -220,6 +224,19 @@ class ShardedCheckpoint {
   }
 
  private:
+  // Tensor `name` whole: a view of the mapped file when it stores U, else
+  // read (converted) into `owned`.
+  template <class U>
+  Eigen::Map<const RowMatrix<U>> whole(std::string_view name, RowMatrix<U>& owned) const {
+    if constexpr (requires { full_.template can_view<U>(name); }) {
+      if (full_.template can_view<U>(name)) return full_.template view<U>(name);
+      owned = full_.template matrix<U>(name);
+    } else {
+      owned = full_.template matrix<U>(name, full_.hf_shape(name));
+    }
+    return Eigen::Map<const RowMatrix<U>>(owned.data(), owned.rows(), owned.cols());
+  }
+
   enum class Kind {
     kWhole,
     kQRows,
@@ -357,7 +374,7 @@ class ShardedCheckpoint {
                        ")");
   }
 
-  const io::Checkpoint& full_;
+  const Full& full_;
   ShardPlan plan_;
 };
 
@@ -414,12 +431,15 @@ ShardedFfn<SwiGluOrExperts<T>> read_sharded_ffn(const W& w, Index i, const std::
 
 /// A LLaMA-layout model of sizes s on this rank: the plan for its heads,
 /// columns, experts and vocabulary; the model built by hf::detail::
-/// build_llama from the rank's view of the checkpoint, with the position
-/// policy make_position and the feed-forward make_ffn(w, i, p, plan).
-template <Scalar T, class Layer, class Mask, class MakePosition, class MakeFfn>
-TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(
-    const std::filesystem::path& dir, const hf::LlamaSizes& s, const hf::MoeSizes* m,
-    const LoadOptions& options, Mask mask, MakePosition make_position, MakeFfn make_ffn) {
+/// build_llama from the rank's view of the checkpoint `full` (an
+/// io::Checkpoint or GgufTensors), with the position policy make_position
+/// and the feed-forward make_ffn(w, i, p, plan).
+template <Scalar T, class Layer, class Full, class Mask, class MakePosition, class MakeFfn>
+TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(const Full& full, const hf::LlamaSizes& s,
+                                                          const hf::MoeSizes* m,
+                                                          const LoadOptions& options, Mask mask,
+                                                          MakePosition make_position,
+                                                          MakeFfn make_ffn) {
   const Communicator& comm = Communicator::world();
   ShardPlan plan;
   plan.n_head = s.n_head;
@@ -434,8 +454,7 @@ TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(
   }
   plan.vocab = share_columns(s.vocab, comm.rank(), comm.size());
   plan.rank0 = comm.rank() == 0;
-  const io::Checkpoint full(dir);
-  const ShardedCheckpoint part(full, plan);
+  const ShardedCheckpoint<Full> part(full, plan);
   hf::LlamaSizes local = s;
   local.tied = false;  // a tied head is this rank's rows of E, held apart
   local.n_head = plan.heads.n_q();
@@ -453,12 +472,13 @@ TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(
 
 namespace detail {
 /// A LLaMA-layout model of type Model (TpLlama or TpMistralSliding) from
-/// dir: llama, qwen2, mistral, phi3 (fused projections, LongRoPE).
-template <Scalar T, class Model, class Mask>
-TensorParallelLM<Model> load_llama_like(const std::filesystem::path& dir, const hf::Config& c,
+/// `full`: llama, qwen2, mistral, phi3 (fused projections, LongRoPE; `c`
+/// its config).
+template <Scalar T, class Model, class Full, class Mask>
+TensorParallelLM<Model> load_llama_like(const Full& full, const hf::Config& c,
                                         const hf::LlamaSizes& s, Mask mask) {
   TensorParallelLM<Model> lm = load_llama_layout<T, typename Model::LayerType>(
-      dir, s, nullptr, {}, mask,
+      full, s, nullptr, {}, mask,
       [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
       [&](const auto& w, Index, const std::string& p, const ShardPlan& plan) {
         if (s.tensors == hf::LlamaSizes::Tensors::kFused)
@@ -492,7 +512,8 @@ TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
     throw std::invalid_argument("kappa: dist::load_llama: the model has a sliding window (" +
                                 std::to_string(s.sliding_window) +
                                 " tokens): load it with dist::load_llama_sliding");
-  return detail::load_llama_like<T, TpLlama<T>>(dir, c, s, CausalMask{});
+  const io::Checkpoint full(dir);
+  return detail::load_llama_like<T, TpLlama<T>>(full, c, s, CausalMask{});
 }
 
 /// This rank's share of a Mistral or Phi-3 directory with a sliding window
@@ -504,9 +525,35 @@ TensorParallelLM<TpMistralSliding<T>> load_llama_sliding(const std::filesystem::
   const std::string type = detail::require_type(c, "load_llama_sliding", {"mistral", "phi3"});
   const hf::LlamaSizes s = hf::llama_sizes(c, type);
   if (s.sliding_window < 1) c.fail("sliding_window", "is not set");
-  return detail::load_llama_like<T, TpMistralSliding<T>>(dir, c, s,
+  const io::Checkpoint full(dir);
+  return detail::load_llama_like<T, TpMistralSliding<T>>(full, c, s,
                                                          SlidingWindowMask{s.sliding_window});
 }
+
+namespace detail {
+template <Scalar T, class Full>
+TensorParallelLM<TpQwen3<T>> load_qwen3_from(const Full& full, const hf::LlamaSizes& s) {
+  return load_llama_layout<T, typename TpQwen3<T>::LayerType>(
+      full, s, nullptr, {}, CausalMask{},
+      [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
+      [&](const auto& w, Index, const std::string& p, const ShardPlan& plan) {
+        return ShardedFfn<SwiGlu<T>>(
+            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
+      });
+}
+template <Scalar T, class Full>
+TensorParallelLM<TpLlamaMoe<T>> load_llama_moe_from(const Full& full, const hf::LlamaSizes& s,
+                                                    const hf::MoeSizes& m,
+                                                    const LoadOptions& options) {
+  const Communicator& comm = Communicator::world();
+  return load_llama_layout<T, typename TpLlamaMoe<T>::LayerType>(
+      full, s, &m, options, CausalMask{},
+      [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
+      [&](const auto& w, Index i, const std::string& p, const ShardPlan& plan) {
+        return read_sharded_ffn<T>(w, i, p, s.d, m, plan, comm);
+      });
+}
+}  // namespace detail
 
 /// This rank's share of a Qwen3 directory (the LLaMA layout with QK-norm,
 /// whose one gain per layer every rank holds). As load_llama.
@@ -514,13 +561,8 @@ template <Scalar T>
 TensorParallelLM<TpQwen3<T>> load_qwen3(const std::filesystem::path& dir) {
   const hf::Config c = hf::Config::read(dir / "config.json");
   const hf::LlamaSizes s = hf::llama_sizes(c, detail::require_type(c, "load_qwen3", {"qwen3"}));
-  return detail::load_llama_layout<T, typename TpQwen3<T>::LayerType>(
-      dir, s, nullptr, {}, CausalMask{},
-      [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
-      [&](const auto& w, Index, const std::string& p, const detail::ShardPlan& plan) {
-        return ShardedFfn<SwiGlu<T>>(
-            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
-      });
+  const io::Checkpoint full(dir);
+  return detail::load_qwen3_from<T>(full, s);
 }
 
 /// This rank's share of a Gemma 2 or Gemma 3 (text) directory: heads and
@@ -568,19 +610,14 @@ TensorParallelLM<Model> load_gemma(const std::filesystem::path& dir) {
 template <Scalar T>
 TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir,
                                                const LoadOptions& options = {}) {
-  const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type = detail::require_type(c, "load_llama_moe", {"mixtral", "qwen2_moe"});
   const hf::LlamaSizes s = hf::llama_sizes(c, type);
   if (type == "mixtral" && c.has("sliding_window"))
     c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
   const hf::MoeSizes m = hf::moe_sizes(c, type, s.n_layer);
-  return detail::load_llama_layout<T, typename TpLlamaMoe<T>::LayerType>(
-      dir, s, &m, options, CausalMask{},
-      [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
-      [&](const auto& w, Index i, const std::string& p, const detail::ShardPlan& plan) {
-        return detail::read_sharded_ffn<T>(w, i, p, s.d, m, plan, comm);
-      });
+  const io::Checkpoint full(dir);
+  return detail::load_llama_moe_from<T>(full, s, m, options);
 }
 
 /// This rank's share of a DeepSeek-V2 / V2-Lite / V3 directory: latent
@@ -766,8 +803,14 @@ namespace kappa::dist {
 /// \throws std::invalid_argument naming a model_type no loader takes; as
 ///         the loaders.
 template <Scalar T, class F>
+decltype(auto) with_gguf_model(const std::filesystem::path& path, F&& f,
+                               const LoadOptions& options = {});
+
+template <Scalar T, class F>
 decltype(auto) with_model(const std::filesystem::path& dir, F&& f,
                           const LoadOptions& options = {}) {
+  if (std::filesystem::is_regular_file(dir))
+    return with_gguf_model<T>(dir, std::forward<F>(f), options);
   const std::string type = hf::Config::read(dir / "config.json").string("model_type");
   if (type == "gpt2") return std::forward<F>(f)(load_gpt2<T>(dir));
   if (type == "llama" || type == "qwen2" || type == "mistral" || type == "phi3") {
@@ -786,6 +829,35 @@ decltype(auto) with_model(const std::filesystem::path& dir, F&& f,
                               " is not supported across ranks yet (gpt2, llama, qwen2, mistral, "
                               "phi3, qwen3, gemma2, gemma3_text, mixtral, qwen2_moe, deepseek_v2, "
                               "deepseek_v3 are)");
+}
+
+/// Loads this rank's share of the model in GGUF file `path` (general.
+/// architecture llama, qwen2, qwen3 or qwen2moe, with llama.cpp's tensor
+/// names and conventions as gguf::load_causal_lm reads them) and returns
+/// f(model). Each rank dequantizes a tensor whole, keeps its slice and
+/// drops the rest, so it holds its share in T: a rank of a Q4_K file holds
+/// its share in float (8x the bytes of its quantized share); quantized
+/// slices across ranks are not there yet. Every rank of MPI_COMM_WORLD calls
+/// it. \throws std::invalid_argument naming an architecture not split
+///         across ranks (gpt2, deepseek2); FormatError as the GGUF reader.
+template <Scalar T, class F>
+decltype(auto) with_gguf_model(const std::filesystem::path& path, F&& f,
+                               const LoadOptions& options) {
+  const io::GgufFile file(path.string());
+  const std::string arch = gguf::detail::string(file, "general.architecture");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen2moe")
+    throw std::invalid_argument("kappa: dist: " + path.string() + ": general.architecture " +
+                                kappa::quoted(arch) +
+                                " is not split across ranks from GGUF yet (llama, qwen2, qwen3, "
+                                "qwen2moe are; its safetensors directory may be)");
+  const hf::LlamaSizes s = gguf::llama_sizes(file, arch);
+  const gguf::GgufTensors tensors(
+      file, arch == "llama" ? gguf::GgufLayout::kLlama : gguf::GgufLayout::kNeox, s.n_head, s.n_kv);
+  if (arch == "qwen3") return std::forward<F>(f)(detail::load_qwen3_from<T>(tensors, s));
+  if (const std::optional<hf::MoeSizes> m = gguf::moe_sizes(file, arch, s.n_layer))
+    return std::forward<F>(f)(detail::load_llama_moe_from<T>(tensors, s, *m, options));
+  return std::forward<F>(f)(
+      detail::load_llama_like<T, TpLlama<T>>(tensors, hf::Config(), s, CausalMask{}));
 }
 
 }  // namespace kappa::dist

@@ -381,6 +381,19 @@ class GgufTensors {
                      io::tensor_shape_string(want) + " from the metadata");
   }
 
+  /// The Hugging Face shape of tensor `hf` (out x in; GPT-2's Conv1D
+  /// in x out; kv_b_proj joined from attn_k_b and attn_v_b), as matrix()
+  /// returns it. \throws FormatError when the file lacks it.
+  [[nodiscard]] std::vector<std::int64_t> hf_shape(std::string_view hf) const {
+    if (const auto kb = split_kv_b(hf)) {
+      const auto [k_b, v_b] = *kb;
+      return {k_b.dims[2] * (k_b.dims[0] + v_b.dims[1]), k_b.dims[1]};
+    }
+    std::vector<std::int64_t> shape = info(hf).shape();
+    if (transposed(hf) && shape.size() == 2) std::swap(shape[0], shape[1]);
+    return shape;
+  }
+
   /// Tensor `hf` as a matrix of shape `expected`, after require_shape(hf,
   /// expected).
   template <Scalar T>
