@@ -44,6 +44,13 @@ if(EXISTS "${WORK_DIR}/fp/app_openmp")
 else()
   message(STATUS "no OpenMP for ${CXX}: kappa::openmp not checked")
 endif()
+# The component dist (kappa::dist), where MPI is: built (linking MPI), not run
+# (that takes mpiexec).
+if(EXISTS "${WORK_DIR}/fp/app_dist")
+  message(STATUS "app_dist built against kappa::dist")
+else()
+  message(STATUS "no MPI: kappa::dist not checked")
+endif()
 message(STATUS "find_package consumer: OK")
 
 # 2. add_subdirectory(kappa): only the library, no tests/benchmarks/examples.
