@@ -50,6 +50,7 @@ struct Args {
   int reps = 3;
   std::optional<int> threads;
   kappa::dist::ExpertSplit experts = kappa::dist::ExpertSplit::kWhole;
+  bool bf16 = false;
 };
 
 std::optional<Args> parse(int argc, char** argv) {
@@ -68,6 +69,11 @@ std::optional<Args> parse(int argc, char** argv) {
             "every machine; or a GGUF file (llama, qwen2, qwen3, qwen2moe; each rank keeps its "
             "slices dequantized) (required)",
             [&](const string& v) { a.model = v; });
+  cli.flag("Model", "--bf16",
+           "store each rank's share of every projection, feed-forward and the output head in "
+           "bfloat16 (half the bytes of float; a BF16 checkpoint's weights exactly; default: "
+           "float)",
+           [&] { a.bf16 = true; });
   cli.value("Model", "--experts", "whole|columns",
             "how a mixture's experts are split: whole experts per rank (expert parallelism, "
             "the default), or every expert by its columns (even reads in a decode step)",
@@ -220,9 +226,11 @@ int run(const Args& a) {
     comm.barrier();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  return kappa::dist::with_model<float>(std::filesystem::path(a.model),
-                                        [&](const auto& lm) { return run(a, lm, seconds()); },
-                                        {.experts = a.experts});
+  const auto go = [&](const auto& lm) { return run(a, lm, seconds()); };
+  if (a.bf16)
+    return kappa::dist::with_model<float, kappa::Bf16Weights>(std::filesystem::path(a.model), go,
+                                                              {.experts = a.experts});
+  return kappa::dist::with_model<float>(std::filesystem::path(a.model), go, {.experts = a.experts});
 }
 
 }  // namespace

@@ -267,6 +267,37 @@ TEST(DistTensorParallel, ExpertsAreSplitAndTheLatentIsReplicated) {
   EXPECT_EQ(attn.config().d_latent, 16);  // the latent is whole on every rank
 }
 
+TEST(DistTensorParallel, Bf16StorageHoldsTheSharesInBf16) {
+  // S = Bf16Weights: each rank stores its slices in bfloat16, as the single
+  // process stores its whole matrices; the logits agree as closely as the
+  // float models' (the same bf16 weights, other sums).
+  const Communicator& comm = Communicator::world();
+  for (const std::string name : {"llama-bf16", "gpt2", "gemma2", "qwen2_moe", "deepseek_v2-moe"}) {
+    SCOPED_TRACE(name + " on " + std::to_string(comm.size()) + " ranks");
+    dist::with_model<float, Bf16Weights>(model_dir(name), [&](const auto& tp) {
+      const hf::CausalLM<float, Bf16Weights> one =
+          hf::load_causal_lm<float, Bf16Weights>(model_dir(name));
+      const std::vector<TokenId> ids = read_ids(model_dir(name) / "reference" / "input_ids.npy");
+      const RowMatrix<float> got = tp.forward(ids), want = one.forward(ids);
+      EXPECT_LE(scaled_error(got, RowMatrix<double>(want.cast<double>())), 1e-5);
+      GenerateOptions o;
+      o.max_new_tokens = 8;
+      o.eos_ids = std::vector<TokenId>{};
+      EXPECT_EQ(generate_ids(tp, ids, o).ids, generate_ids(one, ids, o).ids);
+      // The feed-forward share in about half the bytes of the float share
+      // (routers, gates and biases stay in T).
+      const auto ffn_bytes = [](const auto& lm) {
+        std::size_t b = 0;
+        for (const auto& layer : lm.local().layers()) b += layer.feed_forward().weight_bytes();
+        return static_cast<double>(b);
+      };
+      dist::with_model<float>(model_dir(name), [&](const auto& dense) {
+        EXPECT_LT(ffn_bytes(tp), 0.6 * ffn_bytes(dense));
+      });
+    });
+  }
+}
+
 TEST(DistTensorParallel, GgufFilesGiveTheSingleProcessModel) {
   // llama.cpp's files (written by ggml's own gguf writer, tests/reference):
   // the rank's slices of each dequantized tensor give the logits of the

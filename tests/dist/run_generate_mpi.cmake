@@ -50,3 +50,6 @@ expect_same("fused projections and a window, sampled" MODEL phi3 D 64
             ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)
 expect_same("a GGUF file, sampled" MODEL llama-gguf/llama-f32.gguf D 32
             ARGS --prompt "the cat sat on" --max-new-tokens 10 --temperature 0.8 --seed 5)
+# --bf16 against kappa-generate --bf16 (both round the same weights to bfloat16)
+expect_same("bfloat16 shares, greedy" MODEL llama D 32
+            ARGS --prompt "the cat sat on" --max-new-tokens 10 --bf16)

@@ -84,42 +84,48 @@
 namespace kappa::dist {
 
 /// One rank's layer of a LLaMA-layout model: the library's layer with the
-/// rank's attention heads and feed-forward share.
+/// rank's attention heads and feed-forward share. The models below take the
+/// library's weight storage policy S for their projections, feed-forward and
+/// head (DenseWeights; Bf16Weights, or a block format where the slices'
+/// widths are multiples of its block): each rank reads its slices in T and
+/// stores them in S, so a BF16 checkpoint's share is held in BF16.
 template <Scalar T, class Attention, class Ffn, class Mask = CausalMask>
 using TpDecoderLayer =
     DecoderOnlyLayer<T, ShardedAttention<Attention>, RMSNorm<T>, ShardedFfn<Ffn>, PreNorm, Mask>;
-template <Scalar T, class Layer>
-using TpDecoderLM = DecoderLM<T, Layer, NoAbsolutePositions>;
+template <Scalar T, class Layer, WeightStoragePolicy S = DenseWeights>
+using TpDecoderLM = DecoderLM<T, Layer, NoAbsolutePositions, S>;
 
 /// LLaMA, Qwen2, Mistral (without a window).
-template <Scalar T>
-using TpLlamaLayer = TpDecoderLayer<T, LlamaAttention<T>, SwiGlu<T>>;
-template <Scalar T>
-using TpLlama = TpDecoderLM<T, TpLlamaLayer<T>>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpLlamaLayer = TpDecoderLayer<T, LlamaAttention<T, S>, SwiGlu<T, S>>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpLlama = TpDecoderLM<T, TpLlamaLayer<T, S>, S>;
 /// Mistral and Phi-3 with their sliding window.
-template <Scalar T>
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using TpMistralSliding =
-    TpDecoderLM<T, TpDecoderLayer<T, LlamaAttention<T>, SwiGlu<T>, SlidingWindowMask>>;
+    TpDecoderLM<T, TpDecoderLayer<T, LlamaAttention<T, S>, SwiGlu<T, S>, SlidingWindowMask>, S>;
 /// Gemma 2 and 3: sandwich norms, GeGLU, sliding and global layers.
-template <Scalar T, class Attention>
+template <Scalar T, class Attention, WeightStoragePolicy S = DenseWeights>
 using TpGemmaLayer =
     DecoderOnlyLayer<T, ShardedAttention<Attention>, Sandwich<RMSNorm<T>>,
-                     ShardedFfn<GatedMlp<T, GeluTanh>>, SandwichNorm, SlidingWindowMask>;
-template <Scalar T>
-using TpGemma2 = TpDecoderLM<T, TpGemmaLayer<T, Gemma2Attention<T>>>;
-template <Scalar T>
-using TpGemma3 = TpDecoderLM<T, TpGemmaLayer<T, Qwen3Attention<T>>>;
+                     ShardedFfn<GatedMlp<T, GeluTanh, S>>, SandwichNorm, SlidingWindowMask>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpGemma2 = TpDecoderLM<T, TpGemmaLayer<T, Gemma2Attention<T, S>, S>, S>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpGemma3 = TpDecoderLM<T, TpGemmaLayer<T, Qwen3Attention<T, S>, S>, S>;
 /// Qwen3 (QK-norm before RoPE).
-template <Scalar T>
-using TpQwen3 = TpDecoderLM<T, TpDecoderLayer<T, Qwen3Attention<T>, SwiGlu<T>>>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpQwen3 = TpDecoderLM<T, TpDecoderLayer<T, Qwen3Attention<T, S>, SwiGlu<T, S>>, S>;
 /// Mixtral, Qwen2-MoE: a layer's feed-forward is dense or the rank's experts.
-template <Scalar T>
-using TpLlamaMoe = TpDecoderLM<T, TpDecoderLayer<T, LlamaAttention<T>, SwiGluOrExperts<T>>>;
-/// DeepSeek-V2 / V3: latent attention (the absorbed path), dense or expert
-/// feed-forward layers.
-template <Scalar T>
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpLlamaMoe =
+    TpDecoderLM<T, TpDecoderLayer<T, LlamaAttention<T, S>, SwiGluOrExperts<T, S>>, S>;
+/// DeepSeek-V2 / V3: latent attention (the absorbed path; its projections
+/// in T, as in one process), dense or expert feed-forward layers.
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
 using TpDeepSeek = TpDecoderLM<
-    T, TpDecoderLayer<T, LatentAttention<T, AbsorbedLatent, Interleaved>, SwiGluOrExperts<T>>>;
+    T, TpDecoderLayer<T, LatentAttention<T, AbsorbedLatent, Interleaved>, SwiGluOrExperts<T, S>>,
+    S>;
 
 /// How the routed experts of a mixture are split over the ranks (see the
 /// file comment).
@@ -413,19 +419,20 @@ inline void share_experts(ShardPlan& plan, const hf::MoeSizes& m, ExpertSplit sp
 
 /// A layer's feed-forward on this rank: its columns of a dense one, or its
 /// experts of a mixture (with its columns of the shared expert).
-template <Scalar T, class W>
-ShardedFfn<SwiGluOrExperts<T>> read_sharded_ffn(const W& w, Index i, const std::string& p, Index d,
-                                                const hf::MoeSizes& m, const ShardPlan& plan,
-                                                const Communicator& comm) {
+template <Scalar T, WeightStoragePolicy S, class W>
+ShardedFfn<SwiGluOrExperts<T, S>> read_sharded_ffn(const W& w, Index i, const std::string& p,
+                                                   Index d, const hf::MoeSizes& m,
+                                                   const ShardPlan& plan,
+                                                   const Communicator& comm) {
   if (!m.sparse[static_cast<std::size_t>(i)])
-    return ShardedFfn<SwiGluOrExperts<T>>(
-        hf::detail::read_llama_mlp<T, DenseWeights>(w, p, d, plan.ffn.size()), comm);
+    return ShardedFfn<SwiGluOrExperts<T, S>>(
+        hf::detail::read_llama_mlp<T, S>(w, p, d, plan.ffn.size()), comm);
   hf::MoeSizes local = m;
   local.d_shared = plan.shared.size();
   if (plan.expert_columns) local.d_expert = plan.expert_columns->size();
-  return ShardedFfn<SwiGluOrExperts<T>>(
-      hf::detail::read_moe<T, DenseWeights>(
-          w, p, d, local, std::pair<Index, Index>{plan.experts.begin, plan.experts.end}),
+  return ShardedFfn<SwiGluOrExperts<T, S>>(
+      hf::detail::read_moe<T, S>(w, p, d, local,
+                                 std::pair<Index, Index>{plan.experts.begin, plan.experts.end}),
       comm);
 }
 
@@ -434,12 +441,11 @@ ShardedFfn<SwiGluOrExperts<T>> read_sharded_ffn(const W& w, Index i, const std::
 /// build_llama from the rank's view of the checkpoint `full` (an
 /// io::Checkpoint or GgufTensors), with the position policy make_position
 /// and the feed-forward make_ffn(w, i, p, plan).
-template <Scalar T, class Layer, class Full, class Mask, class MakePosition, class MakeFfn>
-TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(const Full& full, const hf::LlamaSizes& s,
-                                                          const hf::MoeSizes* m,
-                                                          const LoadOptions& options, Mask mask,
-                                                          MakePosition make_position,
-                                                          MakeFfn make_ffn) {
+template <Scalar T, WeightStoragePolicy S, class Layer, class Full, class Mask, class MakePosition,
+          class MakeFfn>
+TensorParallelLM<TpDecoderLM<T, Layer, S>> load_llama_layout(
+    const Full& full, const hf::LlamaSizes& s, const hf::MoeSizes* m, const LoadOptions& options,
+    Mask mask, MakePosition make_position, MakeFfn make_ffn) {
   const Communicator& comm = Communicator::world();
   ShardPlan plan;
   plan.n_head = s.n_head;
@@ -462,10 +468,10 @@ TensorParallelLM<TpDecoderLM<T, Layer>> load_llama_layout(const Full& full, cons
   local.q_width = local.n_head * s.d_head;
   local.kv_width = local.n_kv * s.d_head;
   local.d_ff = plan.ffn.size();
-  TpDecoderLM<T, Layer> model = hf::detail::build_llama<T, DenseWeights, Layer>(
+  TpDecoderLM<T, Layer, S> model = hf::detail::build_llama<T, S, Layer>(
       local, part, mask, make_position(s),
       [&](const auto& w, Index i, const std::string& p) { return make_ffn(w, i, p, plan); });
-  return TensorParallelLM<TpDecoderLM<T, Layer>>(std::move(model), s.vocab, comm);
+  return TensorParallelLM<TpDecoderLM<T, Layer, S>>(std::move(model), s.vocab, comm);
 }
 
 }  // namespace detail
@@ -474,18 +480,19 @@ namespace detail {
 /// A LLaMA-layout model of type Model (TpLlama or TpMistralSliding) from
 /// `full`: llama, qwen2, mistral, phi3 (fused projections, LongRoPE; `c`
 /// its config).
-template <Scalar T, class Model, class Full, class Mask>
+template <Scalar T, class Model, class Full, class Mask,
+          WeightStoragePolicy S = typename Model::StorageType>
 TensorParallelLM<Model> load_llama_like(const Full& full, const hf::Config& c,
                                         const hf::LlamaSizes& s, Mask mask) {
-  TensorParallelLM<Model> lm = load_llama_layout<T, typename Model::LayerType>(
+  TensorParallelLM<Model> lm = load_llama_layout<T, S, typename Model::LayerType>(
       full, s, nullptr, {}, mask,
       [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
       [&](const auto& w, Index, const std::string& p, const ShardPlan& plan) {
         if (s.tensors == hf::LlamaSizes::Tensors::kFused)
-          return ShardedFfn<SwiGlu<T>>(
-              hf::detail::read_fused_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size(), c));
-        return ShardedFfn<SwiGlu<T>>(
-            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
+          return ShardedFfn<SwiGlu<T, S>>(
+              hf::detail::read_fused_mlp<T, S>(w, p, s.d, plan.ffn.size(), c));
+        return ShardedFfn<SwiGlu<T, S>>(
+            hf::detail::read_llama_mlp<T, S>(w, p, s.d, plan.ffn.size()));
       });
   if (s.scaling.kind == RopeScaling::Kind::kLongRope)  // as hf::load_causal_lm
     lm.set_cache_refresh_length(s.scaling.original_context);
@@ -502,8 +509,8 @@ TensorParallelLM<Model> load_llama_like(const Full& full, const hf::Config& c,
 ///         model_type, a sliding window: load_llama_sliding) or a split that
 ///         cannot be made (more ranks than heads or than d_ff columns); as
 ///         hf::load_causal_lm for a bad directory.
-template <Scalar T>
-TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+TensorParallelLM<TpLlama<T, S>> load_llama(const std::filesystem::path& dir) {
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type =
       detail::require_type(c, "load_llama", {"llama", "qwen2", "mistral", "phi3"});
@@ -513,56 +520,56 @@ TensorParallelLM<TpLlama<T>> load_llama(const std::filesystem::path& dir) {
                                 std::to_string(s.sliding_window) +
                                 " tokens): load it with dist::load_llama_sliding");
   const io::Checkpoint full(dir);
-  return detail::load_llama_like<T, TpLlama<T>>(full, c, s, CausalMask{});
+  return detail::load_llama_like<T, TpLlama<T, S>>(full, c, s, CausalMask{});
 }
 
 /// This rank's share of a Mistral or Phi-3 directory with a sliding window
 /// (each rank's cache keeps the window of its key/value heads). As
 /// load_llama. \throws std::invalid_argument when the config sets no window.
-template <Scalar T>
-TensorParallelLM<TpMistralSliding<T>> load_llama_sliding(const std::filesystem::path& dir) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+TensorParallelLM<TpMistralSliding<T, S>> load_llama_sliding(const std::filesystem::path& dir) {
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type = detail::require_type(c, "load_llama_sliding", {"mistral", "phi3"});
   const hf::LlamaSizes s = hf::llama_sizes(c, type);
   if (s.sliding_window < 1) c.fail("sliding_window", "is not set");
   const io::Checkpoint full(dir);
-  return detail::load_llama_like<T, TpMistralSliding<T>>(full, c, s,
-                                                         SlidingWindowMask{s.sliding_window});
+  return detail::load_llama_like<T, TpMistralSliding<T, S>>(full, c, s,
+                                                            SlidingWindowMask{s.sliding_window});
 }
 
 namespace detail {
-template <Scalar T, class Full>
-TensorParallelLM<TpQwen3<T>> load_qwen3_from(const Full& full, const hf::LlamaSizes& s) {
-  return load_llama_layout<T, typename TpQwen3<T>::LayerType>(
+template <Scalar T, WeightStoragePolicy S, class Full>
+TensorParallelLM<TpQwen3<T, S>> load_qwen3_from(const Full& full, const hf::LlamaSizes& s) {
+  return load_llama_layout<T, S, typename TpQwen3<T, S>::LayerType>(
       full, s, nullptr, {}, CausalMask{},
       [](const hf::LlamaSizes& z) { return hf::detail::qwen3_position<T>(z); },
       [&](const auto& w, Index, const std::string& p, const ShardPlan& plan) {
-        return ShardedFfn<SwiGlu<T>>(
-            hf::detail::read_llama_mlp<T, DenseWeights>(w, p, s.d, plan.ffn.size()));
+        return ShardedFfn<SwiGlu<T, S>>(
+            hf::detail::read_llama_mlp<T, S>(w, p, s.d, plan.ffn.size()));
       });
 }
-template <Scalar T, class Full>
-TensorParallelLM<TpLlamaMoe<T>> load_llama_moe_from(const Full& full, const hf::LlamaSizes& s,
-                                                    const hf::MoeSizes& m,
-                                                    const LoadOptions& options) {
+template <Scalar T, WeightStoragePolicy S, class Full>
+TensorParallelLM<TpLlamaMoe<T, S>> load_llama_moe_from(const Full& full, const hf::LlamaSizes& s,
+                                                       const hf::MoeSizes& m,
+                                                       const LoadOptions& options) {
   const Communicator& comm = Communicator::world();
-  return load_llama_layout<T, typename TpLlamaMoe<T>::LayerType>(
+  return load_llama_layout<T, S, typename TpLlamaMoe<T, S>::LayerType>(
       full, s, &m, options, CausalMask{},
       [](const hf::LlamaSizes& z) { return hf::detail::llama_rope<T>(z); },
       [&](const auto& w, Index i, const std::string& p, const ShardPlan& plan) {
-        return read_sharded_ffn<T>(w, i, p, s.d, m, plan, comm);
+        return read_sharded_ffn<T, S>(w, i, p, s.d, m, plan, comm);
       });
 }
 }  // namespace detail
 
 /// This rank's share of a Qwen3 directory (the LLaMA layout with QK-norm,
 /// whose one gain per layer every rank holds). As load_llama.
-template <Scalar T>
-TensorParallelLM<TpQwen3<T>> load_qwen3(const std::filesystem::path& dir) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+TensorParallelLM<TpQwen3<T, S>> load_qwen3(const std::filesystem::path& dir) {
   const hf::Config c = hf::Config::read(dir / "config.json");
   const hf::LlamaSizes s = hf::llama_sizes(c, detail::require_type(c, "load_qwen3", {"qwen3"}));
   const io::Checkpoint full(dir);
-  return detail::load_qwen3_from<T>(full, s);
+  return detail::load_qwen3_from<T, S>(full, s);
 }
 
 /// This rank's share of a Gemma 2 or Gemma 3 (text) directory: heads and
@@ -573,7 +580,7 @@ template <Scalar T, class Model>
 TensorParallelLM<Model> load_gemma(const std::filesystem::path& dir) {
   const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
-  const bool gemma3 = std::is_same_v<Model, TpGemma3<T>>;
+  const bool gemma3 = std::is_same_v<Model, TpGemma3<T, typename Model::StorageType>>;
   (void)detail::require_type(c, gemma3 ? "load_gemma<TpGemma3>" : "load_gemma<TpGemma2>",
                              {gemma3 ? "gemma3_text" : "gemma2"});
   const Index n_head = c.integer("num_attention_heads", std::nullopt, 1),
@@ -597,7 +604,8 @@ TensorParallelLM<Model> load_gemma(const std::filesystem::path& dir) {
   const io::Checkpoint full(dir);
   const detail::ShardedCheckpoint part(full, plan);
   return TensorParallelLM<Model>(
-      hf::detail::build_gemma<T, DenseWeights, typename Model::LayerType, Model>(local, part),
+      hf::detail::build_gemma<T, typename Model::StorageType, typename Model::LayerType, Model>(
+          local, part),
       vocab, comm);
 }
 
@@ -607,9 +615,9 @@ TensorParallelLM<Model> load_gemma(const std::filesystem::path& dir) {
 /// columns (or every expert by columns: options.experts).
 /// \throws std::invalid_argument for more ranks than experts, and as
 ///         load_llama.
-template <Scalar T>
-TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir,
-                                               const LoadOptions& options = {}) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+TensorParallelLM<TpLlamaMoe<T, S>> load_llama_moe(const std::filesystem::path& dir,
+                                                  const LoadOptions& options = {}) {
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type = detail::require_type(c, "load_llama_moe", {"mixtral", "qwen2_moe"});
   const hf::LlamaSizes s = hf::llama_sizes(c, type);
@@ -617,7 +625,7 @@ TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir,
     c.fail("sliding_window", "is set; kappa runs Mixtral without a sliding window only");
   const hf::MoeSizes m = hf::moe_sizes(c, type, s.n_layer);
   const io::Checkpoint full(dir);
-  return detail::load_llama_moe_from<T>(full, s, m, options);
+  return detail::load_llama_moe_from<T, S>(full, s, m, options);
 }
 
 /// This rank's share of a DeepSeek-V2 / V2-Lite / V3 directory: latent
@@ -627,9 +635,9 @@ TensorParallelLM<TpLlamaMoe<T>> load_llama_moe(const std::filesystem::path& dir,
 /// layer is ignored, as by the single-process loader. \throws std::invalid_argument for more ranks
 /// than heads or experts, and
 ///         as hf::load_causal_lm for a bad directory.
-template <Scalar T>
-TensorParallelLM<TpDeepSeek<T>> load_deepseek(const std::filesystem::path& dir,
-                                              const LoadOptions& options = {}) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+TensorParallelLM<TpDeepSeek<T, S>> load_deepseek(const std::filesystem::path& dir,
+                                                 const LoadOptions& options = {}) {
   const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type = detail::require_type(c, "load_deepseek", {"deepseek_v2", "deepseek_v3"});
@@ -660,21 +668,22 @@ TensorParallelLM<TpDeepSeek<T>> load_deepseek(const std::filesystem::path& dir,
   const hf::Config local(std::move(j), c.file());
   const io::Checkpoint full(dir);
   const detail::ShardedCheckpoint part(full, plan);
-  TpDeepSeek<T> model = hf::detail::build_deepseek<T, DenseWeights, AbsorbedLatent,
-                                                   typename TpDeepSeek<T>::LayerType>(
-      local, part, [&](const auto& w, Index i, const std::string& p, Index, Index) {
-        return detail::read_sharded_ffn<T>(w, i, p, d, m, plan, comm);
-      });
-  return TensorParallelLM<TpDeepSeek<T>>(std::move(model), vocab, comm);
+  TpDeepSeek<T, S> model =
+      hf::detail::build_deepseek<T, S, AbsorbedLatent, typename TpDeepSeek<T, S>::LayerType>(
+          local, part, [&](const auto& w, Index i, const std::string& p, Index, Index) {
+            return detail::read_sharded_ffn<T, S>(w, i, p, d, m, plan, comm);
+          });
+  return TensorParallelLM<TpDeepSeek<T, S>>(std::move(model), vocab, comm);
 }
 
 /// The tensor-parallel GPT-2 of one rank (multi-head attention, learned
 /// positions, a GELU MLP; the head tied to E, split by vocabulary).
-template <Scalar T>
-using TpGpt2Layer = DecoderOnlyLayer<T, ShardedAttention<MultiHeadAttention<T>>, LayerNorm<T>,
-                                     ShardedFfn<Mlp<T, GeluTanh>>, PreNorm>;
-template <Scalar T>
-using TpGpt2 = DecoderLM<T, TpGpt2Layer<T>, LearnedPositions<T>>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpGpt2Layer = DecoderOnlyLayer<
+    T, ShardedAttention<MultiHeadAttention<T, kernels::Softmax, MultiHead, NoPosition, S>>,
+    LayerNorm<T>, ShardedFfn<Mlp<T, GeluTanh, S>>, PreNorm>;
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+using TpGpt2 = DecoderLM<T, TpGpt2Layer<T, S>, LearnedPositions<T>, S>;
 
 namespace detail {
 /// Columns `cols` (or, with by_rows, rows) of tensor `name` of the
@@ -711,8 +720,8 @@ inline std::vector<Index> range(Index begin, Index end, Index offset = 0) {
 /// Hugging Face Conv1D layout: X W). Every rank of MPI_COMM_WORLD calls it.
 /// \throws std::invalid_argument for a split that cannot be made (more ranks
 ///         than heads); as hf::load_causal_lm for a bad directory.
-template <Scalar T>
-TensorParallelLM<TpGpt2<T>> load_gpt2(const std::filesystem::path& dir) {
+template <Scalar T, WeightStoragePolicy S = DenseWeights>
+TensorParallelLM<TpGpt2<T, S>> load_gpt2(const std::filesystem::path& dir) {
   const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
   if (c.string("model_type") != "gpt2")
@@ -747,10 +756,10 @@ TensorParallelLM<TpGpt2<T>> load_gpt2(const std::filesystem::path& dir) {
     return out;
   };
   const Index c0 = heads.q_begin * dh, c1 = heads.q_end * dh;
-  std::vector<TpGpt2Layer<T>> layers;
+  std::vector<TpGpt2Layer<T, S>> layers;
   for (Index i = 0; i < n_layer; ++i) {
     const std::string p = pre + "h." + std::to_string(i) + ".";
-    ShardedAttention<MultiHeadAttention<T>> attn(
+    typename TpGpt2Layer<T, S>::AttentionType attn(
         {.d_in = d, .n_heads = heads.n_q(), .d_head = dh, .n_kv_heads = heads.n_q()}, {}, {});
     // c_attn (d, 3d): the columns of this rank's heads in each of Q, K, V
     const std::string qkv = p + "attn.c_attn.weight";
@@ -764,7 +773,7 @@ TensorParallelLM<TpGpt2<T>> load_gpt2(const std::filesystem::path& dir) {
     attn.set_biases(take(b, detail::range(c0, c1)), take(b, detail::range(c0, c1, d)),
                     take(b, detail::range(c0, c1, 2 * d)),
                     rank0 ? b_o : RowVector<T>(RowVector<T>::Zero(d)));
-    Mlp<T, GeluTanh> mlp(d, ffn.size());
+    Mlp<T, GeluTanh, S> mlp(d, ffn.size());
     const RowVector<T> b_fc = vec("h." + std::to_string(i) + ".mlp.c_fc.bias", d_ff);
     const RowVector<T> b_2 = vec("h." + std::to_string(i) + ".mlp.c_proj.bias", d);
     mlp.set_weights(detail::slice<T>(ckpt, p + "mlp.c_fc.weight", d, d_ff,
@@ -777,17 +786,17 @@ TensorParallelLM<TpGpt2<T>> load_gpt2(const std::filesystem::path& dir) {
     layers.emplace_back(std::move(attn),
                         LayerNorm<T>(vec(q + "ln_1.weight", d), vec(q + "ln_1.bias", d), eps),
                         LayerNorm<T>(vec(q + "ln_2.weight", d), vec(q + "ln_2.bias", d), eps),
-                        ShardedFfn<Mlp<T, GeluTanh>>(std::move(mlp), comm));
+                        ShardedFfn<Mlp<T, GeluTanh, S>>(std::move(mlp), comm));
   }
   ckpt.require_shape(pre + "wte.weight", {vocab, d});
   ckpt.require_shape(pre + "wpe.weight", {n_pos, d});
   RowMatrix<T> head =
       detail::slice<T>(ckpt, pre + "wte.weight", vocab, d, detail::range(voc.begin, voc.end), true);
-  TpGpt2<T> m(Embedding<T>(ckpt.template matrix<T>(pre + "wte.weight")),
-              LearnedPositions<T>(ckpt.template matrix<T>(pre + "wpe.weight")), std::move(layers),
-              LayerNorm<T>(vec("ln_f.weight", d), vec("ln_f.bias", d), eps), std::move(head),
-              n_pos);
-  return TensorParallelLM<TpGpt2<T>>(std::move(m), vocab, comm);
+  TpGpt2<T, S> m(Embedding<T>(ckpt.template matrix<T>(pre + "wte.weight")),
+                 LearnedPositions<T>(ckpt.template matrix<T>(pre + "wpe.weight")),
+                 std::move(layers), LayerNorm<T>(vec("ln_f.weight", d), vec("ln_f.bias", d), eps),
+                 std::move(head), n_pos);
+  return TensorParallelLM<TpGpt2<T, S>>(std::move(m), vocab, comm);
 }
 
 }  // namespace kappa::dist
@@ -802,29 +811,29 @@ namespace kappa::dist {
 /// one architecture compiles faster with that loader alone.)
 /// \throws std::invalid_argument naming a model_type no loader takes; as
 ///         the loaders.
-template <Scalar T, class F>
+template <Scalar T, WeightStoragePolicy S = DenseWeights, class F>
 decltype(auto) with_gguf_model(const std::filesystem::path& path, F&& f,
                                const LoadOptions& options = {});
 
-template <Scalar T, class F>
+template <Scalar T, WeightStoragePolicy S = DenseWeights, class F>
 decltype(auto) with_model(const std::filesystem::path& dir, F&& f,
                           const LoadOptions& options = {}) {
   if (std::filesystem::is_regular_file(dir))
-    return with_gguf_model<T>(dir, std::forward<F>(f), options);
+    return with_gguf_model<T, S>(dir, std::forward<F>(f), options);
   const std::string type = hf::Config::read(dir / "config.json").string("model_type");
-  if (type == "gpt2") return std::forward<F>(f)(load_gpt2<T>(dir));
+  if (type == "gpt2") return std::forward<F>(f)(load_gpt2<T, S>(dir));
   if (type == "llama" || type == "qwen2" || type == "mistral" || type == "phi3") {
     const hf::LlamaSizes sizes = hf::llama_sizes(hf::Config::read(dir / "config.json"), type);
-    if (sizes.sliding_window > 0) return std::forward<F>(f)(load_llama_sliding<T>(dir));
-    return std::forward<F>(f)(load_llama<T>(dir));
+    if (sizes.sliding_window > 0) return std::forward<F>(f)(load_llama_sliding<T, S>(dir));
+    return std::forward<F>(f)(load_llama<T, S>(dir));
   }
-  if (type == "gemma2") return std::forward<F>(f)(load_gemma<T, TpGemma2<T>>(dir));
-  if (type == "gemma3_text") return std::forward<F>(f)(load_gemma<T, TpGemma3<T>>(dir));
-  if (type == "qwen3") return std::forward<F>(f)(load_qwen3<T>(dir));
+  if (type == "gemma2") return std::forward<F>(f)(load_gemma<T, TpGemma2<T, S>>(dir));
+  if (type == "gemma3_text") return std::forward<F>(f)(load_gemma<T, TpGemma3<T, S>>(dir));
+  if (type == "qwen3") return std::forward<F>(f)(load_qwen3<T, S>(dir));
   if (type == "mixtral" || type == "qwen2_moe")
-    return std::forward<F>(f)(load_llama_moe<T>(dir, options));
+    return std::forward<F>(f)(load_llama_moe<T, S>(dir, options));
   if (type == "deepseek_v2" || type == "deepseek_v3")
-    return std::forward<F>(f)(load_deepseek<T>(dir, options));
+    return std::forward<F>(f)(load_deepseek<T, S>(dir, options));
   throw std::invalid_argument("kappa: dist: model_type " + kappa::quoted(type) +
                               " is not supported across ranks yet (gpt2, llama, qwen2, mistral, "
                               "phi3, qwen3, gemma2, gemma3_text, mixtral, qwen2_moe, deepseek_v2, "
@@ -840,7 +849,7 @@ decltype(auto) with_model(const std::filesystem::path& dir, F&& f,
 /// slices across ranks are not there yet. Every rank of MPI_COMM_WORLD calls
 /// it. \throws std::invalid_argument naming an architecture not split
 ///         across ranks (gpt2, deepseek2); FormatError as the GGUF reader.
-template <Scalar T, class F>
+template <Scalar T, WeightStoragePolicy S, class F>
 decltype(auto) with_gguf_model(const std::filesystem::path& path, F&& f,
                                const LoadOptions& options) {
   const io::GgufFile file(path.string());
@@ -853,11 +862,11 @@ decltype(auto) with_gguf_model(const std::filesystem::path& path, F&& f,
   const hf::LlamaSizes s = gguf::llama_sizes(file, arch);
   const gguf::GgufTensors tensors(
       file, arch == "llama" ? gguf::GgufLayout::kLlama : gguf::GgufLayout::kNeox, s.n_head, s.n_kv);
-  if (arch == "qwen3") return std::forward<F>(f)(detail::load_qwen3_from<T>(tensors, s));
+  if (arch == "qwen3") return std::forward<F>(f)(detail::load_qwen3_from<T, S>(tensors, s));
   if (const std::optional<hf::MoeSizes> m = gguf::moe_sizes(file, arch, s.n_layer))
-    return std::forward<F>(f)(detail::load_llama_moe_from<T>(tensors, s, *m, options));
+    return std::forward<F>(f)(detail::load_llama_moe_from<T, S>(tensors, s, *m, options));
   return std::forward<F>(f)(
-      detail::load_llama_like<T, TpLlama<T>>(tensors, hf::Config(), s, CausalMask{}));
+      detail::load_llama_like<T, TpLlama<T, S>>(tensors, hf::Config(), s, CausalMask{}));
 }
 
 }  // namespace kappa::dist

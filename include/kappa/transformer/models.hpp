@@ -98,6 +98,7 @@ class DecoderLM {
  public:
   using value_type = T;
   using LayerType = Layer;
+  using StorageType = Storage;
   using Norm = typename Layer::NormType;
   using LayerCache = typename Layer::Cache;
 
