@@ -101,6 +101,13 @@ struct LoadOptions {
   /// In a directory with several weight files: the one to read (a file
   /// name in the directory); empty: model.safetensors or the index.
   std::string weights_file;
+  /// Where a GGUF file's bytes live (the block weights are views of them).
+  enum class FileMemory {
+    kHugePages,  ///< read whole into memory advised for 2 MB pages: decode of
+                 ///< block weights up to 1.3x faster (fewer TLB misses)
+    kMapped,     ///< mapped: pages shared with the page cache, read on touch
+  };
+  FileMemory file_memory = FileMemory::kHugePages;
 };
 
 /// A causal language model of any architecture kappa loads (GPT-2, LLaMA,

@@ -401,6 +401,34 @@ TEST(GgufFile, SmallFileEqualsGgmlsReading) {
   check_reference_file("small");
 }
 
+TEST(GgufFile, ReadIntoHugePagesHoldsTheSameBytes) {
+  // Residence::kHugePages: the file read whole into anonymous memory on a
+  // 2 MB boundary; every tensor's bytes and the metadata as the mapping's,
+  // and the hostile-file checks as before (the truncated file still fails).
+  for (const char* name : {"all_types", "aligned64", "small"}) {
+    SCOPED_TRACE(name);
+    const GgufFile mapped(kGgufDir + name + ".gguf");
+    const GgufFile read(kGgufDir + name + ".gguf", kappa::io::Residence::kHugePages);
+    EXPECT_EQ(read.file_size(), mapped.file_size());
+    ASSERT_EQ(read.tensors().size(), mapped.tensors().size());
+    for (const auto& t : mapped.tensors()) {
+      const auto a = mapped.raw(t.name), b = read.raw(t.name);
+      ASSERT_EQ(a.size(), b.size()) << t.name;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << t.name;
+      EXPECT_NE(a.data(), b.data());  // a copy, not the mapping
+    }
+    const auto first = read.raw(read.tensors().front().name);
+    const auto start = reinterpret_cast<std::uintptr_t>(first.data()) -
+                       static_cast<std::uintptr_t>(read.tensors().front().file_offset);
+    EXPECT_EQ(start % (std::uintptr_t{2} << 20), 0u);  // the file starts on a 2 MB boundary
+  }
+  const std::string bytes = read_bytes(kGgufDir + "small.gguf");
+  const std::string path = gguf_temp_path("cut.gguf");
+  write_bytes(path, bytes.substr(0, bytes.size() - 1));
+  EXPECT_THROW(GgufFile(path, kappa::io::Residence::kHugePages), kappa::FormatError);
+  fs::remove(path);
+}
+
 TEST(GgufFile, ShapeMappingOnAReferenceTensor) {
   const GgufFile f(kGgufDir + "all_types.gguf");
   // ggml wrote q8_0.2d with ne = {64, 3}: three rows of 64.

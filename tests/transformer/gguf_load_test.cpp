@@ -459,6 +459,23 @@ TEST(GgufLoad, AsStoredModelOwnsItsMapping) {
   EXPECT_LE(scaled_error(logits, read_ref("llama-gguf", "llama-q8_0_logits")), kBlockPrefillTol);
 }
 
+// The file read into huge pages (io::Residence::kHugePages) instead of
+// mapped: the same model, bit for bit, its blocks views of that memory.
+TEST(GgufLoad, FileInHugePagesGivesTheMappedModel) {
+  for (const auto& [model, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"llama", "q8_0"}, {"llama-256", "q4_k_m"}}) {
+    SCOPED_TRACE(model + " " + kind);
+    const auto mapped = gguf::load<float, kappa::AsStoredWeights>(gguf_file(kind, model));
+    const auto read = gguf::load<float, kappa::AsStoredWeights>(gguf_file(kind, model),
+                                                                kappa::io::Residence::kHugePages);
+    const RowMatrix<float> a = mapped.model.forward(reference_ids(model)),
+                           b = read.model.forward(reference_ids(model));
+    EXPECT_EQ(a, b);
+    EXPECT_LE(scaled_error(b, read_ref("llama-gguf", model + "-" + kind + "_logits")),
+              kBlockPrefillTol);
+  }
+}
+
 // Mistral through llama.cpp's converter: general.architecture llama with
 // attention.key_length 16 != embedding_length / head_count = 8, and no
 // sliding window (llama.cpp writes none): the independent no-window forward,

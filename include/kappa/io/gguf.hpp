@@ -504,15 +504,20 @@ constexpr GgufType gguf_type_for() {
 
 }  // namespace detail
 
-/// A GGUF file, memory-mapped and validated on construction (see the top of
-/// this header). Metadata and the tensor table are copied out; tensor data
-/// is read from the mapping on demand.
+/// A GGUF file, memory-mapped (or read into huge pages: Residence) and
+/// validated on construction (see the top of this header). Metadata and the
+/// tensor table are copied out; tensor data is read from the mapping on
+/// demand.
 class GgufFile {
  public:
-  /// Maps and validates `path`. Throws FormatError "kappa: PATH: byte N:
-  /// WHAT" for a file that is not a regular file (directory, FIFO, ...), or
-  /// that breaks any rule of the format.
-  explicit GgufFile(const std::string& path) : path_(path), file_(open_regular(path)) { parse(); }
+  /// Maps (or reads, with Residence::kHugePages) and validates `path`.
+  /// Throws FormatError "kappa: PATH: byte N: WHAT" for a file that is not a
+  /// regular file (directory, FIFO, ...), or that breaks any rule of the
+  /// format.
+  explicit GgufFile(const std::string& path, Residence residence = Residence::kMapped)
+      : path_(path), file_(open_regular(path, residence)) {
+    parse();
+  }
 
   /// The path as given.
   [[nodiscard]] const std::string& path() const { return path_; }
@@ -653,14 +658,14 @@ class GgufFile {
  private:
   /// The mapping of `path`, after checking (without opening it: a FIFO must
   /// not block) that it is a regular file.
-  static detail::MappedFile open_regular(const std::string& path) {
+  static detail::MappedFile open_regular(const std::string& path, Residence residence) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0)
       detail::gguf_fail(path, 0, std::string("cannot open the file: ") + std::strerror(errno));
     if (S_ISDIR(st.st_mode)) detail::gguf_fail(path, 0, "is a directory, expected a GGUF file");
     if (!S_ISREG(st.st_mode))
       detail::gguf_fail(path, 0, "not a regular file (a FIFO, socket or device?)");
-    return detail::MappedFile(path);
+    return detail::MappedFile(path, residence);
   }
 
   const GgufKeyValue* find_entry(std::string_view key) const {

@@ -318,14 +318,34 @@ inline std::string shown_name(std::string_view name) {
   throw FormatError(msg);
 }
 
-/// A read-only private mapping of a whole file; unmapped on destruction.
+}  // namespace detail
+
+/// Where the bytes of an opened weight file live.
+enum class Residence {
+  /// A read-only mapping of the file: its pages are the page cache's, read
+  /// on first touch, shared with other processes, mapped 4 KB at a time.
+  kMapped,
+  /// Read whole into anonymous memory advised for transparent huge pages
+  /// (madvise MADV_HUGEPAGE; 2 MB pages where the kernel has them, as
+  /// Linux's default "madvise" setting allows): the same resident bytes as
+  /// a fully touched mapping, read at open, and far fewer TLB misses for the
+  /// block products of a decode step, which stream every weight once per
+  /// token (a 374 M-parameter Q8_0 model: its products read 13.7 GB/s
+  /// instead of 10.4 on one thread of our machine, benchmarks/README.md).
+  kHugePages,
+};
+
+namespace detail {
+
+/// A whole file, read-only: a private mapping (Residence::kMapped) or a
+/// copy in anonymous huge pages (kHugePages); released on destruction.
 /// Regular files only, after following symbolic links: a directory, FIFO,
 /// socket or device is a FormatError, and opening never blocks (O_NONBLOCK:
 /// a FIFO without a writer would otherwise wait forever in open()).
 class MappedFile {
  public:
   MappedFile() = default;
-  explicit MappedFile(const std::string& path) {
+  explicit MappedFile(const std::string& path, Residence residence = Residence::kMapped) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) st_fail(path, 0, "", std::string("cannot open the file: ") + std::strerror(errno));
     struct stat st {};
@@ -335,7 +355,10 @@ class MappedFile {
     }
 
     size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ > 0) {
+    if (size_ > 0 && residence == Residence::kHugePages) {
+      read_into_huge_pages(fd, path);
+      ::close(fd);
+    } else if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
       const int err = errno;
       ::close(fd);
@@ -348,12 +371,17 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
   MappedFile(MappedFile&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        base_(std::exchange(o.base_, nullptr)),
+        length_(std::exchange(o.length_, 0)) {}
   MappedFile& operator=(MappedFile&& o) noexcept {
     if (this != &o) {
       unmap();
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      base_ = std::exchange(o.base_, nullptr);
+      length_ = std::exchange(o.length_, 0);
     }
     return *this;
   }
@@ -363,13 +391,55 @@ class MappedFile {
   [[nodiscard]] std::size_t size() const { return size_; }
 
  private:
+  // The file's bytes into anonymous memory starting on a 2 MB boundary,
+  // advised for huge pages, then made read-only.
+  void read_into_huge_pages(int fd, const std::string& path) {
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    const std::size_t length = (size_ + kHuge - 1) / kHuge * kHuge + kHuge;
+    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      st_fail(path, 0, "",
+              std::string("cannot allocate memory for the file: ") + std::strerror(err));
+    }
+    base_ = p;
+    length_ = length;
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    auto* dst = reinterpret_cast<unsigned char*>((at + kHuge - 1) / kHuge * kHuge);
+    (void)::madvise(dst, size_, MADV_HUGEPAGE);  // advice: without THP, 4 KB pages
+    std::size_t done = 0;
+    while (done < size_) {
+      const ::ssize_t n = ::pread(fd, dst + done, std::min<std::size_t>(size_ - done, kHuge * 32),
+                                  static_cast<::off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : 0;
+        ::close(fd);
+        unmap();
+        st_fail(path, static_cast<std::int64_t>(done), "",
+                err != 0 ? std::string("read failed: ") + std::strerror(err)
+                         : std::string("the file ended early (truncated while read?)"));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    (void)::mprotect(base_, length_, PROT_READ);
+    data_ = dst;
+  }
   void unmap() {
-    if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
+    if (base_ != nullptr)
+      ::munmap(base_, length_);
+    else if (data_)
+      ::munmap(const_cast<unsigned char*>(data_), size_);
     data_ = nullptr;
     size_ = 0;
+    base_ = nullptr;
+    length_ = 0;
   }
   const unsigned char* data_ = nullptr;
   std::size_t size_ = 0;
+  void* base_ = nullptr;  // kHugePages: the anonymous mapping (length_ bytes)
+  std::size_t length_ = 0;
 };
 
 /// Byte offsets (relative to the header text) of the keys of the top-level

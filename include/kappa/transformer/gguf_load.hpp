@@ -970,12 +970,14 @@ CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<con
   return CausalLM<T, S>(std::move(model), arch);
 }
 
-/// Loads the model of GGUF file `path`. \throws FormatError naming the file
-/// and the key or tensor, ShapeError naming a tensor whose shape disagrees
-/// with the metadata (see the file comment).
+/// Loads the model of GGUF file `path`, the file mapped or read into huge
+/// pages (io::Residence: the block weights are views of it). \throws
+/// FormatError naming the file and the key or tensor, ShapeError naming a
+/// tensor whose shape disagrees with the metadata (see the file comment).
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-CausalLM<T, S> load_causal_lm(const std::filesystem::path& path) {
-  return load_causal_lm<T, S>(std::make_shared<const io::GgufFile>(path.string()));
+CausalLM<T, S> load_causal_lm(const std::filesystem::path& path,
+                              io::Residence residence = io::Residence::kMapped) {
+  return load_causal_lm<T, S>(std::make_shared<const io::GgufFile>(path.string(), residence));
 }
 
 // ---- The tokenizer --------------------------------------------------------------
@@ -1272,8 +1274,9 @@ struct LoadedCausalLM {
 /// hf::load for a directory). \throws as load_causal_lm() and
 /// load_tokenizer().
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-LoadedCausalLM<T, S> load(const std::filesystem::path& path) {
-  const auto shared = std::make_shared<const io::GgufFile>(path.string());
+LoadedCausalLM<T, S> load(const std::filesystem::path& path,
+                          io::Residence residence = io::Residence::kMapped) {
+  const auto shared = std::make_shared<const io::GgufFile>(path.string(), residence);
   const io::GgufFile& f = *shared;
   CausalLM<T, S> model = load_causal_lm<T, S>(shared);
   tokenize::HfTokenizer tok = load_tokenizer(f);
