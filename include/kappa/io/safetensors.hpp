@@ -406,7 +406,7 @@ class MappedFile {
     base_ = p;
     length_ = length;
     const auto at = reinterpret_cast<std::uintptr_t>(p);
-    auto* dst = reinterpret_cast<unsigned char*>((at + kHuge - 1) / kHuge * kHuge);
+    unsigned char* const dst = static_cast<unsigned char*>(p) + (kHuge - at % kHuge) % kHuge;
     (void)::madvise(dst, size_, MADV_HUGEPAGE);  // advice: without THP, 4 KB pages
     std::size_t done = 0;
     while (done < size_) {
