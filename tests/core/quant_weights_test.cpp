@@ -144,7 +144,11 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_int_distribution<int> xbyte(-127, 127);
   std::uniform_int_distribution<int> exponent(5, 20);  // fp16 scales 2^-10 .. 2^5
-  std::cout << "block dot products: " << kappa::detail::kQuantDotIsa << "\n";
+  std::cout << "block dot products: " << kappa::detail::kQuantDotIsa
+#if KAPPA_QUANT_Q4_0_WIDE
+            << (kappa::detail::q4_0_wide() ? " (Q4_0: 512-bit)" : " (Q4_0: 256-bit)")
+#endif
+            << "\n";
   for (Index nb : {1, 2, 3, 7, 8, 9, 64, 129}) {
     for (int trial = 0; trial < 20; ++trial) {
       std::vector<unsigned char> w(static_cast<std::size_t>(nb) * qw_bytes<F>());
@@ -170,6 +174,17 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
       const float portable = qw_dot_portable<F>(w.data(), x.data(), nb);
       const float fast = qw_dot_fast<F>(w.data(), x.data(), nb);
       EXPECT_EQ(fast, portable) << "nb " << nb << " trial " << trial;
+      if constexpr (std::is_same_v<F, Q4_0Weights>) {
+        // Q4_0's loops chosen at run time: each one, whichever this CPU takes.
+        [[maybe_unused]] const kappa::detail::Q8Row row(x.data(), nb);
+#if KAPPA_QUANT_Q4_0_WIDE
+        EXPECT_EQ(kappa::detail::dot_q4_0_wide(w.data(), row), portable) << "nb " << nb;
+#endif
+#if !KAPPA_QUANT_AVX512 && KAPPA_QUANT_AVX2 && \
+    ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+        EXPECT_EQ(kappa::detail::dot_q4_0_vnni(w.data(), row), portable) << "nb " << nb;
+#endif
+      }
       double abs_sum = 0;
       const double ref = qw_ref_dot<F>(w.data(), x.data(), nb, abs_sum);
       EXPECT_LE(std::fabs(portable - ref), static_cast<double>(nb + 8) * std::ldexp(abs_sum, -24))

@@ -154,6 +154,15 @@
     !(KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__))
 #error "kappa: KAPPA_QUANT_AVX512=1 needs AVX-512BW, AVX-512VL and FMA (e.g. -march=native)"
 #endif
+// Q4_0's decode loop is also built in 512 bits wherever AVX-512BW, VL, VNNI
+// and FMA are (KAPPA_QUANT_Q4_0_WIDE), and chosen at run time by
+// detail::q4_0_wide(): on AMD's CPUs, not on Intel's (see there).
+#if KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__FMA__)
+#define KAPPA_QUANT_Q4_0_WIDE 1
+#else
+#define KAPPA_QUANT_Q4_0_WIDE 0
+#endif
 
 namespace kappa {
 
@@ -520,7 +529,7 @@ inline void lanes_add_avx2(__m256& acc, __m256 d, __m256i s) {
 #endif
 }
 
-#if KAPPA_QUANT_AVX512
+#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
 /// acc + (u8 a times s8 b, summed four by four into 16 int32 lanes).
 inline __m512i lane_dot_u8s8_512(__m512i acc, __m512i a, __m512i b) {
 #if defined(__AVX512VNNI__)
@@ -559,13 +568,14 @@ inline __m512i q4_lanes2(const unsigned char* w, const std::int8_t* xq, const st
 /// are set 0's, block b + 1's in 8..15, set 1's), then the last blocks one
 /// by one; block b into set b mod 2 (lanes_add's order). lanes(w_b, b) gives
 /// block b's eight int32 lane sums, lanes2(w_b, b) those of b and b + 1.
+#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+/// dot_avx2's loop with two blocks per 512-bit vector (block b's lanes in
+/// 0..7, which are set 0's, block b + 1's in 8..15, set 1's), groups of 8
+/// blocks with gathered scales, then the last blocks one by one.
 template <Index kW, class Lanes, class Lanes2>
-inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
-                      [[maybe_unused]] Lanes2 lanes2) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+inline float dot_wide(const unsigned char* w, const Q8Row& x, Lanes lanes, Lanes2 lanes2) {
   const float* xd = x.d.data();
   Index b = 0;
-#if KAPPA_QUANT_AVX512
   __m512 acc = _mm512_setzero_ps();
   const __m512i upper = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
@@ -576,19 +586,8 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
       acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
     }
   }
-  acc0 = _mm512_castps512_ps256(acc);
-  acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-#else
-  for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
-    const __m256 d8 = scales8<kW>(w, xd + b);
-    for (int i = 0; i < 8; i += 2) {
-      const __m256i s0 = lanes(w + i * kW, b + i);
-      const __m256i s1 = lanes(w + (i + 1) * kW, b + i + 1);
-      lanes_add_avx2(acc0, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i)), s0);
-      lanes_add_avx2(acc1, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i + 1)), s1);
-    }
-  }
-#endif
+  __m256 acc0 = _mm512_castps512_ps256(acc);
+  __m256 acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
   for (; b < x.nb; ++b, w += kW) {
     const __m256i s = lanes(w, b);
     const __m256 d = _mm256_set1_ps(block_scale_f16c(w) * xd[static_cast<std::size_t>(b)]);
@@ -598,6 +597,42 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
       lanes_add_avx2(acc0, d, s);
   }
   return lanes_total_avx2(acc0, acc1);
+}
+#endif
+
+/// The loop of the AVX2 dot products over the blocks of a weight row `w`
+/// (kW bytes per block): groups of 8 blocks with gathered scales (with
+/// KAPPA_QUANT_AVX512, dot_wide), then the last blocks one by one; block b
+/// into set b mod 2 (lanes_add's order). lanes(w_b, b) gives block b's eight
+/// int32 lane sums, lanes2(w_b, b) those of b and b + 1.
+template <Index kW, class Lanes, class Lanes2>
+inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
+                      [[maybe_unused]] Lanes2 lanes2) {
+#if KAPPA_QUANT_AVX512
+  return dot_wide<kW>(w, x, lanes, lanes2);
+#else
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  const float* xd = x.d.data();
+  Index b = 0;
+  for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
+    const __m256 d8 = scales8<kW>(w, xd + b);
+    for (int i = 0; i < 8; i += 2) {
+      const __m256i s0 = lanes(w + i * kW, b + i);
+      const __m256i s1 = lanes(w + (i + 1) * kW, b + i + 1);
+      lanes_add_avx2(acc0, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i)), s0);
+      lanes_add_avx2(acc1, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i + 1)), s1);
+    }
+  }
+  for (; b < x.nb; ++b, w += kW) {
+    const __m256i s = lanes(w, b);
+    const __m256 d = _mm256_set1_ps(block_scale_f16c(w) * xd[static_cast<std::size_t>(b)]);
+    if (b & 1)
+      lanes_add_avx2(acc1, d, s);
+    else
+      lanes_add_avx2(acc0, d, s);
+  }
+  return lanes_total_avx2(acc0, acc1);
+#endif
 }
 
 /// dot_q8_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same result).
@@ -642,7 +677,7 @@ inline __m256i q4_lanes16(const unsigned char* w, const std::int8_t* xq, const s
 /// 1 / 16 at the end gives lanes_add's sets bit for bit. Per chunk of 64
 /// blocks the scales d = d_w d_x are computed first (8 at a time) into a
 /// buffer, so that each block takes its scale with a broadcast load.
-inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
+inline float dot_q4_0_vnni(const unsigned char* w, const Q8Row& x) {
   constexpr Index kW = static_cast<Index>(quant::kBytesQ4_0);
   constexpr Index kChunk = 64;  // even: block b0 + i has the parity of i
   const std::int8_t* xq = x.q.data();
@@ -670,9 +705,55 @@ inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
   const __m256 unscale = _mm256_setr_ps(1.0f, 1.0f, 1.0f, 1.0f, 0.0625f, 0.0625f, 0.0625f, 0.0625f);
   return lanes_total_avx2(_mm256_mul_ps(acc0, unscale), _mm256_mul_ps(acc1, unscale));
 }
+#endif
+
+#if KAPPA_QUANT_Q4_0_WIDE
+/// dot_q4_0_portable with two blocks per 512-bit vector (dot_wide; bit for
+/// bit the same result).
+inline float dot_q4_0_wide(const unsigned char* w, const Q8Row& x) {
+  const std::int8_t* xq = x.q.data();
+  const std::int32_t* off = x.offset.data();
+  return dot_wide<static_cast<Index>(quant::kBytesQ4_0)>(
+      w, x,
+      [xq, off](const unsigned char* wb, Index b) {
+        return q4_lanes(wb, xq + 32 * b, off + 8 * b);
+      },
+      [xq, off](const unsigned char* wb, Index b) {
+        return q4_lanes2(wb, xq + 32 * b, off + 8 * b);
+      });
+}
+
+/// Whether Q4_0's decode takes dot_q4_0_wide: on AMD's CPUs (Zen 4 and
+/// later, AMD's CPUs with AVX-512), not on Intel's. Whole-model decode of
+/// GPT-2 small in Q4_0 on an AMD EPYC VM (AVX-512 VNNI): 1.19-1.31x on 1
+/// thread, 1.16-1.24x on 2, the two builds alternated; on an AVX-512 Xeon VM
+/// the wide loop was no faster streaming weights from memory and 1.25x
+/// slower on GPT-2's head. (Q8_0's wide loop was 0.97-0.98x on that AMD VM:
+/// it stays behind KAPPA_QUANT_AVX512.) The same bits either way.
+inline bool q4_0_wide() {
+#if KAPPA_QUANT_AVX512
+  return true;
 #else
-/// dot_q4_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same result).
+  static const bool wide = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return wide;
+#endif
+}
+#endif
+
+/// dot_q4_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same
+/// result): the 512-bit loop where q4_0_wide() says so, else VNNI's
+/// 256-bit loop (dot_q4_0_vnni) where the build has VNNI, else dot_avx2's.
 inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_Q4_0_WIDE
+  if (q4_0_wide()) return dot_q4_0_wide(w, x);
+#endif
+#if !KAPPA_QUANT_AVX512 && \
+    ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+  return dot_q4_0_vnni(w, x);
+#else
   const std::int8_t* xq = x.q.data();
   const std::int32_t* off = x.offset.data();
   return dot_avx2<static_cast<Index>(quant::kBytesQ4_0)>(
@@ -688,8 +769,8 @@ inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
         return 0;
 #endif
       });
-}
 #endif
+}
 
 /// The sums of four lanes of v0..v3: [lo(v0) lo(v1) lo(v2) lo(v3) | hi(v0)
 /// hi(v1) hi(v2) hi(v3)], lo = lanes 0..3, hi = lanes 4..7 (integer adds:
