@@ -214,29 +214,35 @@ TEST(WeightStorage, Bf16ProductsEqualDenseProductsOfTheRoundedWeights) {
 }
 
 // The decode loops take rows of W four at a time (the head) and eight at a
-// time (X W), with tails: odd shapes agree with the dense products, and a
-// head output has the same bits whichever thread computes it (in builds
-// with OpenMP; without it the loop runs once per thread count on one thread).
+// time (X W), with tails, and prefill splits W's columns over the threads:
+// odd shapes agree with the dense products on every thread count, and a
+// decoded head output has the same bits whichever thread computes it (in
+// builds with OpenMP; without it every count runs on one thread).
 TEST(WeightStorage, Bf16DecodeTailsAndThreadCounts) {
-  const RowMatrix<float> w = random_matrix(301, 203, 33).cast<float>();
+  const RowMatrix<float> w = random_matrix(301, 403, 33).cast<float>();
   const WeightMatrix<float, Bf16Weights> wb(w);
   const RowMatrix<float> rounded = wb.dense();
-  const RowMatrix<float> x = random_matrix(2, 301, 34).cast<float>();
-  const RowMatrix<float> xt = random_matrix(2, 203, 35).cast<float>();
-  const RowMatrix<float> ref = x * rounded, reft = xt * rounded.transpose();
   const int saved = num_threads();
-  RowMatrix<float> first;
-  for (int threads : {1, 2, 3}) {
-    set_num_threads(threads);
-    RowMatrix<float> y(2, 203), z(2, 301);
-    wb.multiply(x, y);
-    wb.multiply_transposed(xt, z);
-    EXPECT_LE((y - ref).cwiseAbs().maxCoeff(), 1e-5f * ref.cwiseAbs().maxCoeff()) << threads;
-    EXPECT_LE((z - reft).cwiseAbs().maxCoeff(), 1e-5f * reft.cwiseAbs().maxCoeff()) << threads;
-    if (threads == 1)
-      first = z;
-    else
-      EXPECT_EQ(z, first) << threads;
+  for (Index n : {2, 40}) {
+    const RowMatrix<float> x = random_matrix(n, 301, 34).cast<float>();
+    const RowMatrix<float> xt = random_matrix(n, 403, 35).cast<float>();
+    const RowMatrix<float> ref = x * rounded, reft = xt * rounded.transpose();
+    RowMatrix<float> first;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      RowMatrix<float> y(n, 403), z(n, 301);
+      wb.multiply(x, y);
+      wb.multiply_transposed(xt, z);
+      EXPECT_LE((y - ref).cwiseAbs().maxCoeff(), 1e-5f * ref.cwiseAbs().maxCoeff())
+          << n << " " << threads;
+      EXPECT_LE((z - reft).cwiseAbs().maxCoeff(), 1e-5f * reft.cwiseAbs().maxCoeff())
+          << n << " " << threads;
+      if (n > 8) continue;
+      if (threads == 1)
+        first = z;
+      else
+        EXPECT_EQ(z, first) << threads;
+    }
   }
   set_num_threads(saved);
 }

@@ -94,10 +94,13 @@
 // of 64 bytes instead of a gather). With VNNI, Q4_0's loop masks the high
 // nibbles without shifting them (16 q), carries lanes 4..7 at 16 times their
 // value through the float sums and scales them back exactly at the end
-// (dot_q4_0_avx2 says why the bits stay the same), and broadcasts each
-// block's scale from a buffer filled per 64 blocks. With KAPPA_QUANT_AVX512=1 (off by default, see
-// below) two blocks go in one 512-bit vector, same lanes, same order.
-// detail::kQuantDotIsa names the path built. Q4_K and Q6_K use the same
+// (dot_q4_0_vnni says why the bits stay the same), and broadcasts each
+// block's scale from a buffer filled per 64 blocks. With KAPPA_QUANT_AVX512=1
+// (off by default, see below) two blocks go in one 512-bit vector, same
+// lanes, same order. Q4_0's 512-bit loop is also built wherever AVX-512 VNNI
+// is and taken at run time on AMD CPUs (detail::q4_0_wide: 1.12-1.15x per
+// decode step there, no gain on Intel's). detail::kQuantDotIsa names the
+// path built. Q4_K and Q6_K use the same
 // lane dot products (q is unsigned there, 0..15 or 0..63, so no sign trick:
 // every pair of products is within int16, 2 * 63 * 128 < 2^15). Q6_K hadds
 // the lanes into per-16 sums and scales them with _mm256_mullo_epi32; Q4_K
