@@ -125,7 +125,7 @@ class WeightMatrix<T, Bf16Weights> {
       // columns split over the threads (each widens and multiplies its own;
       // widening on one thread left 2 threads slower than 1: 0.86x).
       constexpr Index kPanel = 256;
-      const int parts = (threads > 1 && cols_ >= 128 * threads) ? threads : 1;
+      const int parts = (threads > 1 && cols_ >= Index{128} * threads) ? threads : 1;
       out.setZero();
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
