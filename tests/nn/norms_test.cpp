@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "kappa/core/random.hpp"
 #include "kappa/nn/feed_forward.hpp"
@@ -158,6 +160,65 @@ TEST(FeedForwardInit, SwiGluStartsAtZeroAndInitRandomIsSeeded) {
   const double ms = y.squaredNorm() / static_cast<double>(y.size());
   EXPECT_GE(ms, 0.15);
   EXPECT_LE(ms, 1.0);
+}
+
+// The constructors from weights: the same layer as GatedMlp(d, d_ff) plus
+// set_weights, and the definition silu(X W_gate) * (X W_up) W_down by plain
+// loops; a weight of the wrong shape is named with both shapes.
+TEST(FeedForwardInit, SwiGluFromWeightsMatchesDefinition) {
+  const Index d = 6, f = 10, n = 4;
+  const RowMatrix<double> wg = seeded_normal_matrix<double>(d, f, 11, 0.5);
+  const RowMatrix<double> wu = seeded_normal_matrix<double>(d, f, 12, 0.5);
+  const RowMatrix<double> wd = seeded_normal_matrix<double>(f, d, 13, 0.5);
+  const RowMatrix<double> x = seeded_normal_matrix<double>(n, d, 14, 1.0);
+  RowMatrix<double> want(n, d);
+  for (Index r = 0; r < n; ++r) {
+    std::vector<double> h(static_cast<std::size_t>(f));
+    for (Index j = 0; j < f; ++j) {
+      double g = 0, u = 0;
+      for (Index t = 0; t < d; ++t) {
+        g += x(r, t) * wg(t, j);
+        u += x(r, t) * wu(t, j);
+      }
+      h[static_cast<std::size_t>(j)] = g / (1 + std::exp(-g)) * u;
+    }
+    for (Index c = 0; c < d; ++c) {
+      double y = 0;
+      for (Index j = 0; j < f; ++j) y += h[static_cast<std::size_t>(j)] * wd(j, c);
+      want(r, c) = y;
+    }
+  }
+  const SwiGlu<double> fused(wg, wu, wd);
+  const SwiGlu<double> apart{WeightMatrix<double>(wg), WeightMatrix<double>(wu),
+                             WeightMatrix<double>(wd)};
+  SwiGlu<double> set(d, f);
+  set.set_weights(wg, wu, wd);
+  EXPECT_EQ(fused.d_model(), d);
+  EXPECT_EQ(fused.d_ff(), f);
+  EXPECT_FALSE(fused.split());
+  EXPECT_TRUE(apart.split());
+  EXPECT_EQ(fused.forward(x), set.forward(x)) << "the same layer as set_weights";
+  EXPECT_LE((fused.forward(x) - want).cwiseAbs().maxCoeff(), 1e-12);
+  EXPECT_LE((apart.forward(x) - want).cwiseAbs().maxCoeff(), 1e-12);
+  const auto message = [&](auto make) {
+    try {
+      make();
+    } catch (const ShapeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no ShapeError");
+  };
+  const std::string up = message([&] { SwiGlu<double>(wg, RowMatrix<double>(d, f + 1), wd); });
+  EXPECT_NE(up.find("W_up"), std::string::npos) << up;
+  EXPECT_NE(up.find("6 x 11"), std::string::npos) << up;
+  EXPECT_NE(up.find("6 x 10"), std::string::npos) << up;
+  const std::string down = message([&] {
+    SwiGlu<double>(WeightMatrix<double>(wg), WeightMatrix<double>(wu),
+                   WeightMatrix<double>(RowMatrix<double>(d, f)));
+  });
+  EXPECT_NE(down.find("W_down"), std::string::npos) << down;
+  EXPECT_NE(down.find("6 x 10"), std::string::npos) << down;
+  EXPECT_NE(down.find("10 x 6"), std::string::npos) << down;
 }
 
 }  // namespace

@@ -160,6 +160,36 @@ class GatedMlp {
         w_down_(RowMatrix<T>::Zero(d_ff, d_model)) {}
   using StorageType = Storage;
 
+  /// From W_gate, W_up (d, d_ff) and W_down (d_ff, d), d and d_ff taken
+  /// from W_gate: as GatedMlp(d, d_ff) then set_weights, without first
+  /// allocating zero weights (a loader's path: the zeros of one layer of a
+  /// 7B LLaMA are 0.5 GB of float, written and freed per layer).
+  /// \throws ShapeError naming the weight, its shape and the expected one.
+  GatedMlp(const ConstMatrixRef<T>& w_gate, const ConstMatrixRef<T>& w_up, RowMatrix<T> w_down) {
+    constexpr const char* what = "GatedMlp";
+    const Index d = w_gate.rows(), f = w_gate.cols();
+    detail::expect_ffn_shape(what, "W_up", w_up, d, f);
+    detail::expect_ffn_shape(what, "W_down", w_down, f, d);
+    RowMatrix<T> gate_up(d, 2 * f);
+    gate_up.leftCols(f) = w_gate;
+    gate_up.rightCols(f) = w_up;
+    w_gate_up_ = WeightMatrix<T, Storage>(std::move(gate_up));
+    w_down_ = WeightMatrix<T, Storage>(std::move(w_down));
+  }
+  /// As above with the three matrices already in the layer's storage (W_gate
+  /// and W_up kept apart, as set_weights does with stored matrices).
+  GatedMlp(WeightMatrix<T, Storage> w_gate, WeightMatrix<T, Storage> w_up,
+           WeightMatrix<T, Storage> w_down) {
+    constexpr const char* what = "GatedMlp";
+    const Index d = w_gate.rows(), f = w_gate.cols();
+    detail::expect_ffn_shape(what, "W_up", w_up, d, f);
+    detail::expect_ffn_shape(what, "W_down", w_down, f, d);
+    w_gate_up_ = std::move(w_gate);
+    w_up_ = std::move(w_up);
+    w_down_ = std::move(w_down);
+    split_ = true;
+  }
+
   [[nodiscard]] Index d_model() const { return w_gate_up_.rows(); }
   [[nodiscard]] Index d_ff() const { return w_down_.rows(); }
   /// Whether W_gate and W_up are stored apart (set from stored matrices)

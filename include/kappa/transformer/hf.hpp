@@ -621,15 +621,11 @@ SwiGlu<T, S> read_swiglu(const Weights<T, Source>& w, const std::string& gate,
     auto g = w.template linear<S>(gate, d_ff, d);
     auto u = w.template linear<S>(up, d_ff, d);
     auto dn = w.template linear<S>(down, d, d_ff);
-    SwiGlu<T, S> m(d, d_ff);
-    m.set_weights(std::move(g), std::move(u), std::move(dn));
-    return m;
+    return SwiGlu<T, S>(std::move(g), std::move(u), std::move(dn));
   }
   const RowMatrix<T> w_gate = w.mat(gate, d_ff, d), w_up = w.mat(up, d_ff, d),
                      w_down = w.mat(down, d, d_ff);
-  SwiGlu<T, S> m(d, d_ff);
-  m.set_weights(w_gate.transpose(), w_up.transpose(), w_down.transpose());
-  return m;
+  return SwiGlu<T, S>(w_gate.transpose(), w_up.transpose(), w_down.transpose());
 }
 
 /// The dense feed-forward of LLaMA-layout layer prefix p ("layers.i.").
@@ -695,10 +691,8 @@ SwiGlu<T, S> read_fused_mlp(const Weights<T, Source>& w, const std::string& p, I
   const RowMatrix<T> gate_up =
       w.mat(p + "mlp.gate_up_proj.weight", c.product("2 x intermediate_size", 2, d_ff), d);
   const RowMatrix<T> w_down = w.mat(p + "mlp.down_proj.weight", d, d_ff);
-  SwiGlu<T, S> m(d, d_ff);
-  m.set_weights(gate_up.topRows(d_ff).transpose(), gate_up.bottomRows(d_ff).transpose(),
-                w_down.transpose());
-  return m;
+  return SwiGlu<T, S>(gate_up.topRows(d_ff).transpose(), gate_up.bottomRows(d_ff).transpose(),
+                      w_down.transpose());
 }
 
 /// The position policy of a LLaMA-layout layer: RoPE over the first d_rot
