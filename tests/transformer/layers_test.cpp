@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include "kappa/core/threading.hpp"
 #include "kappa/core/weight_storage.hpp"
@@ -242,6 +246,79 @@ TEST(WeightStorage, Bf16DecodeTailsAndThreadCounts) {
         first = z;
       else
         EXPECT_EQ(z, first) << threads;
+    }
+  }
+  set_num_threads(saved);
+}
+
+// W viewed in bfloat16 values held elsewhere, as W^T (a GGUF projection) or
+// as W (a GGUF head): the same values as the rounded copy, and both products
+// against plain loops in double over the bf16 values (widened by definition:
+// the 16 bits on top of a float's 32), decode (n = 1, 3) and prefill (n = 20)
+// shapes, on 1 to 3 threads; decode is the same bits on every thread count.
+TEST(WeightStorage, Bf16ViewsInBothOrientations) {
+  const Index k = 301, m = 203;
+  const RowMatrix<float> w = random_matrix(k, m, 36).cast<float>();
+  auto wt_bits = std::make_shared<std::vector<std::uint16_t>>();  // W^T row-major
+  auto w_bits = std::make_shared<std::vector<std::uint16_t>>();   // W row-major
+  RowMatrix<double> wv(k, m);                                     // the bf16 values
+  for (Index i = 0; i < k; ++i)
+    for (Index j = 0; j < m; ++j) w_bits->push_back(float_to_bf16(w(i, j)));
+  for (Index j = 0; j < m; ++j)
+    for (Index i = 0; i < k; ++i) wt_bits->push_back(float_to_bf16(w(i, j)));
+  for (Index i = 0; i < k; ++i)
+    for (Index j = 0; j < m; ++j) {
+      const std::uint32_t u =
+          static_cast<std::uint32_t>((*w_bits)[static_cast<std::size_t>(i * m + j)]) << 16;
+      float f;
+      std::memcpy(&f, &u, sizeof f);
+      wv(i, j) = f;
+    }
+  const WeightMatrix<float, Bf16Weights> owned(w);
+  const WeightMatrix<float, Bf16Weights> as_wt(k, m, true, wt_bits->data(), wt_bits);
+  const WeightMatrix<float, Bf16Weights> as_w(k, m, false, w_bits->data(), w_bits);
+  EXPECT_TRUE(as_wt.stored_transposed());
+  EXPECT_FALSE(as_w.stored_transposed());
+  EXPECT_EQ(as_wt.rows(), k);
+  EXPECT_EQ(as_wt.cols(), m);
+  EXPECT_EQ(as_wt.bytes(), owned.bytes());
+  EXPECT_EQ(as_wt.dense(), owned.dense());
+  EXPECT_EQ(as_w.dense(), owned.dense());
+  std::vector<float> row(static_cast<std::size_t>(m));
+  as_w.row_into(7, row.data());
+  for (Index j = 0; j < m; ++j) EXPECT_EQ(row[static_cast<std::size_t>(j)], wv(7, j));
+  const int saved = num_threads();
+  for (Index n : {1, 3, 20}) {
+    const RowMatrix<float> x = random_matrix(n, k, 37).cast<float>();
+    const RowMatrix<float> xt = random_matrix(n, m, 38).cast<float>();
+    RowMatrix<double> ref = RowMatrix<double>::Zero(n, m), reft = RowMatrix<double>::Zero(n, k);
+    for (Index r = 0; r < n; ++r)
+      for (Index i = 0; i < k; ++i)
+        for (Index j = 0; j < m; ++j) {
+          ref(r, j) += static_cast<double>(x(r, i)) * wv(i, j);
+          reft(r, i) += static_cast<double>(xt(r, j)) * wv(i, j);
+        }
+    const double tol = 1e-5 * std::max(ref.cwiseAbs().maxCoeff(), reft.cwiseAbs().maxCoeff());
+    RowMatrix<float> first_y, first_z;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      for (const auto* wm : {&as_wt, &as_w}) {
+        RowMatrix<float> y(n, m), z(n, k);
+        wm->multiply(x, y);
+        wm->multiply_transposed(xt, z);
+        EXPECT_LE((y.cast<double>() - ref).cwiseAbs().maxCoeff(), tol)
+            << n << " " << threads << " " << wm->stored_transposed();
+        EXPECT_LE((z.cast<double>() - reft).cwiseAbs().maxCoeff(), tol)
+            << n << " " << threads << " " << wm->stored_transposed();
+        if (n > 8 || wm != &as_wt) continue;
+        if (threads == 1) {
+          first_y = y;
+          first_z = z;
+        } else {
+          EXPECT_EQ(y, first_y) << threads;
+          EXPECT_EQ(z, first_z) << threads;
+        }
+      }
     }
   }
   set_num_threads(saved);

@@ -9,7 +9,7 @@
 //
 //   WeightMatrix<T, AsStoredWeights> holds one of
 //     WeightMatrix<T, DenseWeights>   F32
-//     WeightMatrix<T, Bf16Weights>    BF16
+//     WeightMatrix<T, Bf16Weights>    BF16: a view as well (W^T as stored)
 //     WeightMatrix<T, Q8_0Weights>    Q8_0   blocks: views into the file
 //     WeightMatrix<T, Q4_0Weights>    Q4_0   (quant_weights.hpp)
 //     WeightMatrix<T, Q4_KWeights>    Q4_K
@@ -317,6 +317,8 @@ class WeightMatrix<T, AsStoredWeights> {
           using M = std::remove_cvref_t<decltype(m)>;
           if constexpr (std::same_as<M, WeightMatrix<T, DenseWeights>>)
             return true;
+          else if constexpr (std::same_as<M, WeightMatrix<T, Bf16Weights>>)
+            return !m.stored_transposed();
           else if constexpr (requires { m.blocks_along(); })  // blocks, or an F32 view
             return m.blocks_along() == BlocksAlong::kCols;
           else
@@ -376,6 +378,14 @@ class WeightMatrix<T, AsStoredWeights> {
     if constexpr (std::same_as<F, DenseWeights>) {
       for (std::size_t j = 0; j < ids.size(); ++j)
         out.row(static_cast<Index>(j)) = m.dense().row(ids[j]);
+    } else if constexpr (std::same_as<F, Bf16Weights>) {
+      if (m.stored_transposed()) not_readable();
+      std::vector<T> row(static_cast<std::size_t>(m.cols()));
+      for (std::size_t j = 0; j < ids.size(); ++j) {
+        m.row_into(ids[j], row.data());
+        for (Index c = 0; c < m.cols(); ++c)
+          out(static_cast<Index>(j), c) = row[static_cast<std::size_t>(c)];
+      }
     } else if constexpr (requires { F::kBlockBytes; }) {
       if (m.blocks_along() != BlocksAlong::kCols) not_readable();
       const std::size_t row_bytes = m.blocks().size() / static_cast<std::size_t>(m.rows());

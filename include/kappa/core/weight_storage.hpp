@@ -23,6 +23,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -31,6 +32,10 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/core/threading.hpp"
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
 
 namespace kappa {
 
@@ -93,25 +98,61 @@ class WeightMatrix<T, DenseWeights> {
   RowMatrix<T> w_;
 };
 
-/// bfloat16: 2 bytes per weight.
+/// bfloat16: 2 bytes per weight. The values are P, row-major: P = W (as
+/// rounded from floats, or a file's [rows][cols] tensor such as an output
+/// head) or P = W^T (a file's [cols][rows] tensor: a GGUF or Hugging Face
+/// projection, viewed where the file holds it). The products work on P in
+/// either orientation: out = X P (one pass over P, eight rows at a time)
+/// and out = X P^T (dot products with P's rows, four at a time); prefill
+/// widens panels of P for Eigen's GEMM.
 template <Scalar T>
 class WeightMatrix<T, Bf16Weights> {
  public:
   WeightMatrix() = default;
   /// Rounds w to bfloat16 (nearest even).
   explicit WeightMatrix(const RowMatrix<T>& w) : rows_(w.rows()), cols_(w.cols()) {
-    b_.resize(static_cast<std::size_t>(w.size()));
+    auto own = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(w.size()));
     for (Index i = 0; i < w.size(); ++i)
-      b_[static_cast<std::size_t>(i)] = float_to_bf16(static_cast<float>(w.data()[i]));
+      (*own)[static_cast<std::size_t>(i)] = float_to_bf16(static_cast<float>(w.data()[i]));
+    p_ = own->data();
+    owner_ = std::move(own);
+    pr_ = rows_;
+    pc_ = cols_;
   }
+  /// W (rows x cols) viewed in bfloat16 values held elsewhere (e.g. a
+  /// memory-mapped file; `owner` keeps them alive): at `p`, W^T row-major
+  /// (cols x rows) when `stored_transposed`, else W row-major. Nothing is
+  /// copied. (2-byte alignment of `p` is the caller's: GGUF aligns tensors
+  /// to 32 bytes.)
+  WeightMatrix(Index rows, Index cols, bool stored_transposed, const std::uint16_t* p,
+               std::shared_ptr<const void> owner)
+      : rows_(rows),
+        cols_(cols),
+        pr_(stored_transposed ? cols : rows),
+        pc_(stored_transposed ? rows : cols),
+        transposed_(stored_transposed),
+        p_(p),
+        owner_(std::move(owner)) {}
+
   [[nodiscard]] Index rows() const { return rows_; }
   [[nodiscard]] Index cols() const { return cols_; }
-  [[nodiscard]] std::size_t bytes() const { return sizeof(std::uint16_t) * b_.size(); }
+  [[nodiscard]] std::size_t bytes() const {
+    return sizeof(std::uint16_t) * static_cast<std::size_t>(rows_) *
+           static_cast<std::size_t>(cols_);
+  }
+  /// The bfloat16 values (P: W, or W^T when stored_transposed()).
+  [[nodiscard]] const std::uint16_t* data() const { return p_; }
+  /// Whether the values are W^T row-major (a view of a file's projection).
+  [[nodiscard]] bool stored_transposed() const { return transposed_; }
+  /// Row i of W widened into out[0 .. cols()) (W held as W, not W^T:
+  /// !stored_transposed()).
+  void row_into(Index i, T* out) const { widen(i, 1, 0, pc_, out, pc_); }
   /// W widened to T (N x M; allocates).
   [[nodiscard]] RowMatrix<T> dense() const {
-    RowMatrix<T> w(rows_, cols_);
-    widen(0, rows_, 0, cols_, w.data(), cols_);
-    return w;
+    RowMatrix<T> pm(pr_, pc_);
+    widen(0, pr_, 0, pc_, pm.data(), pc_);
+    if (transposed_) return pm.transpose();
+    return pm;
   }
 
   /// out = X W.
@@ -119,39 +160,10 @@ class WeightMatrix<T, Bf16Weights> {
     require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
                    "product X W (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
                    "X must have as many columns as W has rows");
-    const int threads = num_threads();
-    if (x.rows() > kFewRows) {
-      // Prefill: widen panels of kPanel rows of W and accumulate GEMMs, the
-      // columns split over the threads (each widens and multiplies its own;
-      // widening on one thread left 2 threads slower than 1: 0.86x).
-      constexpr Index kPanel = 256;
-      const int parts = (threads > 1 && cols_ >= Index{128} * threads) ? threads : 1;
-      out.setZero();
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-      for (int p = 0; p < parts; ++p) {
-        Index c0 = 0, c1 = 0;
-        detail::block_range(cols_, parts, p, c0, c1);
-        RowMatrix<T> panel;
-        for (Index r0 = 0; r0 < rows_; r0 += kPanel) {
-          const Index nr = std::min(kPanel, rows_ - r0);
-          panel.resize(nr, c1 - c0);
-          widen(r0, nr, c0, c1 - c0, panel.data(), c1 - c0);
-          out.middleCols(c0, c1 - c0).noalias() += x.middleCols(r0, nr) * panel;  // (n, c1 - c0)
-        }
-      }
-      return;
-    }
-    const int parts = (threads > 1 && cols_ >= 64) ? threads : 1;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int p = 0; p < parts; ++p) {
-      Index lo = 0, hi = 0;
-      detail::block_range(cols_, parts, p, lo, hi);
-      if (hi > lo) gemv_block(x, out, lo, hi - lo);
-    }
+    if (transposed_)
+      product_p_transposed(x, out);
+    else
+      product_p(x, out);
   }
 
   /// out = X W^T (W: m x k, the output head E).
@@ -159,94 +171,190 @@ class WeightMatrix<T, Bf16Weights> {
     require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
                    "product X W^T (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
                    "X and W must have the same number of columns");
+    if (transposed_)
+      product_p(x, out);
+    else
+      product_p_transposed(x, out);
+  }
+
+ private:
+  /// out = X P (X: n x pr_, out: n x pc_).
+  void product_p(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
     const int threads = num_threads();
-    const int parts = (threads > 1 && rows_ >= 64) ? threads : 1;
+    if (x.rows() > kFewRows) {
+      // Prefill: widen panels of kPanel rows of P and accumulate GEMMs, the
+      // columns split over the threads (each widens and multiplies its own;
+      // widening on one thread left 2 threads slower than 1: 0.86x).
+      constexpr Index kPanel = 256;
+      const int parts = (threads > 1 && pc_ >= Index{128} * threads) ? threads : 1;
+      out.setZero();
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+      for (int p = 0; p < parts; ++p) {
+        Index c0 = 0, c1 = 0;
+        detail::block_range(pc_, parts, p, c0, c1);
+        RowMatrix<T> panel;
+        for (Index r0 = 0; r0 < pr_; r0 += kPanel) {
+          const Index nr = std::min(kPanel, pr_ - r0);
+          panel.resize(nr, c1 - c0);
+          widen(r0, nr, c0, c1 - c0, panel.data(), c1 - c0);
+          out.middleCols(c0, c1 - c0).noalias() += x.middleCols(r0, nr) * panel;  // (n, c1 - c0)
+        }
+      }
+      return;
+    }
+    const int parts = (threads > 1 && pc_ >= 64) ? threads : 1;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
 #endif
     for (int p = 0; p < parts; ++p) {
       Index lo = 0, hi = 0;
-      detail::block_range(rows_, parts, p, lo, hi);
+      detail::block_range(pc_, parts, p, lo, hi);
+      if (hi > lo) gemv_block(x, out, lo, hi - lo);
+    }
+  }
+
+  /// out = X P^T (X: n x pc_, out: n x pr_).
+  void product_p_transposed(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
+    const int threads = num_threads();
+    const int parts = (threads > 1 && pr_ >= 64) ? threads : 1;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int p = 0; p < parts; ++p) {
+      Index lo = 0, hi = 0;
+      detail::block_range(pr_, parts, p, lo, hi);
       if (x.rows() <= kFewRows) {
-        // Decoding: dot products with rows of W, four rows at a time.
-        std::vector<float> xr(static_cast<std::size_t>(cols_));
+        // Decoding: dot products with rows of P, four rows at a time.
+        std::vector<float> xr(static_cast<std::size_t>(pc_));
         for (Index r = 0; r < x.rows(); ++r) {
-          for (Index k = 0; k < cols_; ++k)
+          for (Index k = 0; k < pc_; ++k)
             xr[static_cast<std::size_t>(k)] = static_cast<float>(x(r, k));
           Index j = lo;
           for (; j + 4 <= hi; j += 4) {
-            // Rows j + 8 .. j + 11 into L1 while these four are summed: the
-            // hardware's prefetch alone left GPT-2's bf16 head at 0.6 of a
-            // plain read; with it, 0.95 (two groups ahead was the best).
-            if (j + 12 <= hi) {
-              const std::uint16_t* ahead = b_.data() + (j + 8) * cols_;
-              for (Index t = 0; t < 4 * cols_; t += 32) __builtin_prefetch(ahead + t, 0, 3);
-            }
-            dot_rows<4>(xr.data(), j, &out(r, j));
+            // Rows j + 8 .. j + 11 into L1 while these four are summed.
+            dot_rows<4>(xr.data(), j, &out(r, j), j + 12 <= hi ? p_ + (j + 8) * pc_ : nullptr);
           }
-          for (; j < hi; ++j) dot_rows<1>(xr.data(), j, &out(r, j));
+          for (; j < hi; ++j) dot_rows<1>(xr.data(), j, &out(r, j), nullptr);
         }
         continue;
       }
       constexpr Index kPanel = 64;
-      RowMatrix<T> panel(kPanel, cols_);
+      RowMatrix<T> panel(kPanel, pc_);
       for (Index r0 = lo; r0 < hi; r0 += kPanel) {
         const Index nr = std::min(kPanel, hi - r0);
-        widen(r0, nr, 0, cols_, panel.data(), cols_);
+        widen(r0, nr, 0, pc_, panel.data(), pc_);
         out.middleCols(r0, nr).noalias() = x * panel.topRows(nr).transpose();  // (n, nr)
       }
     }
   }
 
- private:
-  /// out[i] = x . W_{j + i} (float) for i < R: 16 partial sums per row, the
+  /// out[i] = x . P_{j + i} (float) for i < R: 16 partial sums per row, the
   /// R rows' chains independent (R = 4 keeps four chains of fused
   /// multiply-adds in flight and reads x once for four rows). Each row's sum
   /// is in the same order for every R, so the result does not depend on how
   /// the rows were grouped or split over threads.
+  /// `ahead`: R rows to bring into L1 meanwhile, or nullptr (rows j + 8 ..
+  /// j + 11: the hardware's prefetch alone left GPT-2's bf16 head at 0.6 of
+  /// a plain read; two groups ahead was the best). With AVX2 / AVX-512 a
+  /// line of each per 32 values as the sums go: all at once, 4 rows of 2816
+  /// values two groups ahead overran L1 (a 1024 x 2816 product at 27 GB/s on
+  /// 1 thread of an EPYC VM, 41 spread out).
   template <int R>
-  void dot_rows(const float* xr, Index j, T* out) const {
+  void dot_rows(const float* xr, Index j, T* out, const std::uint16_t* ahead) const {
     constexpr Index kLanes = 16;
-    const std::uint16_t* e = b_.data() + j * cols_;
-    float part[R][kLanes] = {};
+    const std::uint16_t* e = p_ + j * pc_;
+    alignas(64) float part[R][kLanes] = {};
     Index k = 0;
-    for (; k + kLanes <= cols_; k += kLanes)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    const auto prefetch = [&](Index at) {
+      if (ahead != nullptr && at % 32 == 0)
+        for (int i = 0; i < R; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + i * pc_ + at), _MM_HINT_T0);
+    };
+#else
+    if (ahead != nullptr)  // all of it now
+      for (Index t = 0; t < R * pc_; t += 32) __builtin_prefetch(ahead + t, 0, 3);
+#endif
+#if defined(__AVX512F__)
+    // The same lanes in registers (the array form of the loop below kept
+    // them in memory: 24-30 GB/s on a 1024 x 2816 matrix, 1 thread, where the
+    // X P loop reads 31-55); each lane's fused multiply-adds in the same order.
+    {
+      __m512 acc[R];
+      for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+      for (; k + kLanes <= pc_; k += kLanes) {
+        prefetch(k);
+        const __m512 xv = _mm512_loadu_ps(xr + k);
+        for (int i = 0; i < R; ++i) {
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i * pc_ + k));
+          const __m512 w = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+          acc[i] = _mm512_fmadd_ps(xv, w, acc[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) _mm512_store_ps(part[i], acc[i]);
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    {
+      __m256 lo[R], hi[R];
+      for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm256_setzero_ps();
+      for (; k + kLanes <= pc_; k += kLanes) {
+        prefetch(k);
+        const __m256 x0 = _mm256_loadu_ps(xr + k), x1 = _mm256_loadu_ps(xr + k + 8);
+        for (int i = 0; i < R; ++i) {
+          const std::uint16_t* q = e + i * pc_ + k;
+          const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(
+              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 16));
+          const __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(
+              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 8))), 16));
+          lo[i] = _mm256_fmadd_ps(x0, w0, lo[i]);
+          hi[i] = _mm256_fmadd_ps(x1, w1, hi[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        _mm256_store_ps(part[i], lo[i]);
+        _mm256_store_ps(part[i] + 8, hi[i]);
+      }
+    }
+#else
+    for (; k + kLanes <= pc_; k += kLanes)
       for (int i = 0; i < R; ++i)
-        for (Index t = 0; t < kLanes; ++t)
-          part[i][t] += xr[k + t] * widen_one(e[i * cols_ + k + t]);
+        for (Index t = 0; t < kLanes; ++t) part[i][t] += xr[k + t] * widen_one(e[i * pc_ + k + t]);
+#endif
     for (int i = 0; i < R; ++i) {
       float s = 0;
-      for (Index kk = k; kk < cols_; ++kk) s += xr[kk] * widen_one(e[i * cols_ + kk]);
-      for (const float p : part[i]) s += p;
+      for (Index kk = k; kk < pc_; ++kk) s += xr[kk] * widen_one(e[i * pc_ + kk]);
+      for (const float q : part[i]) s += q;
       out[i] = static_cast<T>(s);
     }
   }
 
-  /// Rows r0 .. r0 + nr - 1, columns c0 .. c0 + nc - 1 of W, widened into dst
+  /// Rows r0 .. r0 + nr - 1, columns c0 .. c0 + nc - 1 of P, widened into dst
   /// (row stride ld).
   void widen(Index r0, Index nr, Index c0, Index nc, T* dst, Index ld) const {
     for (Index i = 0; i < nr; ++i) {
-      const std::uint16_t* src = b_.data() + (r0 + i) * cols_ + c0;
+      const std::uint16_t* src = p_ + (r0 + i) * pc_ + c0;
       T* d = dst + i * ld;
       for (Index j = 0; j < nc; ++j)
         d[j] = static_cast<T>(std::bit_cast<float>(static_cast<std::uint32_t>(src[j]) << 16));
     }
   }
-  /// out[:, c0 .. c0+nc) = X W[:, c0 .. c0+nc) for a few rows of X: one pass
-  /// over W, eight rows at a time, each bfloat16 widened in registers
+  /// out[:, c0 .. c0+nc) = X P[:, c0 .. c0+nc) for a few rows of X: one pass
+  /// over P, eight rows at a time, each bfloat16 widened in registers
   /// (a 16-bit shift) and accumulated into a row of nc sums that stays in L1.
   void gemv_block(const ConstMatrixRef<T>& x, MatrixRef<T>& out, Index c0, Index nc) const {
     constexpr Index kRows = 8;
+    const Index ld = pc_;
     std::vector<float> acc(static_cast<std::size_t>(nc));
     for (Index r = 0; r < x.rows(); ++r) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       float* a = acc.data();
       Index i = 0;
-      for (; i + kRows <= rows_; i += kRows) {
-        const std::uint16_t* w = b_.data() + i * cols_ + c0;
-        const std::uint16_t *w0 = w, *w1 = w + cols_, *w2 = w + 2 * cols_, *w3 = w + 3 * cols_,
-                            *w4 = w + 4 * cols_, *w5 = w + 5 * cols_, *w6 = w + 6 * cols_,
-                            *w7 = w + 7 * cols_;
+      for (; i + kRows <= pr_; i += kRows) {
+        const std::uint16_t* w = p_ + i * ld + c0;
+        const std::uint16_t *w0 = w, *w1 = w + ld, *w2 = w + 2 * ld, *w3 = w + 3 * ld,
+                            *w4 = w + 4 * ld, *w5 = w + 5 * ld, *w6 = w + 6 * ld, *w7 = w + 7 * ld;
         const float x0 = static_cast<float>(x(r, i)), x1 = static_cast<float>(x(r, i + 1)),
                     x2 = static_cast<float>(x(r, i + 2)), x3 = static_cast<float>(x(r, i + 3)),
                     x4 = static_cast<float>(x(r, i + 4)), x5 = static_cast<float>(x(r, i + 5)),
@@ -254,8 +362,8 @@ class WeightMatrix<T, Bf16Weights> {
         // The next eight rows into L1, a cache line of each per 32 columns,
         // while these are summed (one group ahead: 0.87-0.95 of a plain read
         // on GPT-2's shapes, 0.80-0.91 without).
-        const std::uint16_t* ahead = w + kRows * cols_;
-        const bool prefetch = i + 2 * kRows <= rows_;
+        const std::uint16_t* ahead = w + kRows * ld;
+        const bool prefetch = i + 2 * kRows <= pr_;
         const auto step = [&](Index j) {
           a[j] += ((x0 * widen_one(w0[j]) + x1 * widen_one(w1[j])) +
                    (x2 * widen_one(w2[j]) + x3 * widen_one(w3[j]))) +
@@ -265,13 +373,13 @@ class WeightMatrix<T, Bf16Weights> {
         Index j = 0;
         for (; j + 32 <= nc; j += 32) {
           if (prefetch)
-            for (Index q = 0; q < kRows; ++q) __builtin_prefetch(ahead + q * cols_ + j, 0, 3);
+            for (Index q = 0; q < kRows; ++q) __builtin_prefetch(ahead + q * ld + j, 0, 3);
           for (Index t = j; t < j + 32; ++t) step(t);
         }
         for (; j < nc; ++j) step(j);
       }
-      for (; i < rows_; ++i) {
-        const std::uint16_t* w = b_.data() + i * cols_ + c0;
+      for (; i < pr_; ++i) {
+        const std::uint16_t* w = p_ + i * ld + c0;
         const float xi = static_cast<float>(x(r, i));
         for (Index j = 0; j < nc; ++j) a[j] += xi * widen_one(w[j]);
       }
@@ -285,8 +393,11 @@ class WeightMatrix<T, Bf16Weights> {
     return f;
   }
 
-  Index rows_ = 0, cols_ = 0;
-  std::vector<std::uint16_t> b_;
+  Index rows_ = 0, cols_ = 0;  // W
+  Index pr_ = 0, pc_ = 0;      // P: W, or W^T when transposed_
+  bool transposed_ = false;
+  const std::uint16_t* p_ = nullptr;
+  std::shared_ptr<const void> owner_;  // keeps p_'s values alive
 };
 
 }  // namespace kappa

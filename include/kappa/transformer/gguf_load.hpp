@@ -70,11 +70,10 @@
 // output head stay in the format the file stores them in: Q8_0, Q4_0, Q4_K
 // and Q6_K blocks are views into the memory-mapped file (no copy; the model
 // holds the mapping), except W^Q / W^K of the llama layout, whose rows of
-// blocks are reordered once (rows move whole, no value changes); BF16
-// matrices are kept in bfloat16; F16 matrices are views converted in the
-// products; F32 matrices are views too when T is float; the norms and biases
-// are read in T. A llama.cpp Q4_K_M or F16 file so runs in about its own
-// size. With S = DenseWeights every
+// blocks are reordered once (rows move whole, no value changes); BF16 and
+// F16 matrices are views too, converted in the products; F32 matrices are
+// views when T is float; the norms and biases are read in T. A llama.cpp
+// Q4_K_M, BF16 or F16 file so runs in about its own size. With S = DenseWeights every
 // tensor is dequantized to T (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K by
 // kappa/core/quant_blocks.hpp, equal to ggml's); with a block policy
 // (Q8_0Weights, ...) tensors of that type are kept and others requantized.
@@ -527,10 +526,22 @@ class GgufTensors {
         }
         break;
       case io::GgmlType::kBF16:
-        if constexpr (kAny) {  // exact: bfloat16 -> T -> bfloat16
-          RowMatrix<T> w = matrix<T>(hf, {out, in});
-          if (transposed) w.transposeInPlace();
-          return WeightMatrix<T, S>(WeightMatrix<T, Bf16Weights>(w));
+        // BF16 viewed as F16 is (a reordered copy for W^Q / W^K of the llama
+        // layout, an owned copy without a mapping or at an odd address): the
+        // file's [out][in] rows are W^T for a projection, W for the head
+        if constexpr (kAny) {
+          std::shared_ptr<const void> owner = mapping_;
+          const unsigned char* q = at;
+          if (auto re = reordered()) {
+            q = re->data();
+            owner = std::move(re);
+          } else if (!mapping_ || reinterpret_cast<std::uintptr_t>(at) % alignof(std::uint16_t)) {
+            auto own = std::make_shared<std::vector<unsigned char>>(at, at + size);
+            q = own->data();
+            owner = std::move(own);
+          }
+          return WeightMatrix<T, S>(WeightMatrix<T, Bf16Weights>(
+              rows, cols, transposed, reinterpret_cast<const std::uint16_t*>(q), owner));
         }
         break;
       default:
