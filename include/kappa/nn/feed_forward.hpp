@@ -166,28 +166,13 @@ class GatedMlp {
   /// 7B LLaMA are 0.5 GB of float, written and freed per layer).
   /// \throws ShapeError naming the weight, its shape and the expected one.
   GatedMlp(const ConstMatrixRef<T>& w_gate, const ConstMatrixRef<T>& w_up, RowMatrix<T> w_down) {
-    constexpr const char* what = "GatedMlp";
-    const Index d = w_gate.rows(), f = w_gate.cols();
-    detail::expect_ffn_shape(what, "W_up", w_up, d, f);
-    detail::expect_ffn_shape(what, "W_down", w_down, f, d);
-    RowMatrix<T> gate_up(d, 2 * f);
-    gate_up.leftCols(f) = w_gate;
-    gate_up.rightCols(f) = w_up;
-    w_gate_up_ = WeightMatrix<T, Storage>(std::move(gate_up));
-    w_down_ = WeightMatrix<T, Storage>(std::move(w_down));
+    assign("GatedMlp", w_gate, w_up, std::move(w_down));
   }
   /// As above with the three matrices already in the layer's storage (W_gate
   /// and W_up kept apart, as set_weights does with stored matrices).
   GatedMlp(WeightMatrix<T, Storage> w_gate, WeightMatrix<T, Storage> w_up,
            WeightMatrix<T, Storage> w_down) {
-    constexpr const char* what = "GatedMlp";
-    const Index d = w_gate.rows(), f = w_gate.cols();
-    detail::expect_ffn_shape(what, "W_up", w_up, d, f);
-    detail::expect_ffn_shape(what, "W_down", w_down, f, d);
-    w_gate_up_ = std::move(w_gate);
-    w_up_ = std::move(w_up);
-    w_down_ = std::move(w_down);
-    split_ = true;
+    assign("GatedMlp", std::move(w_gate), std::move(w_up), std::move(w_down));
   }
 
   [[nodiscard]] Index d_model() const { return w_gate_up_.rows(); }
@@ -200,17 +185,8 @@ class GatedMlp {
   /// \throws ShapeError naming the weight, its shape and the expected one.
   void set_weights(const ConstMatrixRef<T>& w_gate, const ConstMatrixRef<T>& w_up,
                    RowMatrix<T> w_down) {
-    constexpr const char* what = "GatedMlp::set_weights";
-    detail::expect_ffn_shape(what, "W_gate", w_gate, d_model(), d_ff());
-    detail::expect_ffn_shape(what, "W_up", w_up, d_model(), d_ff());
-    detail::expect_ffn_shape(what, "W_down", w_down, d_ff(), d_model());
-    RowMatrix<T> gate_up(d_model(), 2 * d_ff());
-    gate_up.leftCols(d_ff()) = w_gate;
-    gate_up.rightCols(d_ff()) = w_up;
-    w_gate_up_ = WeightMatrix<T, Storage>(std::move(gate_up));
-    w_down_ = WeightMatrix<T, Storage>(std::move(w_down));
-    w_up_ = {};
-    split_ = false;
+    detail::expect_ffn_shape("GatedMlp::set_weights", "W_gate", w_gate, d_model(), d_ff());
+    assign("GatedMlp::set_weights", w_gate, w_up, std::move(w_down));
   }
 
   /// As above with the three matrices already in the layer's storage (e.g.
@@ -220,14 +196,8 @@ class GatedMlp {
   /// expected one.
   void set_weights(WeightMatrix<T, Storage> w_gate, WeightMatrix<T, Storage> w_up,
                    WeightMatrix<T, Storage> w_down) {
-    constexpr const char* what = "GatedMlp::set_weights";
-    detail::expect_ffn_shape(what, "W_gate", w_gate, d_model(), d_ff());
-    detail::expect_ffn_shape(what, "W_up", w_up, d_model(), d_ff());
-    detail::expect_ffn_shape(what, "W_down", w_down, d_ff(), d_model());
-    w_gate_up_ = std::move(w_gate);
-    w_up_ = std::move(w_up);
-    w_down_ = std::move(w_down);
-    split_ = true;
+    detail::expect_ffn_shape("GatedMlp::set_weights", "W_gate", w_gate, d_model(), d_ff());
+    assign("GatedMlp::set_weights", std::move(w_gate), std::move(w_up), std::move(w_down));
   }
 
   /// Draws W_gate, W_up, then W_down from one SeededNormal(seed) stream: each
@@ -270,6 +240,32 @@ class GatedMlp {
   }
 
  private:
+  // W_up and W_down checked against W_gate's (d, d_ff), then all three set,
+  // W_gate and W_up side by side. Nothing changes when a check throws.
+  void assign(const char* what, const ConstMatrixRef<T>& w_gate, const ConstMatrixRef<T>& w_up,
+              RowMatrix<T> w_down) {
+    const Index d = w_gate.rows(), f = w_gate.cols();
+    detail::expect_ffn_shape(what, "W_up", w_up, d, f);
+    detail::expect_ffn_shape(what, "W_down", w_down, f, d);
+    RowMatrix<T> gate_up(d, 2 * f);
+    gate_up.leftCols(f) = w_gate;
+    gate_up.rightCols(f) = w_up;
+    w_gate_up_ = WeightMatrix<T, Storage>(std::move(gate_up));
+    w_down_ = WeightMatrix<T, Storage>(std::move(w_down));
+    w_up_ = {};
+    split_ = false;
+  }
+  // As above with stored matrices, W_gate and W_up kept apart.
+  void assign(const char* what, WeightMatrix<T, Storage> w_gate, WeightMatrix<T, Storage> w_up,
+              WeightMatrix<T, Storage> w_down) {
+    const Index d = w_gate.rows(), f = w_gate.cols();
+    detail::expect_ffn_shape(what, "W_up", w_up, d, f);
+    detail::expect_ffn_shape(what, "W_down", w_down, f, d);
+    w_gate_up_ = std::move(w_gate);
+    w_up_ = std::move(w_up);
+    w_down_ = std::move(w_down);
+    split_ = true;
+  }
   static Index check_size(Index n) {
     if (n < 0) throw RangeError("kappa: GatedMlp: size " + std::to_string(n) + " is negative");
     return n;
