@@ -462,6 +462,21 @@ class GgufTensors {
                         at + static_cast<std::size_t>(h * width + 2 * i + j) * row, row);
       return re;
     };
+    // A half-precision tensor's (F16, BF16) values to view and their owner:
+    // the reordered copy for W^Q / W^K of the llama layout; an owned copy
+    // without a mapping or at an odd address; else the mapping itself.
+    [[maybe_unused]] const auto half_bytes =
+        [&]() -> std::pair<const std::uint16_t*, std::shared_ptr<const void>> {
+      if (auto re = reordered()) {
+        const auto* q = reinterpret_cast<const std::uint16_t*>(re->data());
+        return {q, std::move(re)};
+      }
+      if (mapping_ && reinterpret_cast<std::uintptr_t>(at) % alignof(std::uint16_t) == 0)
+        return {reinterpret_cast<const std::uint16_t*>(at), mapping_};
+      auto own = std::make_shared<std::vector<unsigned char>>(at, at + size);
+      const auto* q = reinterpret_cast<const std::uint16_t*>(own->data());
+      return {q, std::move(own)};
+    };
     const auto blocks = [&]<class F>() -> std::optional<WeightMatrix<T, F>> {
       if (const auto re = reordered())
         return WeightMatrix<T, F>(rows, cols, along, std::span<const unsigned char>(*re));
@@ -508,40 +523,20 @@ class GgufTensors {
         }
         break;
       case io::GgmlType::kF16:
-        // F16 viewed in the mapping (a reordered copy for W^Q / W^K of the
-        // llama layout, an owned copy without a mapping), converted in the
-        // products
+        // F16 viewed, converted in the products
         if constexpr (kAny) {
-          if (auto re = reordered()) {
-            const unsigned char* q = re->data();  // before re moves into the view
-            return WeightMatrix<T, S>(
-                kappa::detail::MappedF16<T>(rows, cols, along, q, std::move(re)));
-          }
-          if (mapping_)
-            return WeightMatrix<T, S>(kappa::detail::MappedF16<T>(rows, cols, along, at, mapping_));
-          auto own = std::make_shared<std::vector<unsigned char>>(at, at + size);
-          const unsigned char* q = own->data();
-          return WeightMatrix<T, S>(
-              kappa::detail::MappedF16<T>(rows, cols, along, q, std::move(own)));
+          auto [q, owner] = half_bytes();
+          return WeightMatrix<T, S>(kappa::detail::MappedF16<T>(
+              rows, cols, along, reinterpret_cast<const unsigned char*>(q), std::move(owner)));
         }
         break;
       case io::GgmlType::kBF16:
-        // BF16 viewed as F16 is (a reordered copy for W^Q / W^K of the llama
-        // layout, an owned copy without a mapping or at an odd address): the
-        // file's [out][in] rows are W^T for a projection, W for the head
+        // BF16 viewed: the file's [out][in] rows are W^T for a projection, W
+        // for the head
         if constexpr (kAny) {
-          std::shared_ptr<const void> owner = mapping_;
-          const unsigned char* q = at;
-          if (auto re = reordered()) {
-            q = re->data();
-            owner = std::move(re);
-          } else if (!mapping_ || reinterpret_cast<std::uintptr_t>(at) % alignof(std::uint16_t)) {
-            auto own = std::make_shared<std::vector<unsigned char>>(at, at + size);
-            q = own->data();
-            owner = std::move(own);
-          }
-          return WeightMatrix<T, S>(WeightMatrix<T, Bf16Weights>(
-              rows, cols, transposed, reinterpret_cast<const std::uint16_t*>(q), owner));
+          auto [q, owner] = half_bytes();
+          return WeightMatrix<T, S>(
+              WeightMatrix<T, Bf16Weights>(rows, cols, transposed, q, std::move(owner)));
         }
         break;
       default:
