@@ -399,86 +399,16 @@ TEST(GgufLoad, F32MatricesAreViewsAsStored) {
   }
 }
 
-// An F16 file (written by our writer from the tiny llama directory, as
-// llama.cpp's converter writes F16; the writer's bytes are tested against
-// that converter in gguf_write_test) as stored: every matrix an fp16 view
-// (W^Q / W^K a reordered fp16 copy), converted in the products, in half the
-// bytes of the float model. The same logits as the dense load (which
-// converts every tensor to T once) to the summation's rounding, in prefill
-// (converted panels, Eigen's GEMM) and token by token (one fp16 dot product
-// per row); 1 and 2 threads give the same decode bits.
-TEST(GgufLoad, F16MatricesAreViewsAsStored) {
-  const std::filesystem::path out =
-      std::filesystem::temp_directory_path() / "kappa_gguf_load_f16_test.gguf";
-  gguf::write_hf_directory(model_dir("llama"), out, io::GgmlType::kF16);
-  const auto lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(out);
-  const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(out);
-  const auto& llama = std::get<Llama<float, kappa::AsStoredWeights>>(lm.model());
-  for (const auto& layer : llama.layers()) {
-    const auto& attn = layer.attention();
-    for (const auto* w : {&attn.w_q_stored(), &attn.w_k_stored(), &attn.w_v_stored(),
-                          &attn.w_o_stored(), &layer.feed_forward().w_down()})
-      EXPECT_EQ(w->format(), "f16 view");
-  }
-  EXPECT_LT(static_cast<double>(lm.weight_bytes()),
-            0.6 * static_cast<double>(dense.weight_bytes()));
-  const std::vector<TokenId> ids = reference_ids();
-  ASSERT_GT(ids.size(), 8u);  // prefill takes the panel path
-  const RowMatrix<double> want = dense.forward(ids).cast<double>();
-  EXPECT_LE(scaled_error(lm.forward(ids), want), 1e-5);
-  const auto decode = [&] {
-    auto cache = lm.make_cache();
-    RowMatrix<float> rows(static_cast<Index>(ids.size()), want.cols());
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      rows.row(static_cast<Index>(i)) = lm.forward_cached(ids[i], cache);
-    return rows;
-  };
-  const RowMatrix<float> one = decode();
-  EXPECT_LE(scaled_error(one, want), 1e-5);
-#ifdef _OPENMP
-  kappa::set_num_threads(2);
-  EXPECT_TRUE(decode() == one);
-  kappa::set_num_threads(1);
-#endif
-  // double: the fp16 values exactly, the products in double.
-  const auto lm_d = gguf::load_causal_lm<double, kappa::AsStoredWeights>(out);
-  const gguf::CausalLM<double> dense_d = gguf::load_causal_lm<double>(out);
-  EXPECT_LE(scaled_error(lm_d.forward(ids), dense_d.forward(ids)), 1e-12);
-  std::filesystem::remove(out);
-}
-
-// A BF16 file's matrices as stored are views of the mapping too (bf16
-// values, W^T as the file holds a projection; W^Q / W^K a reordered copy):
-// no float copy at load, half the bytes of the float model. The same logits
-// as the dense load (which converts every tensor to T once) to the
-// summation's rounding, in prefill and token by token; 1 and 2 threads give
-// the same decode bits; a file read without a mapping (an owned copy) the
-// same logits as the mapped one.
-TEST(GgufLoad, Bf16MatricesAreViewsAsStored) {
-  const std::filesystem::path out =
-      std::filesystem::temp_directory_path() / "kappa_gguf_load_bf16_test.gguf";
-  gguf::write_hf_directory(model_dir("llama"), out, io::GgmlType::kBF16);
-  const auto shared = std::make_shared<const io::GgufFile>(out.string());
-  const auto lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(shared);
-  const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(out);
-  const auto& llama = std::get<Llama<float, kappa::AsStoredWeights>>(lm.model());
-  for (std::size_t i = 0; i < llama.layers().size(); ++i) {
-    const auto& layer = llama.layers()[i];
-    const auto& attn = layer.attention();
-    for (const auto* w : {&attn.w_q_stored(), &attn.w_k_stored(), &attn.w_v_stored(),
-                          &attn.w_o_stored(), &layer.feed_forward().w_gate_up(),
-                          &layer.feed_forward().w_up_split(), &layer.feed_forward().w_down()})
-      EXPECT_EQ(w->format(), "bf16");
-    const std::string blk = "blk." + std::to_string(i) + ".";
-    const auto& v = std::get<WeightMatrix<float, Bf16Weights>>(attn.w_v_stored().held());
-    EXPECT_TRUE(v.stored_transposed());
-    // W^V is the file's own bytes (a view); W^Q's rows were reordered (a copy).
-    EXPECT_EQ(static_cast<const void*>(v.data()),
-              static_cast<const void*>(shared->raw(blk + "attn_v.weight").data()));
-    const auto& q = std::get<WeightMatrix<float, Bf16Weights>>(attn.w_q_stored().held());
-    EXPECT_NE(static_cast<const void*>(q.data()),
-              static_cast<const void*>(shared->raw(blk + "attn_q.weight").data()));
-  }
+// The checks a half-precision file (F16, BF16) loaded as stored shares: the
+// logits of the dense load (which converts every tensor to T once) to the
+// summation's rounding, in prefill (converted panels, Eigen's GEMM) and token
+// by token (one dot product per row); 1 and 2 threads give the same decode
+// bits; the file read without a mapping (an owned copy) the same bits as the
+// mapped one; in double, the stored values exactly and the products in
+// double. Half the bytes of the float model.
+void expect_half_as_stored_matches_dense(const std::filesystem::path& path,
+                                         const gguf::CausalLM<float, AsStoredWeights>& lm) {
+  const gguf::CausalLM<float> dense = gguf::load_causal_lm<float>(path);
   EXPECT_LT(static_cast<double>(lm.weight_bytes()),
             0.6 * static_cast<double>(dense.weight_bytes()));
   const std::vector<TokenId> ids = reference_ids();
@@ -499,14 +429,63 @@ TEST(GgufLoad, Bf16MatricesAreViewsAsStored) {
   EXPECT_TRUE(decode(lm) == one);
   kappa::set_num_threads(1);
 #endif
-  // Read without a mapping: the values copied, the same products.
-  const io::GgufFile file(out.string());
+  const io::GgufFile file(path.string());
   const auto copied = gguf::load_causal_lm<float, kappa::AsStoredWeights>(file);
   EXPECT_TRUE(decode(copied) == one);
-  // double: the bf16 values exactly, the products in double.
-  const auto lm_d = gguf::load_causal_lm<double, kappa::AsStoredWeights>(out);
-  const gguf::CausalLM<double> dense_d = gguf::load_causal_lm<double>(out);
+  const auto lm_d = gguf::load_causal_lm<double, kappa::AsStoredWeights>(path);
+  const gguf::CausalLM<double> dense_d = gguf::load_causal_lm<double>(path);
   EXPECT_LE(scaled_error(lm_d.forward(ids), dense_d.forward(ids)), 1e-12);
+}
+
+// An F16 file (written by our writer from the tiny llama directory, as
+// llama.cpp's converter writes F16; the writer's bytes are tested against
+// that converter in gguf_write_test) as stored: every matrix an fp16 view
+// (W^Q / W^K a reordered fp16 copy), converted in the products; the checks
+// above.
+TEST(GgufLoad, F16MatricesAreViewsAsStored) {
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / "kappa_gguf_load_f16_test.gguf";
+  gguf::write_hf_directory(model_dir("llama"), out, io::GgmlType::kF16);
+  const auto lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(out);
+  const auto& llama = std::get<Llama<float, kappa::AsStoredWeights>>(lm.model());
+  for (const auto& layer : llama.layers()) {
+    const auto& attn = layer.attention();
+    for (const auto* w : {&attn.w_q_stored(), &attn.w_k_stored(), &attn.w_v_stored(),
+                          &attn.w_o_stored(), &layer.feed_forward().w_down()})
+      EXPECT_EQ(w->format(), "f16 view");
+  }
+  expect_half_as_stored_matches_dense(out, lm);
+  std::filesystem::remove(out);
+}
+
+// A BF16 file's matrices as stored are views of the mapping too (bf16
+// values, W^T as the file holds a projection; W^Q / W^K a reordered copy):
+// no float copy at load; the checks of the F16 file above.
+TEST(GgufLoad, Bf16MatricesAreViewsAsStored) {
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / "kappa_gguf_load_bf16_test.gguf";
+  gguf::write_hf_directory(model_dir("llama"), out, io::GgmlType::kBF16);
+  const auto shared = std::make_shared<const io::GgufFile>(out.string());
+  const auto lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(shared);
+  const auto& llama = std::get<Llama<float, kappa::AsStoredWeights>>(lm.model());
+  for (std::size_t i = 0; i < llama.layers().size(); ++i) {
+    const auto& layer = llama.layers()[i];
+    const auto& attn = layer.attention();
+    for (const auto* w : {&attn.w_q_stored(), &attn.w_k_stored(), &attn.w_v_stored(),
+                          &attn.w_o_stored(), &layer.feed_forward().w_gate_up(),
+                          &layer.feed_forward().w_up_split(), &layer.feed_forward().w_down()})
+      EXPECT_EQ(w->format(), "bf16");
+    const std::string blk = "blk." + std::to_string(i) + ".";
+    const auto& v = std::get<WeightMatrix<float, Bf16Weights>>(attn.w_v_stored().held());
+    EXPECT_TRUE(v.stored_transposed());
+    // W^V is the file's own bytes (a view); W^Q's rows were reordered (a copy).
+    EXPECT_EQ(static_cast<const void*>(v.data()),
+              static_cast<const void*>(shared->raw(blk + "attn_v.weight").data()));
+    const auto& q = std::get<WeightMatrix<float, Bf16Weights>>(attn.w_q_stored().held());
+    EXPECT_NE(static_cast<const void*>(q.data()),
+              static_cast<const void*>(shared->raw(blk + "attn_q.weight").data()));
+  }
+  expect_half_as_stored_matches_dense(out, lm);
   std::filesystem::remove(out);
 }
 
