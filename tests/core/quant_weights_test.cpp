@@ -146,7 +146,7 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
   std::uniform_int_distribution<int> exponent(5, 20);  // fp16 scales 2^-10 .. 2^5
   std::cout << "block dot products: " << kappa::detail::kQuantDotIsa
 #if KAPPA_QUANT_Q4_0_WIDE
-            << (kappa::detail::q4_0_wide() ? " (Q4_0: 512-bit)" : " (Q4_0: 256-bit)")
+            << (kappa::detail::q4_0_wide() ? " (Q8_0, Q4_0: 512-bit)" : " (Q8_0, Q4_0: 256-bit)")
 #endif
             << "\n";
   for (Index nb : {1, 2, 3, 7, 8, 9, 64, 129}) {
@@ -174,6 +174,16 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
       const float portable = qw_dot_portable<F>(w.data(), x.data(), nb);
       const float fast = qw_dot_fast<F>(w.data(), x.data(), nb);
       EXPECT_EQ(fast, portable) << "nb " << nb << " trial " << trial;
+      if constexpr (std::is_same_v<F, Q8_0Weights>) {
+        // Q8_0's loops chosen at run time: each one, whichever this CPU takes.
+        [[maybe_unused]] const kappa::detail::Q8Row row(x.data(), nb);
+#if KAPPA_QUANT_Q4_0_WIDE
+        EXPECT_EQ(kappa::detail::dot_q8_0_wide(w.data(), row), portable) << "nb " << nb;
+#endif
+#if KAPPA_QUANT_AVX2
+        EXPECT_EQ(kappa::detail::dot_q8_0_narrow(w.data(), row), portable) << "nb " << nb;
+#endif
+      }
       if constexpr (std::is_same_v<F, Q4_0Weights>) {
         // Q4_0's loops chosen at run time: each one, whichever this CPU takes.
         [[maybe_unused]] const kappa::detail::Q8Row row(x.data(), nb);

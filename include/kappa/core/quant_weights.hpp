@@ -157,9 +157,10 @@
     !(KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__))
 #error "kappa: KAPPA_QUANT_AVX512=1 needs AVX-512BW, AVX-512VL and FMA (e.g. -march=native)"
 #endif
-// Q4_0's decode loop is also built in 512 bits wherever AVX-512BW, VL, VNNI
-// and FMA are (KAPPA_QUANT_Q4_0_WIDE), and chosen at run time by
-// detail::q4_0_wide(): on AMD's CPUs, not on Intel's (see there).
+// Q8_0's and Q4_0's decode loops are also built in 512 bits wherever
+// AVX-512BW, VL, VNNI and FMA are (KAPPA_QUANT_Q4_0_WIDE, named for the first
+// format that had it), and chosen at run time by detail::q4_0_wide(): on
+// AMD's CPUs, not on Intel's (see there).
 #if KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__FMA__)
 #define KAPPA_QUANT_Q4_0_WIDE 1
@@ -650,8 +651,20 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
 #endif
 }
 
-/// dot_q8_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same result).
-inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_Q4_0_WIDE
+inline bool q4_0_wide();  // (below)
+/// dot_q8_0_portable with two blocks per 512-bit vector (dot_wide; bit for
+/// bit the same result).
+inline float dot_q8_0_wide(const unsigned char* w, const Q8Row& x) {
+  const std::int8_t* xq = x.q.data();
+  return dot_wide<static_cast<Index>(quant::kBytesQ8_0)>(
+      w, x, [xq](const unsigned char* wb, Index b) { return q8_lanes(wb, xq + 32 * b); },
+      [xq](const unsigned char* wb, Index b) { return q8_lanes2(wb, xq + 32 * b); });
+}
+#endif
+
+/// dot_q8_0_portable in dot_avx2's loop (bit for bit the same result).
+inline float dot_q8_0_narrow(const unsigned char* w, const Q8Row& x) {
   const std::int8_t* xq = x.q.data();
   return dot_avx2<static_cast<Index>(quant::kBytesQ8_0)>(
       w, x, [xq](const unsigned char* wb, Index b) { return q8_lanes(wb, xq + 32 * b); },
@@ -663,6 +676,15 @@ inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
         return 0;
 #endif
       });
+}
+
+/// dot_q8_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same
+/// result): the 512-bit loop where q4_0_wide() says so, else dot_avx2's.
+inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_Q4_0_WIDE
+  if (q4_0_wide()) return dot_q8_0_wide(w, x);
+#endif
+  return dot_q8_0_narrow(w, x);
 }
 
 #if !KAPPA_QUANT_AVX512 && \
@@ -738,13 +760,15 @@ inline float dot_q4_0_wide(const unsigned char* w, const Q8Row& x) {
       });
 }
 
-/// Whether Q4_0's decode takes dot_q4_0_wide: on AMD's CPUs (Zen 4 and
-/// later, AMD's CPUs with AVX-512), not on Intel's. Whole-model decode of
-/// GPT-2 small in Q4_0 on an AMD EPYC VM (AVX-512 VNNI): 1.19-1.31x on 1
-/// thread, 1.16-1.24x on 2, the two builds alternated; on an AVX-512 Xeon VM
-/// the wide loop was no faster streaming weights from memory and 1.25x
-/// slower on GPT-2's head. (Q8_0's wide loop was 0.97-0.98x on that AMD VM:
-/// it stays behind KAPPA_QUANT_AVX512.) The same bits either way.
+/// Whether the Q4_0 and Q8_0 decodes take dot_q4_0_wide / dot_q8_0_wide:
+/// on AMD's CPUs (Zen 4 and later, AMD's CPUs with AVX-512), not on Intel's.
+/// Whole-model decode of GPT-2 small in Q4_0 on an AMD EPYC VM (AVX-512
+/// VNNI): 1.19-1.31x on 1 thread, 1.16-1.24x on 2, the two builds
+/// alternated; on an AVX-512 Xeon VM the wide loop was no faster streaming
+/// weights from memory and 1.25x slower on GPT-2's head. Q8_0's wide loop
+/// was 0.97-0.98x on that AMD VM while both loops gathered their scales;
+/// with the scales permuted (scales8) it is 1.2-1.3x faster there (bench_quant,
+/// 1 thread, three alternating rounds). The same bits either way.
 inline bool q4_0_wide() {
 #if KAPPA_QUANT_AVX512
   return true;
