@@ -97,9 +97,9 @@
 // (dot_q4_0_vnni says why the bits stay the same), and broadcasts each
 // block's scale from a buffer filled per 64 blocks. With KAPPA_QUANT_AVX512=1
 // (off by default, see below) two blocks go in one 512-bit vector, same
-// lanes, same order. Q4_0's 512-bit loop is also built wherever AVX-512 VNNI
-// is and taken at run time on AMD CPUs (detail::q4_0_wide: 1.12-1.15x per
-// decode step there, no gain on Intel's). detail::kQuantDotIsa names the
+// lanes, same order. Q4_0's and Q8_0's 512-bit loops are also built wherever
+// AVX-512 VNNI is and taken at run time on AMD CPUs (detail::q4_0_wide:
+// 1.12-1.19x per decode step there, no gain on Intel's). detail::kQuantDotIsa names the
 // path built. Q4_K and Q6_K use the same
 // lane dot products (q is unsigned there, 0..15 or 0..63, so no sign trick:
 // every pair of products is within int16, 2 * 63 * 128 < 2^15). Q6_K hadds
