@@ -174,9 +174,9 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
       const float portable = qw_dot_portable<F>(w.data(), x.data(), nb);
       const float fast = qw_dot_fast<F>(w.data(), x.data(), nb);
       EXPECT_EQ(fast, portable) << "nb " << nb << " trial " << trial;
+      // The loops chosen at run time: each one, whichever this CPU takes.
+      [[maybe_unused]] const kappa::detail::Q8Row row(x.data(), nb);
       if constexpr (std::is_same_v<F, Q8_0Weights>) {
-        // Q8_0's loops chosen at run time: each one, whichever this CPU takes.
-        [[maybe_unused]] const kappa::detail::Q8Row row(x.data(), nb);
 #if KAPPA_QUANT_Q4_0_WIDE
         EXPECT_EQ(kappa::detail::dot_q8_0_wide(w.data(), row), portable) << "nb " << nb;
 #endif
@@ -185,8 +185,6 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
 #endif
       }
       if constexpr (std::is_same_v<F, Q4_0Weights>) {
-        // Q4_0's loops chosen at run time: each one, whichever this CPU takes.
-        [[maybe_unused]] const kappa::detail::Q8Row row(x.data(), nb);
 #if KAPPA_QUANT_Q4_0_WIDE
         EXPECT_EQ(kappa::detail::dot_q4_0_wide(w.data(), row), portable) << "nb " << nb;
 #endif
