@@ -114,16 +114,14 @@ std::vector<unsigned char> qw_quantize_x(const RowMatrix<float>& x, Index r) {
 }
 
 template <class Format>
-float qw_dot_portable(const unsigned char* w, const unsigned char* x, Index nb) {
-  const kappa::detail::Q8Row row(x, nb);
+float qw_dot_portable(const unsigned char* w, const kappa::detail::Q8Row& row) {
   if constexpr (std::is_same_v<Format, Q8_0Weights>)
     return kappa::detail::dot_q8_0_portable(w, row);
   else
     return kappa::detail::dot_q4_0_portable(w, row);
 }
 template <class Format>
-float qw_dot_fast(const unsigned char* w, const unsigned char* x, Index nb) {
-  const kappa::detail::Q8Row row(x, nb);
+float qw_dot_fast(const unsigned char* w, const kappa::detail::Q8Row& row) {
   if constexpr (std::is_same_v<Format, Q8_0Weights>)
     return kappa::detail::dot_q8_0(w, row);
   else
@@ -171,11 +169,11 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
             x[static_cast<std::size_t>(b) * q::kBytesQ8_0 + 2 + static_cast<std::size_t>(j)] =
                 static_cast<unsigned char>(static_cast<std::int8_t>(-127));
         }
-      const float portable = qw_dot_portable<F>(w.data(), x.data(), nb);
-      const float fast = qw_dot_fast<F>(w.data(), x.data(), nb);
+      const kappa::detail::Q8Row row(x.data(), nb);
+      const float portable = qw_dot_portable<F>(w.data(), row);
+      const float fast = qw_dot_fast<F>(w.data(), row);
       EXPECT_EQ(fast, portable) << "nb " << nb << " trial " << trial;
       // The loops chosen at run time: each one, whichever this CPU takes.
-      [[maybe_unused]] const kappa::detail::Q8Row row(x.data(), nb);
       if constexpr (std::is_same_v<F, Q8_0Weights>) {
 #if KAPPA_QUANT_Q4_0_WIDE
         EXPECT_EQ(kappa::detail::dot_q8_0_wide(w.data(), row), portable) << "nb " << nb;
