@@ -1,6 +1,6 @@
 // bench_quant: the weight products of a decode step with weights stored as
 // float, bfloat16, fp16 (F16View: a GGUF F16 tensor viewed as stored,
-// kappa/core/stored_weights.hpp), Q8_0, Q4_0, Q4_K and Q6_K
+// kappa/core/stored_weights.hpp; F32View likewise for F32), Q8_0, Q4_0, Q4_K and Q6_K
 // (kappa/core/weight_storage.hpp, kappa/core/quant_weights.hpp), beside a
 // plain read of as many bytes (fp16 takes bfloat16's).
 //
@@ -12,7 +12,10 @@
 //       (kappa_bench::memory_read); one per format and shape, since the
 //       bytes differ (and smaller ones may stay in a larger cache).
 //   BM_Prefill<Storage>/n/k/m/threads  n = 128 rows times W (4096 x 4096):
-//       GFLOP/s = 2 n k m per second; dense is Eigen's GEMM.
+//       GFLOP/s = 2 n k m per second. Dense (W as k x m) and F32View (a
+//       GGUF F32 tensor viewed as stored, W^T) are kappa's float GEMM
+//       (kappa/core/gemm_simd.hpp), which bf16 and fp16 use too, widening.
+//   BM_PrefillEigen/n/k/m/threads  the peer: Eigen's GEMM, same shape.
 //   BM_FmaPeak/threads  the FMA peak, the prefill ceiling.
 // The matrices are built once per format and shape (quantizing takes longer
 // than the products) and kept for the binary's run.
@@ -102,6 +105,31 @@ const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F16View>(Index
   return *slot;
 }
 
+/// The float view that a GGUF file's F32 tensor becomes
+/// (detail::MappedDense: P = W^T as the file stores it, no copy), built once.
+struct F32View {};
+template <>
+struct Held<F32View> {
+  using type = kappa::WeightMatrix<float, kappa::AsStoredWeights>;
+};
+template <>
+const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F32View>(Index k, Index m,
+                                                                           bool head) {
+  static std::map<std::tuple<Index, Index, bool>,
+                  std::unique_ptr<kappa::WeightMatrix<float, kappa::AsStoredWeights>>>
+      made;
+  auto& slot = made[{k, m, head}];
+  if (!slot) {
+    auto p = std::make_shared<RowMatrix<float>>(random_matrix(m, k, 1));  // P: m rows of k
+    const float* data = p->data();
+    slot = std::make_unique<kappa::WeightMatrix<float, kappa::AsStoredWeights>>(
+        kappa::detail::MappedDense<float>(
+            head ? m : k, head ? k : m,
+            head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows, data, std::move(p)));
+  }
+  return *slot;
+}
+
 struct ThreadsScope {
   explicit ThreadsScope(int n) { kappa::set_num_threads(n); }
   ~ThreadsScope() { kappa::set_num_threads(1); }
@@ -142,6 +170,23 @@ void BM_Prefill(benchmark::State& st) {
   RowMatrix<float> out(n, m);
   for (auto _ : st) {
     w.multiply(x, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * k * m) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// The peer of the float prefill: Eigen's GEMM of the same shape (what
+/// kappa's products used before kappa/core/gemm_simd.hpp).
+void BM_PrefillEigen(benchmark::State& st) {
+  const Index n = st.range(0), k = st.range(1), m = st.range(2);
+  const ThreadsScope threads(static_cast<int>(st.range(3)));
+  const RowMatrix<float>& w = weights<kappa::DenseWeights>(k, m, false).dense();
+  const RowMatrix<float> x = random_matrix(n, k, 3) * 50.0f;
+  RowMatrix<float> out(n, m);
+  for (auto _ : st) {
+    out.noalias() = x * w;
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -199,6 +244,8 @@ BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_KWeights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q6_KWeights)->Apply(decode_shapes);
 BENCHMARK(BM_PlainRead)->Apply(read_sizes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::DenseWeights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, F32View)->Apply(prefill_shapes);
+BENCHMARK(BM_PrefillEigen)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Bf16Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, F16View)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q8_0Weights)->Apply(prefill_shapes);

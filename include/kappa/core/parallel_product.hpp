@@ -12,9 +12,12 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
+#include "kappa/core/gemm_simd.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/threading.hpp"
 
@@ -41,6 +44,23 @@ void product_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Matrix
                  "X must have as many columns as W has rows, and the output must be (rows of X) x "
                  "(columns of W)");
   const int threads = num_threads();
+#if KAPPA_SIMD_LANES > 0
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr Index kNr = detail::gemm::kNr;
+    if (x.rows() > kFewRows) {  // a prompt: our GEMM
+      const float* wp = w.data();
+      const Index ldw = w.outerStride();
+      detail::gemm::gemm_nn(
+          x.data(), x.outerStride(), x.rows(), x.cols(), w.cols(),
+          [wp, ldw](Index t, Index kc, Index j, Index len, float* dst) {
+            for (Index s = 0; s < kc; ++s)
+              detail::gemm::copy_row(dst + s * kNr, wp + (t + s) * ldw + j, len);
+          },
+          out.data(), out.outerStride(), threads);
+      return;
+    }
+  }
+#endif
   if (threads <= 1 || x.rows() > kFewRows || w.cols() < 64) {
     out.noalias() = x * w;  // (n, m)
     return;
@@ -65,6 +85,21 @@ void product_transposed_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>
       "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
       "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
   const int threads = num_threads();
+#if KAPPA_SIMD_LANES > 0
+  if constexpr (std::is_same_v<T, float>) {
+    if (x.rows() > kFewRows) {  // a prompt: our GEMM
+      const float* ep = e.data();
+      const Index lde = e.outerStride();
+      detail::gemm::gemm_nt(
+          x.data(), x.outerStride(), x.rows(), x.cols(), e.rows(),
+          [ep, lde](Index j, Index t, Index len, float* dst) {
+            std::memcpy(dst, ep + j * lde + t, sizeof(float) * static_cast<std::size_t>(len));
+          },
+          out.data(), out.outerStride(), threads);
+      return;
+    }
+  }
+#endif
   if (threads <= 1 || x.rows() > kFewRows || e.rows() < 64) {
     out.noalias() = x * e.transpose();  // (n, m)
     return;

@@ -159,16 +159,19 @@ class MappedF16 {
     return 2 * static_cast<std::size_t>(rows_) * static_cast<std::size_t>(cols_);
   }
   /// Row j of P (k values) converted into out[0..k).
-  void p_row(Index j, T* out) const {
-    const unsigned char* r = p_ + 2 * static_cast<std::size_t>(j) * static_cast<std::size_t>(k_);
+  void p_row(Index j, T* out) const { p_segment(j, 0, k_, out); }
+  /// P[j][t0 .. t0 + len) converted into out[0 .. len).
+  void p_segment(Index j, Index t0, Index len, T* out) const {
+    const unsigned char* r = p_ + 2 * (static_cast<std::size_t>(j) * static_cast<std::size_t>(k_) +
+                                       static_cast<std::size_t>(t0));
     Index t = 0;
 #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
     if constexpr (std::is_same_v<T, float>)  // exact, 8 at a time
-      for (; t + 8 <= k_; t += 8)
+      for (; t + 8 <= len; t += 8)
         _mm256_storeu_ps(
             out + t, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * t))));
 #endif
-    for (; t < k_; ++t)
+    for (; t < len; ++t)
       out[t] = static_cast<T>(quant::fp16_to_float(quant::detail::load_u16(r + 2 * t)));
   }
   [[nodiscard]] RowMatrix<T> dense() const {
@@ -208,6 +211,17 @@ class MappedF16 {
     const Index n = x.rows();
     const int threads = num_threads();
     const int parts = (threads > 1 && n_p_ >= 64) ? threads : 1;
+#if KAPPA_SIMD_LANES > 0
+    if constexpr (std::is_same_v<T, float>) {
+      if (n > kFewRows) {  // prefill: our GEMM, converting P's rows
+        gemm::gemm_nt(
+            x.data(), x.outerStride(), n, k_, n_p_,
+            [this](Index j, Index t, Index len, float* dst) { p_segment(j, t, len, dst); },
+            out.data(), out.outerStride(), threads);
+        return;
+      }
+    }
+#endif
     if (n > kFewRows) {
       const Index n_panels = (n_p_ + kPanel - 1) / kPanel;
 #ifdef _OPENMP
@@ -248,6 +262,20 @@ class MappedF16 {
   }
   /// out = X P (X: n x n_p): panels of P converted, accumulated GEMMs.
   void product_p(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
+#if KAPPA_SIMD_LANES > 0
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr Index kNr = gemm::kNr;
+      if (x.rows() > kFewRows) {  // prefill: our GEMM, converting B's blocks
+        gemm::gemm_nn(
+            x.data(), x.outerStride(), x.rows(), n_p_, k_,
+            [this](Index t, Index kc, Index j, Index len, float* dst) {
+              for (Index s = 0; s < kc; ++s) p_segment(t + s, j, len, dst + s * kNr);
+            },
+            out.data(), out.outerStride(), num_threads());
+        return;
+      }
+    }
+#endif
     out.setZero();
     RowMatrix<T> panel(std::min(kPanel, std::max<Index>(n_p_, 1)), k_);
     for (Index r0 = 0; r0 < n_p_; r0 += kPanel) {

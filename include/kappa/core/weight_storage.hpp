@@ -29,6 +29,7 @@
 
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/error.hpp"
+#include "kappa/core/gemm_simd.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/core/threading.hpp"
@@ -181,6 +182,20 @@ class WeightMatrix<T, Bf16Weights> {
   /// out = X P (X: n x pr_, out: n x pc_).
   void product_p(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
     const int threads = num_threads();
+#if KAPPA_SIMD_LANES > 0
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr Index kNr = detail::gemm::kNr;
+      if (x.rows() > kFewRows) {  // prefill: our GEMM, widening B's blocks
+        detail::gemm::gemm_nn(
+            x.data(), x.outerStride(), x.rows(), pr_, pc_,
+            [this](Index t, Index kc, Index j, Index len, float* dst) {
+              widen(t, kc, j, len, dst, kNr);
+            },
+            out.data(), out.outerStride(), threads);
+        return;
+      }
+    }
+#endif
     if (x.rows() > kFewRows) {
       // Prefill: widen panels of kPanel rows of P and accumulate GEMMs, the
       // columns split over the threads (each widens and multiplies its own;
@@ -218,6 +233,17 @@ class WeightMatrix<T, Bf16Weights> {
   /// out = X P^T (X: n x pc_, out: n x pr_).
   void product_p_transposed(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
     const int threads = num_threads();
+#if KAPPA_SIMD_LANES > 0
+    if constexpr (std::is_same_v<T, float>) {
+      if (x.rows() > kFewRows) {  // prefill: our GEMM, widening P's rows
+        detail::gemm::gemm_nt(
+            x.data(), x.outerStride(), x.rows(), pc_, pr_,
+            [this](Index j, Index t, Index len, float* dst) { widen(j, 1, t, len, dst, len); },
+            out.data(), out.outerStride(), threads);
+        return;
+      }
+    }
+#endif
     const int parts = (threads > 1 && pr_ >= 64) ? threads : 1;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
