@@ -15,6 +15,8 @@
 //       GFLOP/s = 2 n k m per second. Dense (W as k x m) and F32View (a
 //       GGUF F32 tensor viewed as stored, W^T) are kappa's float GEMM
 //       (kappa/core/gemm_simd.hpp), which bf16 and fp16 use too, widening.
+//       Bf16View (W^T as a file stores it) takes AVX512_BF16's dot products
+//       where the build has them (X rounded to bfloat16).
 //   BM_PrefillEigen/n/k/m/threads  the peer: Eigen's GEMM, same shape.
 //   BM_FmaPeak/threads  the FMA peak, the prefill ceiling.
 // The matrices are built once per format and shape (quantizing takes longer
@@ -126,6 +128,34 @@ const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F32View>(Index
         kappa::detail::MappedDense<float>(
             head ? m : k, head ? k : m,
             head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows, data, std::move(p)));
+  }
+  return *slot;
+}
+
+/// The bfloat16 view that a GGUF or safetensors BF16 projection becomes
+/// (WeightMatrix<float, Bf16Weights> over W^T as stored), built once.
+struct Bf16View {};
+template <>
+struct Held<Bf16View> {
+  using type = kappa::WeightMatrix<float, kappa::Bf16Weights>;
+};
+template <>
+const kappa::WeightMatrix<float, kappa::Bf16Weights>& weights<Bf16View>(Index k, Index m,
+                                                                        bool head) {
+  static std::map<std::tuple<Index, Index, bool>,
+                  std::unique_ptr<kappa::WeightMatrix<float, kappa::Bf16Weights>>>
+      made;
+  auto& slot = made[{k, m, head}];
+  if (!slot) {
+    const RowMatrix<float> p = random_matrix(m, k, 1);  // P: m rows of k
+    auto bits = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(p.size()));
+    for (Index i = 0; i < p.size(); ++i)
+      (*bits)[static_cast<std::size_t>(i)] = kappa::float_to_bf16(p.data()[i]);
+    const std::uint16_t* data = bits->data();
+    slot = head ? std::make_unique<kappa::WeightMatrix<float, kappa::Bf16Weights>>(
+                      m, k, false, data, std::move(bits))
+                : std::make_unique<kappa::WeightMatrix<float, kappa::Bf16Weights>>(k, m, true, data,
+                                                                                   std::move(bits));
   }
   return *slot;
 }
@@ -247,6 +277,7 @@ BENCHMARK_TEMPLATE(BM_Prefill, kappa::DenseWeights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, F32View)->Apply(prefill_shapes);
 BENCHMARK(BM_PrefillEigen)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Bf16Weights)->Apply(prefill_shapes);
+BENCHMARK_TEMPLATE(BM_Prefill, Bf16View)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, F16View)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q8_0Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_0Weights)->Apply(prefill_shapes);

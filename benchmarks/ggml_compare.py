@@ -2,8 +2,8 @@
 """The alternating runs and the ratio table of benchmarks/ggml_compare.sh.
 
 Run by the shell script, which builds llama-bench and exports the settings
-(LLAMA_BENCH, PROMPT, GEN, THREADS, REPS, ROUNDS, KAPPA_GENERATE, KAPPA_PROMPT,
-OUT, KEEP_BUSY); the arguments are the GGUF files. See the script's --help.
+(LLAMA_BENCH, PROMPT, GEN, THREADS, REPS, ROUNDS, KAPPA_GENERATE, KAPPA_BENCH,
+KAPPA_PROMPT, OUT, KEEP_BUSY); the arguments are the GGUF files. See the script's --help.
 """
 import json
 import os
@@ -19,6 +19,7 @@ OURS = ENV.get("KAPPA_GENERATE", "")
 PROMPT, GEN, REPS, ROUNDS = (int(ENV[k]) for k in ("PROMPT", "GEN", "REPS", "ROUNDS"))
 THREADS = [int(t) for t in ENV["THREADS"].split(",") if t]
 KEEP_BUSY = ENV.get("KEEP_BUSY", "0") == "1"
+OURS_BENCH = ENV.get("KAPPA_BENCH", "0") == "1"
 BUSY_CORES = 0.25  # other processes' CPU use above which a run is left out
 
 # generate's summary line on stderr
@@ -61,7 +62,21 @@ def run_llama(model, t):
     return res
 
 
+# generate --bench's table rows: | prefill | tokens | median | min | max |
+BENCH_ROW = re.compile(r"\| (prefill|decode) +\| +(\d+) +\| +([\d.]+) +\|")
+
+
 def run_ours(model, t):
+    if OURS_BENCH:  # llama-bench's protocol: a warm-up pass, then REPS runs
+        out, err, rss, others, wall = timed([OURS, "--model", model, "--threads", str(t), "--bench",
+                                          "--bench-prompt", str(PROMPT), "--bench-gen", str(GEN),
+                                          "--reps", str(REPS)])
+        rows = {m.group(1): m for m in BENCH_ROW.finditer(out + err)}
+        if set(rows) != {"prefill", "decode"}:
+            raise RuntimeError("no table from generate --bench:\n" + err[-2000:])
+        return {"tool": "kappa", "rss": rss, "others_cores": others, "wall": wall,
+                "prompt_tokens": int(rows["prefill"].group(2)), "pp": float(rows["prefill"].group(3)),
+                "tg": float(rows["decode"].group(3)), "tg_tokens": int(rows["decode"].group(2))}
     _, err, rss, others, wall = timed([OURS, "--model", model, "--greedy", "--threads", str(t),
                                       "--max-new-tokens", str(GEN), "--prompt", ENV["KAPPA_PROMPT"]])
     m = OUR_LINE.search(err)

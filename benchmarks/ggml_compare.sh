@@ -48,6 +48,11 @@
 #                       or examples/kappa-generate of another Release
 #                       build with -march=native and KAPPA_USE_OPENMP=ON);
 #                       unset: llama-bench alone
+#   KAPPA_BENCH         1: run ours as llama-bench runs itself, a warm-up pass
+#                       and then REPS repetitions of a PROMPT-token prefill
+#                       and a GEN-token decode (generate --bench, medians;
+#                       llama-bench reports means); 0: one generate run, its
+#                       prefill the first pass over the mapped file [0]
 #   KAPPA_PROMPT        our prompt text ["the" and PROMPT - 3 more " the":
 #                       PROMPT tokens with BOS for the llama-256 tokenizer of
 #                       our test files; the table shows the count generate
@@ -107,5 +112,5 @@ cmake --build "$BUILD" -j "$BUILD_JOBS" --target llama-bench llama-quantize >&2
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 export LLAMA_BENCH="$BUILD/bin/llama-bench" PROMPT GEN THREADS REPS ROUNDS KAPPA_PROMPT OUT \
-    KEEP_BUSY="${KEEP_BUSY:-0}" KAPPA_GENERATE="${KAPPA_GENERATE:-}"
+    KEEP_BUSY="${KEEP_BUSY:-0}" KAPPA_GENERATE="${KAPPA_GENERATE:-}" KAPPA_BENCH="${KAPPA_BENCH:-0}"
 python3 "$HERE/ggml_compare.py" "${MODELS[@]}"

@@ -39,6 +39,8 @@
 
 #if KAPPA_SIMD_LANES > 0
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -114,14 +116,6 @@ inline void for_tiles(Index rows, const F& f) {
     i += 2;
   }
   if (rows - i >= 1) f(i, std::integral_constant<int, 1>{});
-}
-
-/// tile() over `rows` rows of A and of c.
-inline void tiles(const float* a, Index rows, const float* b, Index ldb, Index kc, float* c,
-                  Index ldc, bool accumulate) {
-  for_tiles(rows, [&](Index i, auto r) {
-    tile<decltype(r)::value>(a + i * kLda, b, ldb, kc, c + i * ldc, ldc, accumulate);
-  });
 }
 
 /// [lo, hi) of part p of `parts` over `units` units of `unit` each, the
@@ -203,29 +197,107 @@ void gemm_nn(const float* x, Index ldx, Index n, Index k, Index m, const BPack& 
   }
 }
 
-/// C (n x m, row stride ldc) = X (n x k, row stride ldx) P^T for P (m x k)
-/// given by prow(j, t, len, dst), which writes P[j][t .. t + len) to dst.
-/// Per tile of kMr rows of P: C^T's kMr x n block summed in an L1 scratch
-/// over all of k, then stored transposed into C.
-template <class PRow>
-void gemm_nt(const float* x, Index ldx, Index n, Index k, Index m, const PRow& prow, float* c,
-             Index ldc, int threads) {
-  if (k == 0) {
-    for (Index i = 0; i < n; ++i) std::fill(c + i * ldc, c + i * ldc + m, 0.0f);
-    return;
-  }
-  const Index np = (n + kNr - 1) / kNr * kNr;
-  // X^T in panels of kNr columns (zero-padded to np), each panel's k rows of
-  // kNr one after another: the vector operand, read as one stream.
-  const auto xt = scratch(k * np);
-  for (Index i0 = 0; i0 < np; i0 += kNr) {
-    float* panel = xt.get() + i0 * k;
+/// The operands of gemm_nt in float: X^T's panels and P's rows as floats,
+/// tile() for the products.
+struct FloatOperands {
+  using Elem = float;
+  /// Elements of a row of X^T's panels per step of the sum.
+  static Index depth(Index k) { return k; }
+  /// X^T's panel of columns i0 .. i0 + kNr (zero past n): panel[t kNr + i].
+  static void pack_panel(const float* x, Index ldx, Index n, Index k, Index i0, float* panel) {
     for (Index i = i0; i < i0 + kNr; ++i)
       if (i < n)
         for (Index t = 0; t < k; ++t) panel[t * kNr + (i - i0)] = x[i * ldx + t];
       else
         for (Index t = 0; t < k; ++t) panel[t * kNr + (i - i0)] = 0.0f;
   }
+  template <int R>
+  static void tile(const float* a, const float* b, Index kc, float* c, Index ldc, bool accumulate) {
+    gemm::tile<R>(a, b, kNr, kc, c, ldc, accumulate);
+  }
+};
+
+#if KAPPA_SIMD_LANES == 16 && defined(__AVX512BF16__)
+/// The operands of gemm_nt in bfloat16 pairs, for AVX512_BF16's dot
+/// products (vdpbf16ps: two products of bfloat16 pairs added to each float
+/// lane, twice the multiply-adds of a float FMA): X rounded to bfloat16
+/// (nearest even) in panels of pairs, panel[(t / 2) 2 kNr + 2 i + t % 2]
+/// (k padded to even with zeros); P's rows as stored, bfloat16.
+struct Bf16PairOperands {
+  using Elem = std::uint16_t;
+  static Index depth(Index k) { return (k + 1) / 2 * 2; }
+  static void pack_panel(const float* x, Index ldx, Index n, Index k, Index i0,
+                         std::uint16_t* panel) {
+    const Index kp = depth(k);
+    for (Index i = i0; i < i0 + kNr; ++i)
+      for (Index t = 0; t < kp; ++t)
+        panel[(t / 2) * 2 * kNr + 2 * (i - i0) + t % 2] =
+            (i < n && t < k) ? float_to_bf16_rne(x[i * ldx + t]) : std::uint16_t{0};
+  }
+  /// float -> bfloat16, round to nearest even (NaN stays NaN).
+  static std::uint16_t float_to_bf16_rne(float f) {
+    std::uint32_t u = 0;
+    std::memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+    return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  /// c[r][0 .. kNr) (+)= sum over the kc (padded to even) steps of
+  /// a[r kLda + t] b's pairs: R broadcasts of a pair and two loads per two
+  /// steps of the sum.
+  template <int R>
+  static void tile(const std::uint16_t* a, const std::uint16_t* b, Index kc, float* c, Index ldc,
+                   bool accumulate) {
+    __m512 c0[R], c1[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+    const Index pairs = (kc + 1) / 2;
+    for (Index q = 0; q < pairs; ++q) {
+      const auto b0 = std::bit_cast<__m512bh>(_mm512_loadu_si512(b + q * 2 * kNr));
+      const auto b1 = std::bit_cast<__m512bh>(_mm512_loadu_si512(b + q * 2 * kNr + kNr));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        std::int32_t pair = 0;
+        std::memcpy(&pair, a + r * kLda + 2 * q, sizeof pair);
+        const auto av = std::bit_cast<__m512bh>(_mm512_set1_epi32(pair));
+        c0[r] = _mm512_dpbf16_ps(c0[r], av, b0);
+        c1[r] = _mm512_dpbf16_ps(c1[r], av, b1);
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      float* cr = c + r * ldc;
+      if (accumulate) {
+        c0[r] = _mm512_add_ps(_mm512_loadu_ps(cr), c0[r]);
+        c1[r] = _mm512_add_ps(_mm512_loadu_ps(cr + 16), c1[r]);
+      }
+      _mm512_storeu_ps(cr, c0[r]);
+      _mm512_storeu_ps(cr + 16, c1[r]);
+    }
+  }
+};
+#define KAPPA_GEMM_BF16_PAIRS 1
+#else
+#define KAPPA_GEMM_BF16_PAIRS 0
+#endif
+
+/// C (n x m, row stride ldc) = X (n x k, row stride ldx) P^T for P (m x k)
+/// given by prow(j, t, len, dst), which writes P[j][t .. t + len) to dst
+/// (as Ops::Elem: float, or bfloat16 with Bf16PairOperands). Per tile of
+/// kMr rows of P: C^T's kMr x n block summed in an L1 scratch over all of k,
+/// then stored transposed into C.
+template <class Ops = FloatOperands, class PRow>
+void gemm_nt(const float* x, Index ldx, Index n, Index k, Index m, const PRow& prow, float* c,
+             Index ldc, int threads) {
+  using Elem = typename Ops::Elem;
+  if (k == 0) {
+    for (Index i = 0; i < n; ++i) std::fill(c + i * ldc, c + i * ldc + m, 0.0f);
+    return;
+  }
+  const Index np = (n + kNr - 1) / kNr * kNr, kp = Ops::depth(k);
+  // X^T in panels of kNr columns (zero-padded to np), each panel's rows one
+  // after another: the vector operand, read as one stream.
+  const auto xt = std::unique_ptr<Elem[]>(new Elem[static_cast<std::size_t>(kp * np)]);
+  for (Index i0 = 0; i0 < np; i0 += kNr) Ops::pack_panel(x, ldx, n, k, i0, xt.get() + i0 * kp);
   const Index units = (m + kMr - 1) / kMr;
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, units)));
 #ifdef _OPENMP
@@ -235,14 +307,22 @@ void gemm_nt(const float* x, Index ldx, Index n, Index k, Index m, const PRow& p
     Index lo = 0, hi = 0;
     split(units, kMr, m, parts, p, lo, hi);
     if (hi <= lo) continue;
-    const auto a = scratch(kMr * kLda), ct = scratch(kMr * np);
+    const auto a = std::unique_ptr<Elem[]>(new Elem[static_cast<std::size_t>(kMr * kLda)]);
+    const auto ct = scratch(kMr * np);
     for (Index j = lo; j < hi; j += kMr) {
       const Index rows = std::min<Index>(kMr, hi - j);
       for (Index pc = 0; pc < k; pc += kKc) {
         const Index kc = std::min(kKc, k - pc);
-        for (Index r = 0; r < rows; ++r) prow(j + r, pc, kc, a.get() + r * kLda);
+        for (Index r = 0; r < rows; ++r) {
+          prow(j + r, pc, kc, a.get() + r * kLda);
+          if (Ops::depth(kc) > kc) a[static_cast<std::size_t>(r * kLda + kc)] = Elem{0};
+        }
         for (Index i = 0; i < np; i += kNr)
-          tiles(a.get(), rows, xt.get() + i * k + pc * kNr, kNr, kc, ct.get() + i, np, pc > 0);
+          for_tiles(rows, [&](Index i_a, auto r) {
+            Ops::template tile<decltype(r)::value>(a.get() + i_a * kLda,
+                                                   xt.get() + i * kp + pc * kNr, kc,
+                                                   ct.get() + i_a * np + i, np, pc > 0);
+          });
       }
       for (Index i = 0; i < n; ++i)
         for (Index r = 0; r < rows; ++r)

@@ -7,7 +7,9 @@
 //   Bf16Weights   W rounded to bfloat16 (2 bytes), widened to T block by
 //                 block while multiplying: half the bytes per token, with
 //                 the relative rounding of bfloat16 (2^-9) on each weight.
-//                 Scores, activations and sums stay in T.
+//                 Scores, activations and sums stay in T, except in a
+//                 prompt's X W^T products on CPUs with AVX512_BF16, which
+//                 round X to bfloat16 too (see WeightMatrix<T, Bf16Weights>).
 //
 // WeightMatrix<T, Storage> holds one matrix W (rows x cols, row-major) and
 // offers the two products layers need:
@@ -104,8 +106,15 @@ class WeightMatrix<T, DenseWeights> {
 /// head) or P = W^T (a file's [cols][rows] tensor: a GGUF or Hugging Face
 /// projection, viewed where the file holds it). The products work on P in
 /// either orientation: out = X P (one pass over P, eight rows at a time)
-/// and out = X P^T (dot products with P's rows, four at a time); prefill
-/// widens panels of P for Eigen's GEMM.
+/// and out = X P^T (dot products with P's rows, four at a time). Prefill
+/// (more than kFewRows rows, T = float, AVX2 or AVX-512) takes kappa's GEMM
+/// (core/gemm_simd.hpp), widening P's blocks as it packs them; else Eigen's
+/// GEMM on widened panels. Where the build has AVX512_BF16, prefill's
+/// X P^T (a file's projections, the head) uses its bfloat16 dot products
+/// instead, on P as stored and X rounded to bfloat16 (nearest even, as
+/// llama.cpp does for its BF16 files): twice the multiply-adds per
+/// instruction, for a relative rounding of 2^-9 on the activations as well
+/// as on the weights. Decoding keeps X in float.
 template <Scalar T>
 class WeightMatrix<T, Bf16Weights> {
  public:
@@ -235,11 +244,23 @@ class WeightMatrix<T, Bf16Weights> {
     const int threads = num_threads();
 #if KAPPA_SIMD_LANES > 0
     if constexpr (std::is_same_v<T, float>) {
-      if (x.rows() > kFewRows) {  // prefill: our GEMM, widening P's rows
+      if (x.rows() > kFewRows) {  // prefill: our GEMM
+#if KAPPA_GEMM_BF16_PAIRS
+        // AVX512_BF16's dot products on P's rows as stored, X rounded to
+        // bfloat16 (see the class comment).
+        detail::gemm::gemm_nt<detail::gemm::Bf16PairOperands>(
+            x.data(), x.outerStride(), x.rows(), pc_, pr_,
+            [this](Index j, Index t, Index len, std::uint16_t* dst) {
+              std::memcpy(dst, p_ + j * pc_ + t,
+                          sizeof(std::uint16_t) * static_cast<std::size_t>(len));
+            },
+            out.data(), out.outerStride(), threads);
+#else
         detail::gemm::gemm_nt(
             x.data(), x.outerStride(), x.rows(), pc_, pr_,
             [this](Index j, Index t, Index len, float* dst) { widen(j, 1, t, len, dst, len); },
             out.data(), out.outerStride(), threads);
+#endif
         return;
       }
     }
