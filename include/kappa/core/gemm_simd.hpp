@@ -37,6 +37,14 @@
 
 #include "kappa/core/simd.hpp"
 
+/// 1 where the build has AVX512_BF16's dot products (gemm_nt's
+/// Bf16PairOperands), else 0.
+#if KAPPA_SIMD_LANES == 16 && defined(__AVX512BF16__)
+#define KAPPA_GEMM_BF16_PAIRS 1
+#else
+#define KAPPA_GEMM_BF16_PAIRS 0
+#endif
+
 #if KAPPA_SIMD_LANES > 0
 #include <algorithm>
 #include <bit>
@@ -217,7 +225,7 @@ struct FloatOperands {
   }
 };
 
-#if KAPPA_SIMD_LANES == 16 && defined(__AVX512BF16__)
+#if KAPPA_GEMM_BF16_PAIRS
 /// The operands of gemm_nt in bfloat16 pairs, for AVX512_BF16's dot
 /// products (vdpbf16ps: two products of bfloat16 pairs added to each float
 /// lane, twice the multiply-adds of a float FMA): X rounded to bfloat16
@@ -275,9 +283,6 @@ struct Bf16PairOperands {
     }
   }
 };
-#define KAPPA_GEMM_BF16_PAIRS 1
-#else
-#define KAPPA_GEMM_BF16_PAIRS 0
 #endif
 
 /// C (n x m, row stride ldc) = X (n x k, row stride ldx) P^T for P (m x k)
