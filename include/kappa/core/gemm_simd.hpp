@@ -32,7 +32,7 @@
 // AVX-512 (KAPPA_SIMD_LANES > 0); callers keep Eigen's GEMM otherwise.
 // Measured on a 2-core AVX-512 EPYC VM (benchmarks/bench_quant,
 // BM_Prefill against BM_PrefillEigen and BM_FmaPeak): 128 x 4096 x 4096 at
-// 0.67-0.77 of the FMA peak, 1.3-1.6x Eigen's GEMM.
+// 0.62-0.82 of the FMA peak, 1.3-1.9x Eigen's GEMM (bf16 and fp16 included).
 #pragma once
 
 #include "kappa/core/simd.hpp"
@@ -211,13 +211,15 @@ struct FloatOperands {
   using Elem = float;
   /// Elements of a row of X^T's panels per step of the sum.
   static Index depth(Index k) { return k; }
-  /// X^T's panel of columns i0 .. i0 + kNr (zero past n): panel[t kNr + i].
-  static void pack_panel(const float* x, Index ldx, Index n, Index k, Index i0, float* panel) {
+  /// Steps t0 .. t1 of X^T's panel of columns i0 .. i0 + kNr (zero past n):
+  /// panel[t kNr + i - i0].
+  static void pack_panel(const float* x, Index ldx, Index n, Index /*k*/, Index i0, Index t0,
+                         Index t1, float* panel) {
     for (Index i = i0; i < i0 + kNr; ++i)
       if (i < n)
-        for (Index t = 0; t < k; ++t) panel[t * kNr + (i - i0)] = x[i * ldx + t];
+        for (Index t = t0; t < t1; ++t) panel[t * kNr + (i - i0)] = x[i * ldx + t];
       else
-        for (Index t = 0; t < k; ++t) panel[t * kNr + (i - i0)] = 0.0f;
+        for (Index t = t0; t < t1; ++t) panel[t * kNr + (i - i0)] = 0.0f;
   }
   template <int R>
   static void tile(const float* a, const float* b, Index kc, float* c, Index ldc, bool accumulate) {
@@ -234,13 +236,28 @@ struct FloatOperands {
 struct Bf16PairOperands {
   using Elem = std::uint16_t;
   static Index depth(Index k) { return (k + 1) / 2 * 2; }
-  static void pack_panel(const float* x, Index ldx, Index n, Index k, Index i0,
+  /// Steps t0 .. t1 (even; t1 up to depth(k)) of X^T's panel of columns
+  /// i0 .. i0 + kNr, rounded to bfloat16: 16 values at a time by
+  /// vcvtneps2bf16, their 8 pairs stored one per row of pairs.
+  static void pack_panel(const float* x, Index ldx, Index n, Index k, Index i0, Index t0, Index t1,
                          std::uint16_t* panel) {
-    const Index kp = depth(k);
-    for (Index i = i0; i < i0 + kNr; ++i)
-      for (Index t = 0; t < kp; ++t)
-        panel[(t / 2) * 2 * kNr + 2 * (i - i0) + t % 2] =
+    for (Index i = i0; i < i0 + kNr; ++i) {
+      std::uint16_t* col = panel + 2 * (i - i0);
+      Index t = t0;
+      if (i < n) {
+        const float* xr = x + i * ldx;
+        for (; t + 16 <= std::min(t1, k); t += 16) {
+          std::uint32_t pairs[8];
+          const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(xr + t));
+          std::memcpy(pairs, &h, sizeof pairs);
+          for (Index q = 0; q < 8; ++q)
+            std::memcpy(col + (t / 2 + q) * 2 * kNr, &pairs[q], sizeof(std::uint32_t));
+        }
+      }
+      for (; t < t1; ++t)
+        col[(t / 2) * 2 * kNr + t % 2] =
             (i < n && t < k) ? float_to_bf16_rne(x[i * ldx + t]) : std::uint16_t{0};
+    }
   }
   /// float -> bfloat16, round to nearest even (NaN stays NaN).
   static std::uint16_t float_to_bf16_rne(float f) {
@@ -300,38 +317,52 @@ void gemm_nt(const float* x, Index ldx, Index n, Index k, Index m, const PRow& p
   }
   const Index np = (n + kNr - 1) / kNr * kNr, kp = Ops::depth(k);
   // X^T in panels of kNr columns (zero-padded to np), each panel's rows one
-  // after another: the vector operand, read as one stream.
+  // after another: the vector operand, read as one stream. Packed by all
+  // the threads, in chunks of kKc steps (one thread packing it left 2
+  // threads at 1.1x of 1 on a 128 x 1024 x 256 product).
   const auto xt = std::unique_ptr<Elem[]>(new Elem[static_cast<std::size_t>(kp * np)]);
-  for (Index i0 = 0; i0 < np; i0 += kNr) Ops::pack_panel(x, ldx, n, k, i0, xt.get() + i0 * kp);
+  const Index chunks = (kp + kKc - 1) / kKc, panels = np / kNr;
   const Index units = (m + kMr - 1) / kMr;
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, units)));
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#pragma omp parallel num_threads(parts) if (parts > 1)
 #endif
-  for (int p = 0; p < parts; ++p) {
-    Index lo = 0, hi = 0;
-    split(units, kMr, m, parts, p, lo, hi);
-    if (hi <= lo) continue;
-    const auto a = std::unique_ptr<Elem[]>(new Elem[static_cast<std::size_t>(kMr * kLda)]);
-    const auto ct = scratch(kMr * np);
-    for (Index j = lo; j < hi; j += kMr) {
-      const Index rows = std::min<Index>(kMr, hi - j);
-      for (Index pc = 0; pc < k; pc += kKc) {
-        const Index kc = std::min(kKc, k - pc);
-        for (Index r = 0; r < rows; ++r) {
-          prow(j + r, pc, kc, a.get() + r * kLda);
-          if (Ops::depth(kc) > kc) a[static_cast<std::size_t>(r * kLda + kc)] = Elem{0};
+  {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (Index q = 0; q < panels * chunks; ++q) {
+      const Index i0 = q / chunks * kNr, t0 = q % chunks * kKc;
+      Ops::pack_panel(x, ldx, n, k, i0, t0, std::min(kp, t0 + kKc), xt.get() + i0 * kp);
+    }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int p = 0; p < parts; ++p) {
+      Index lo = 0, hi = 0;
+      split(units, kMr, m, parts, p, lo, hi);
+      if (hi <= lo) continue;
+      const auto a = std::unique_ptr<Elem[]>(new Elem[static_cast<std::size_t>(kMr * kLda)]);
+      const auto ct = scratch(kMr * np);
+      for (Index j = lo; j < hi; j += kMr) {
+        const Index rows = std::min<Index>(kMr, hi - j);
+        for (Index pc = 0; pc < k; pc += kKc) {
+          const Index kc = std::min(kKc, k - pc);
+          for (Index r = 0; r < rows; ++r) {
+            prow(j + r, pc, kc, a.get() + r * kLda);
+            if (Ops::depth(kc) > kc) a[static_cast<std::size_t>(r * kLda + kc)] = Elem{0};
+          }
+          for (Index i = 0; i < np; i += kNr)
+            for_tiles(rows, [&](Index i_a, auto r) {
+              Ops::template tile<decltype(r)::value>(a.get() + i_a * kLda,
+                                                     xt.get() + i * kp + pc * kNr, kc,
+                                                     ct.get() + i_a * np + i, np, pc > 0);
+            });
         }
-        for (Index i = 0; i < np; i += kNr)
-          for_tiles(rows, [&](Index i_a, auto r) {
-            Ops::template tile<decltype(r)::value>(a.get() + i_a * kLda,
-                                                   xt.get() + i * kp + pc * kNr, kc,
-                                                   ct.get() + i_a * np + i, np, pc > 0);
-          });
+        for (Index i = 0; i < n; ++i)
+          for (Index r = 0; r < rows; ++r)
+            c[i * ldc + j + r] = ct[static_cast<std::size_t>(r * np + i)];
       }
-      for (Index i = 0; i < n; ++i)
-        for (Index r = 0; r < rows; ++r)
-          c[i * ldc + j + r] = ct[static_cast<std::size_t>(r * np + i)];
     }
   }
 }
