@@ -5,10 +5,13 @@
 // matrix-vector product, memory-bound, which Eigen runs on one thread. With
 // kappa::num_threads() > 1 these products split the weight's output columns
 // (or rows of E for X E^T) into contiguous blocks, one per thread, so each
-// thread streams its own part of the weights once. Larger row counts go to
-// Eigen's GEMM, which is threaded itself. Every output element is computed by
-// one thread with the same code, so results do not depend on the thread
-// count.
+// thread streams its own part of the weights once. Larger row counts (a
+// prompt) go to kappa's GEMM for float where the build has AVX2 + FMA or
+// AVX-512 (core/gemm_simd.hpp, which splits the output columns the same way),
+// else to Eigen's GEMM, which is threaded itself. In the first two, every
+// output element is computed by one thread with the same code, so results do
+// not depend on the thread count; Eigen's GEMM sizes its blocks of k by the
+// thread count, so there they agree to rounding.
 #pragma once
 
 #include <algorithm>

@@ -141,8 +141,10 @@ inline float f16_dot(const unsigned char* p, const float* x, Index k) {
 /// as MappedDense: P = W^T (kRows, the projections) or P = W (kCols, the
 /// head). Decoding (up to kFewRows rows of X) takes one dot product per row
 /// of P, converted in registers, the row two ahead prefetched; prefill
-/// converts panels of 64 rows of P to T for Eigen's GEMM. Half the bytes of
-/// the float matrix, and the file's bytes used as they are.
+/// takes kappa's GEMM (core/gemm_simd.hpp), converting P's blocks as it
+/// packs them (T = float with AVX2 or AVX-512), else converts panels of 64
+/// rows of P to T for Eigen's GEMM. Half the bytes of the float matrix, and
+/// the file's bytes used as they are.
 template <Scalar T>
 class MappedF16 {
  public:

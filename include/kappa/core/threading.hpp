@@ -5,8 +5,10 @@
 // KAPPA_USE_OPENMP, or a find_package user linking kappa::openmp) kappa
 // follows Eigen::nbThreads(), which the user sets with
 // kappa::set_num_threads(); kappa never starts more threads than that, and
-// results do not depend on the thread count beyond rounding (they are in fact
-// bitwise identical: work is split by rows and each row is computed alone).
+// results do not depend on the thread count beyond rounding (kappa's own
+// loops are in fact bitwise identical: work is split by rows or columns and
+// each is computed alone; Eigen's GEMM, which prompts use in builds without
+// AVX2 or AVX-512, chooses its blocks by the thread count).
 //
 // Whether threads are available is a property of the translation unit (it is
 // compiled with OpenMP or not): has_openmp() says so, and set_num_threads()

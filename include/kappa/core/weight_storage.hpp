@@ -16,8 +16,9 @@
 //   product_into(X, W, out)            out = X W        (projections, FFN)
 //   product_transposed_into(X, W, out) out = X W^T      (the output head X E^T)
 // For a few rows (decoding) the output columns are split over
-// kappa::num_threads() threads; larger inputs widen row panels of W once and
-// use Eigen's GEMM.
+// kappa::num_threads() threads; larger inputs (a prompt) go to kappa's GEMM
+// (core/gemm_simd.hpp: float, AVX2 or AVX-512), which widens W's blocks as it
+// packs them, or else widen row panels of W once for Eigen's GEMM.
 #pragma once
 
 #include <algorithm>
