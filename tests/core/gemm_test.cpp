@@ -86,6 +86,42 @@ TEST(PromptGemm, DenseBothLayoutsMatchPlainLoops) {
       }
 }
 
+// More tokens than one block of X^T (kNb = 256 in gemm_nt): three blocks,
+// the last partial, in float and through the bfloat16 view.
+TEST(PromptGemm, LongPromptsInBlocks) {
+  std::mt19937_64 g(11);
+  const Index n = 600, k = 70, m = 45;
+  const RowMatrix<float> x = random(n, k, g), w = random(k, m, g), e = random(m, k, g);
+  RowMatrix<float> out = RowMatrix<float>::Constant(n, m, 1e30f);
+  kappa::product_transposed_into<float>(x, e, out);
+  expect_product(
+      x, [&](Index t, Index j) { return static_cast<double>(e(j, t)); }, m, out, "long X E^T");
+  out.setConstant(1e30f);
+  kappa::product_into<float>(x, w, out);
+  expect_product(
+      x, [&](Index t, Index j) { return static_cast<double>(w(t, j)); }, m, out, "long X W");
+  std::vector<std::uint16_t> pt(static_cast<std::size_t>(k * m));
+  RowMatrix<float> wv(k, m);
+  for (Index t = 0; t < k; ++t)
+    for (Index j = 0; j < m; ++j) {
+      pt[static_cast<std::size_t>(j * k + t)] = kappa::float_to_bf16(w(t, j));
+      wv(t, j) = kappa::bf16_to_float_exact(pt[static_cast<std::size_t>(j * k + t)]);
+    }
+  const kappa::WeightMatrix<float, kappa::Bf16Weights> viewed(k, m, true, pt.data(), nullptr);
+#if KAPPA_GEMM_BF16_PAIRS
+  RowMatrix<float> xr(n, k);
+  for (Index i = 0; i < x.size(); ++i)
+    xr.data()[i] = kappa::bf16_to_float_exact(kappa::float_to_bf16(x.data()[i]));
+#else
+  const RowMatrix<float>& xr = x;
+#endif
+  out.setConstant(1e30f);
+  viewed.multiply(x, out);
+  expect_product(
+      xr, [&](Index t, Index j) { return static_cast<double>(wv(t, j)); }, m, out,
+      "long bf16 X W (P = W^T)");
+}
+
 TEST(PromptGemm, EmptyReductionGivesZeros) {
   const RowMatrix<float> x(20, 0), w(0, 40), e(40, 0);
   RowMatrix<float> out = RowMatrix<float>::Constant(20, 40, 3.0f);
