@@ -58,7 +58,7 @@
 namespace kappa::detail::gemm {
 
 /// Columns of C per micro-tile: two vectors.
-inline constexpr Index kNr = 2 * simd::kLanes;
+inline constexpr Index kNr = Index{2} * simd::kLanes;
 /// Rows of C per micro-tile: 2 kMr accumulators, two vectors of B and a
 /// broadcast within the registers.
 inline constexpr int kMr = simd::kLanes == 16 ? 14 : 6;
