@@ -22,9 +22,12 @@
 //   gemm_nt: C = X P^T, P (m x k) given row by row (a file's projection
 //            W^T, or the output head E): computed as C^T = P X^T. X^T is
 //            packed once into kNr-wide panels (the vector operand, one
-//            stream per panel); per kMr rows of P (A, copied or widened per
-//            kKc steps), C^T's kMr x n block is summed over all of k in an
-//            L1 scratch, then stored transposed into C.
+//            stream per panel); per block of kNb tokens and kMr rows of P
+//            (A, copied or widened per kKc steps), C^T's kMr x kNb block is
+//            summed over all of k in an L1 scratch, then stored transposed
+//            into C. With AVX512_BF16, bfloat16 P can instead be multiplied
+//            as stored by X rounded to bfloat16 (Bf16PairOperands,
+//            vdpbf16ps: two products per float lane).
 // Both split C's columns over kappa::num_threads() threads; every element of
 // C is summed in the same order (kKc blocks, each sequential in k) whatever
 // the thread count or the tile that holds it, so results do not depend on
@@ -32,7 +35,8 @@
 // AVX-512 (KAPPA_SIMD_LANES > 0); callers keep Eigen's GEMM otherwise.
 // Measured on a 2-core AVX-512 EPYC VM (benchmarks/bench_quant,
 // BM_Prefill against BM_PrefillEigen and BM_FmaPeak): 128 x 4096 x 4096 at
-// 0.62-0.82 of the FMA peak, 1.3-1.9x Eigen's GEMM (bf16 and fp16 included).
+// 0.62-0.82 of the FMA peak, 1.3-1.9x Eigen's GEMM (bf16 and fp16 widened
+// included); the bfloat16 pairs at 1.3-1.5x the float FMA peak.
 #pragma once
 
 #include "kappa/core/simd.hpp"
