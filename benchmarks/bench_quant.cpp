@@ -58,20 +58,26 @@ template <class S>
 struct Held {
   using type = kappa::WeightMatrix<float, S>;
 };
+/// The matrix make(k, m, head) returns, built once per shape and kept for
+/// the binary's run (one cache per call site: Make is its lambda's type).
+template <class W, class Make>
+const W& built_once(Index k, Index m, bool head, const Make& make) {
+  static std::map<std::tuple<Index, Index, bool>, std::unique_ptr<W>> made;
+  auto& slot = made[{k, m, head}];
+  if (!slot) slot = make(k, m, head);
+  return *slot;
+}
+
 template <class S>
 const typename Held<S>::type& weights(Index k, Index m, bool head) {
-  static std::map<std::tuple<Index, Index, bool>, std::unique_ptr<kappa::WeightMatrix<float, S>>>
-      made;
-  auto& slot = made[{k, m, head}];
-  if (!slot) {
-    const RowMatrix<float> w = head ? random_matrix(m, k, 1) : random_matrix(k, m, 1);
+  using W = kappa::WeightMatrix<float, S>;
+  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
+    const RowMatrix<float> w = hd ? random_matrix(mm, kk, 1) : random_matrix(kk, mm, 1);
     if constexpr (requires { S::kBlockBytes; })  // the block formats
-      slot = std::make_unique<kappa::WeightMatrix<float, S>>(
-          w, head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows);
+      return std::make_unique<W>(w, hd ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows);
     else
-      slot = std::make_unique<kappa::WeightMatrix<float, S>>(w);
-  }
-  return *slot;
+      return std::make_unique<W>(w);
+  });
 }
 
 /// The fp16 view that a GGUF file's F16 tensor becomes
@@ -85,13 +91,10 @@ struct Held<F16View> {
 template <>
 const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F16View>(Index k, Index m,
                                                                            bool head) {
-  static std::map<std::tuple<Index, Index, bool>,
-                  std::unique_ptr<kappa::WeightMatrix<float, kappa::AsStoredWeights>>>
-      made;
-  auto& slot = made[{k, m, head}];
-  if (!slot) {
+  using W = kappa::WeightMatrix<float, kappa::AsStoredWeights>;
+  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
     // P = W^T (m rows of k) for out = x W, P = E (m rows of k) for x E^T
-    const RowMatrix<float> p = random_matrix(m, k, 1);
+    const RowMatrix<float> p = random_matrix(mm, kk, 1);
     auto bytes =
         std::make_shared<std::vector<unsigned char>>(2 * static_cast<std::size_t>(p.size()));
     for (Index i = 0; i < p.size(); ++i) {
@@ -99,12 +102,10 @@ const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F16View>(Index
       std::memcpy(bytes->data() + 2 * i, &h, 2);
     }
     const unsigned char* data = bytes->data();
-    slot = std::make_unique<kappa::WeightMatrix<float, kappa::AsStoredWeights>>(
-        kappa::detail::MappedF16<float>(
-            head ? m : k, head ? k : m,
-            head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows, data, std::move(bytes)));
-  }
-  return *slot;
+    return std::make_unique<W>(kappa::detail::MappedF16<float>(
+        hd ? mm : kk, hd ? kk : mm, hd ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows,
+        data, std::move(bytes)));
+  });
 }
 
 /// The float view that a GGUF file's F32 tensor becomes
@@ -117,19 +118,14 @@ struct Held<F32View> {
 template <>
 const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F32View>(Index k, Index m,
                                                                            bool head) {
-  static std::map<std::tuple<Index, Index, bool>,
-                  std::unique_ptr<kappa::WeightMatrix<float, kappa::AsStoredWeights>>>
-      made;
-  auto& slot = made[{k, m, head}];
-  if (!slot) {
-    auto p = std::make_shared<RowMatrix<float>>(random_matrix(m, k, 1));  // P: m rows of k
+  using W = kappa::WeightMatrix<float, kappa::AsStoredWeights>;
+  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
+    auto p = std::make_shared<RowMatrix<float>>(random_matrix(mm, kk, 1));  // P: m rows of k
     const float* data = p->data();
-    slot = std::make_unique<kappa::WeightMatrix<float, kappa::AsStoredWeights>>(
-        kappa::detail::MappedDense<float>(
-            head ? m : k, head ? k : m,
-            head ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows, data, std::move(p)));
-  }
-  return *slot;
+    return std::make_unique<W>(kappa::detail::MappedDense<float>(
+        hd ? mm : kk, hd ? kk : mm, hd ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows,
+        data, std::move(p)));
+  });
 }
 
 /// The bfloat16 view that a GGUF or safetensors BF16 projection becomes
@@ -142,22 +138,16 @@ struct Held<Bf16View> {
 template <>
 const kappa::WeightMatrix<float, kappa::Bf16Weights>& weights<Bf16View>(Index k, Index m,
                                                                         bool head) {
-  static std::map<std::tuple<Index, Index, bool>,
-                  std::unique_ptr<kappa::WeightMatrix<float, kappa::Bf16Weights>>>
-      made;
-  auto& slot = made[{k, m, head}];
-  if (!slot) {
-    const RowMatrix<float> p = random_matrix(m, k, 1);  // P: m rows of k
+  using W = kappa::WeightMatrix<float, kappa::Bf16Weights>;
+  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
+    const RowMatrix<float> p = random_matrix(mm, kk, 1);  // P: m rows of k
     auto bits = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(p.size()));
     for (Index i = 0; i < p.size(); ++i)
       (*bits)[static_cast<std::size_t>(i)] = kappa::float_to_bf16(p.data()[i]);
     const std::uint16_t* data = bits->data();
-    slot = head ? std::make_unique<kappa::WeightMatrix<float, kappa::Bf16Weights>>(
-                      m, k, false, data, std::move(bits))
-                : std::make_unique<kappa::WeightMatrix<float, kappa::Bf16Weights>>(k, m, true, data,
-                                                                                   std::move(bits));
-  }
-  return *slot;
+    return hd ? std::make_unique<W>(mm, kk, false, data, std::move(bits))
+              : std::make_unique<W>(kk, mm, true, data, std::move(bits));
+  });
 }
 
 struct ThreadsScope {
