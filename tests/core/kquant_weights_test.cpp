@@ -259,6 +259,24 @@ TYPED_TEST(KQuantWeights, BlockDotEqualsPortableAndReference) {
       const float portable = kq_dot_portable<F>(w.data(), row);
       const float build = kq_dot_build<F>(w.data(), row);
       EXPECT_EQ(build, portable) << "k " << k << " trial " << trial;
+#if KAPPA_QUANT_Q4_0_WIDE
+      // The 512-bit and 256-bit loops by name, whichever this CPU takes
+      // (q4_0_wide()).
+      namespace kd = kappa::detail;
+      if constexpr (kIsQ4K<F>) {
+        EXPECT_EQ(kd::dot_q4_k_wide(w.data(), row), portable) << "k " << k << " trial " << trial;
+        EXPECT_EQ(kd::dot_k_avx2<q::kBytesQ4_K>(
+                      w.data(), row, [](auto... a) { return kd::q4_k_block_avx2(a...); }),
+                  portable)
+            << "k " << k << " trial " << trial;
+      } else {
+        EXPECT_EQ(kd::dot_q6_k_wide(w.data(), row), portable) << "k " << k << " trial " << trial;
+        EXPECT_EQ(kd::dot_k_avx2<q::kBytesQ6_K>(
+                      w.data(), row, [](auto... a) { return kd::q6_k_block_avx2(a...); }),
+                  portable)
+            << "k " << k << " trial " << trial;
+      }
+#endif
       double tol = 0;
       const double ref = kq_reference<F>(w.data(), x, k, tol);
       EXPECT_LE(std::fabs(static_cast<double>(portable) - ref), tol)

@@ -106,8 +106,11 @@
 // the lanes into per-16 sums and scales them with _mm256_mullo_epi32; Q4_K
 // packs its lane sums to int16 and sums them with _mm256_madd_epi16, the
 // last time against the scales (q4_k_block_avx2): the same int32s as the
-// portable loops. They use
-// 256-bit vectors whatever KAPPA_QUANT_AVX512 says.
+// portable loops. Where q4_0_wide() says so (AMD's CPUs) they take two
+// super-blocks per 512-bit step (q4_k_pair_wide, q6_k_pair_wide: each half
+// of a vector does the 256-bit loop's work for its super-block, so the
+// bits are the same; 1.2-1.3x on matrices in L3), whatever
+// KAPPA_QUANT_AVX512 says.
 //
 // Quantizing floats (the RowMatrix constructor): Q8_0 and Q4_0 use ggml's
 // reference quantizers byte for byte. Q4_K and Q6_K use a simple quantizer of
@@ -972,12 +975,203 @@ inline float dot_k_avx2(const unsigned char* w, const Q8Row& x, Block block) {
   return lanes_total_avx2(acc[0], acc[1]);
 }
 
-/// dot_q4_k_portable with AVX2 / VNNI (bit for bit the same result).
+#if KAPPA_QUANT_Q4_0_WIDE
+/// q4_k_block_avx2 on two super-blocks at once: w (block i) in the lower
+/// 256 bits of every vector, w + 144 (block i + 1) in the upper, with X's
+/// quants, per-16 sums and scales of both (xq, xq + 256; 32 sums at xs; 16
+/// scales at dx). Each half computes what q4_k_block_avx2 computes for its
+/// block, instruction for instruction (the byte shuffles, packs and madds
+/// work within 128 bits; the one cross-lane step is done per half), so acc's
+/// lower half is acc[0] of dot_k_avx2 and its upper half acc[1]: the same
+/// bits, with about half the instructions per block.
+inline __m512 q4_k_pair_wide(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs,
+                             const float* dx, __m512 acc) {
+  constexpr int kNext = static_cast<int>(quant::kBytesQ4_K);
+  const auto two = [](const void* lo, const void* hi) {
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
+        _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
+  };
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i ones = _mm512_set1_epi16(1);
+  __m512i v[8];
+  for (int p = 0; p < 4; ++p) {
+    const __m512i qv = two(w + 16 + 32 * p, w + kNext + 16 + 32 * p);
+    const __m512i x0 = two(xq + 64 * p, xq + 256 + 64 * p);
+    const __m512i x1 = two(xq + 64 * p + 32, xq + 256 + 64 * p + 32);
+    v[2 * p] = _mm512_dpbusd_epi32(zero, _mm512_and_si512(qv, nibble), x0);
+    v[2 * p + 1] =
+        _mm512_dpbusd_epi32(zero, _mm512_and_si512(_mm512_srli_epi16(qv, 4), nibble), x1);
+  }
+  const __m512i w01 = _mm512_madd_epi16(_mm512_packs_epi32(v[0], v[1]), ones);
+  const __m512i w23 = _mm512_madd_epi16(_mm512_packs_epi32(v[2], v[3]), ones);
+  const __m512i w45 = _mm512_madd_epi16(_mm512_packs_epi32(v[4], v[5]), ones);
+  const __m512i w67 = _mm512_madd_epi16(_mm512_packs_epi32(v[6], v[7]), ones);
+  // Both blocks' scales and mins (q4_k_scales_mins_avx2 in 256 bits), each
+  // block's 16 bytes then in both 128-bit lanes of its half.
+  const __m256i u = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kNext + 4)), 1);
+  const __m256i low =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)),
+                                         _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                       _mm256_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
+                                         0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+  const __m256i top = _mm256_and_si256(
+      _mm256_srli_epi32(_mm256_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+      _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030));
+  const __m512i sm2 = _mm512_castsi256_si512(_mm256_or_si256(low, top));
+  const __m512i sm = _mm512_shuffle_i64x2(sm2, sm2, _MM_SHUFFLE(1, 1, 0, 0));
+  const __m512i sc0123 =
+      _mm512_shuffle_epi8(sm, _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2,
+                                                                   -1, 2, -1, 3, -1, 3, -1)));
+  const __m512i sc4567 =
+      _mm512_shuffle_epi8(sm, _mm512_broadcast_i32x4(_mm_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6,
+                                                                   -1, 6, -1, 7, -1, 7, -1)));
+  const __m512i m_pairs =
+      _mm512_shuffle_epi8(sm, _mm512_broadcast_i64x4(_mm256_setr_epi8(
+                                  8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, 12,
+                                  -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1)));
+  const __m512i a = _mm512_madd_epi16(_mm512_packs_epi32(w01, w23), sc0123);
+  const __m512i b = _mm512_madd_epi16(_mm512_packs_epi32(w45, w67), sc4567);
+  // Per half: a's lanes 0..3 and b's 4..7, plus [a's upper 128, b's lower 128].
+  const __m512i ints = _mm512_add_epi32(
+      _mm512_mask_blend_epi32(0xF0F0, a, b),
+      _mm512_permutex2var_epi64(a, _mm512_setr_epi64(2, 3, 8, 9, 6, 7, 12, 13), b));
+  const __m512i mins = _mm512_madd_epi16(_mm512_loadu_si512(xs), m_pairs);
+  std::uint32_t dd[2] = {0, 0};
+  std::memcpy(&dd[0], w, 4);
+  std::memcpy(&dd[1], w + kNext, 4);
+  const __m512 ddmin = _mm512_cvtph_ps(
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(static_cast<int>(dd[0]))),
+                              _mm_set1_epi32(static_cast<int>(dd[1])), 1));
+  const __m512 dx16 = _mm512_loadu_ps(dx);
+  const __m512 d = _mm512_mul_ps(_mm512_shuffle_ps(ddmin, ddmin, 0x00), dx16);
+  const __m512 dmin = _mm512_mul_ps(_mm512_shuffle_ps(ddmin, ddmin, 0x55), dx16);
+  acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(ints), acc);
+  return _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mins), acc);
+}
+
+/// One Q6_K super-block pair as q4_k_pair_wide does Q4_K's: each half of
+/// every vector computes what q6_k_block_avx2 computes for its block. The
+/// horizontal adds (no 512-bit hadd) are packs to int16 and madds with ones
+/// (a lane of 4 products: |.| <= 4 * 63 * 127 < 2^15), then even plus odd
+/// lanes: exact integer sums, the same int32s.
+inline __m512 q6_k_pair_wide(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs,
+                             const float* dx, __m512 acc) {
+  constexpr int kNext = static_cast<int>(quant::kBytesQ6_K);
+  const auto two = [](const void* lo, const void* hi) {
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
+        _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
+  };
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i ones = _mm512_set1_epi16(1);
+  // hadd_epi32 per 128 bits: [a0 + a1, a2 + a3, b0 + b1, b2 + b3].
+  const auto hadd = [](__m512i a, __m512i b) {
+    const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    return _mm512_add_epi32(
+        _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, _MM_SHUFFLE(2, 0, 2, 0))),
+        _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, _MM_SHUFFLE(3, 1, 3, 1))));
+  };
+  __m512i v[8];
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql0 = two(w + 64 * h, w + kNext + 64 * h);
+    const __m512i ql1 = two(w + 64 * h + 32, w + kNext + 64 * h + 32);
+    const __m512i qh = two(w + 128 + 32 * h, w + kNext + 128 + 32 * h);
+    const __m512i q[4] = {
+        _mm512_or_si512(_mm512_and_si512(ql0, nibble),
+                        _mm512_and_si512(_mm512_slli_epi16(qh, 4), bits45)),
+        _mm512_or_si512(_mm512_and_si512(ql1, nibble),
+                        _mm512_and_si512(_mm512_slli_epi16(qh, 2), bits45)),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), nibble),
+                        _mm512_and_si512(qh, bits45)),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), nibble),
+                        _mm512_and_si512(_mm512_srli_epi16(qh, 2), bits45)),
+    };
+    for (int j = 0; j < 4; ++j)
+      v[4 * h + j] =
+          _mm512_dpbusd_epi32(zero, q[j], two(xq + 128 * h + 32 * j, xq + 256 + 128 * h + 32 * j));
+  }
+  const auto pairs = [ones](__m512i a, __m512i b) {
+    return _mm512_madd_epi16(_mm512_packs_epi32(a, b), ones);
+  };
+  const __m512i a = hadd(pairs(v[0], v[1]), pairs(v[2], v[3]));
+  const __m512i b = hadd(pairs(v[4], v[5]), pairs(v[6], v[7]));
+  const __m256i sc_bytes = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kNext + 192)), 1);
+  const __m256i sc_split =
+      _mm256_shuffle_epi8(sc_bytes, _mm256_broadcastsi128_si256(_mm_setr_epi8(
+                                        0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15)));
+  // [lower 8 bytes of each half | upper 8 bytes of each half]
+  const __m256i sc_lo_hi = _mm256_permute4x64_epi64(sc_split, _MM_SHUFFLE(3, 1, 2, 0));
+  const __m512i as = _mm512_mullo_epi32(a, _mm512_cvtepi8_epi32(_mm256_castsi256_si128(sc_lo_hi)));
+  const __m512i bs =
+      _mm512_mullo_epi32(b, _mm512_cvtepi8_epi32(_mm256_extracti128_si256(sc_lo_hi, 1)));
+  const __m512i scaled = _mm512_add_epi32(
+      _mm512_permutex2var_epi64(as, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), bs),
+      _mm512_permutex2var_epi64(as, _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), bs));
+  const __m512i offset = _mm512_madd_epi16(_mm512_cvtepi8_epi16(sc_bytes), _mm512_loadu_si512(xs));
+  const __m512i ints = _mm512_sub_epi32(scaled, _mm512_slli_epi32(offset, 5));
+  const __m512 dw = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(block_scale_f16c(w + 208)),
+                                         _mm512_set1_ps(block_scale_f16c(w + kNext + 208)));
+  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(dx)), _mm512_cvtepi32_ps(ints), acc);
+}
+
+/// dot_k_avx2 with two super-blocks per 512-bit step (pair: q4_k_pair_wide
+/// or q6_k_pair_wide), the last one of an odd count by `single` (the
+/// 256-bit block): the lower half of acc is dot_k_avx2's set 0, the upper
+/// half its set 1, so the result is the same bits.
+template <std::size_t kW, class Pair, class Single>
+inline float dot_k_wide(const unsigned char* w, const Q8Row& x, Pair pair, Single single) {
+  __m512 acc = _mm512_setzero_ps();
+  const Index n = x.nb / 8;
+  Index i = 0;
+  for (; i + 1 < n; i += 2, w += 2 * kW) {
+    const auto at = static_cast<std::size_t>(8 * i);
+    acc = pair(w, x.q.data() + 32 * at, x.sum16.data() + 2 * at, x.d.data() + at, acc);
+  }
+  __m256 acc0 = _mm512_castps512_ps256(acc);
+  const __m256 acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+  if (i < n) {
+    const auto at = static_cast<std::size_t>(8 * i);
+    acc0 = single(w, x.q.data() + 32 * at, x.sum16.data() + 2 * at, x.d.data() + at, acc0);
+  }
+  return lanes_total_avx2(acc0, acc1);
+}
+
+/// dot_q4_k_portable two super-blocks at a time (bit for bit the same result).
+inline float dot_q4_k_wide(const unsigned char* w, const Q8Row& x) {
+  return dot_k_wide<quant::kBytesQ4_K>(
+      w, x, [](auto... a) { return q4_k_pair_wide(a...); },
+      [](auto... a) { return q4_k_block_avx2(a...); });
+}
+/// dot_q6_k_portable two super-blocks at a time (bit for bit the same result).
+inline float dot_q6_k_wide(const unsigned char* w, const Q8Row& x) {
+  return dot_k_wide<quant::kBytesQ6_K>(
+      w, x, [](auto... a) { return q6_k_pair_wide(a...); },
+      [](auto... a) { return q6_k_block_avx2(a...); });
+}
+#endif
+
+/// dot_q4_k_portable with AVX2 / VNNI (bit for bit the same result): two
+/// super-blocks per 512-bit step where q4_0_wide() says so (AMD's CPUs).
 inline float dot_q4_k_avx2(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_Q4_0_WIDE
+  if (q4_0_wide()) return dot_q4_k_wide(w, x);
+#endif
   return dot_k_avx2<quant::kBytesQ4_K>(w, x, [](auto... a) { return q4_k_block_avx2(a...); });
 }
-/// dot_q6_k_portable with AVX2 / VNNI (bit for bit the same result).
+/// dot_q6_k_portable with AVX2 / VNNI (bit for bit the same result): two
+/// super-blocks per 512-bit step where q4_0_wide() says so (AMD's CPUs).
 inline float dot_q6_k_avx2(const unsigned char* w, const Q8Row& x) {
+#if KAPPA_QUANT_Q4_0_WIDE
+  if (q4_0_wide()) return dot_q6_k_wide(w, x);
+#endif
   return dot_k_avx2<quant::kBytesQ6_K>(w, x, [](auto... a) { return q6_k_block_avx2(a...); });
 }
 #endif
