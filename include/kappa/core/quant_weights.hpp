@@ -156,6 +156,15 @@
 #ifndef KAPPA_QUANT_AVX512
 #define KAPPA_QUANT_AVX512 0
 #endif
+// How far ahead (bytes of P) the decode loop prefetches the weights into L2
+// (BlockWeightMatrix::product). 2048 was set on a Xeon VM reading 15 GB/s;
+// on an AMD EPYC VM reading 34-36 GB/s from memory that was a single row
+// ahead for LLaMA-1B's Q4_K rows (1152 bytes), and 8192 took its whole
+// decode step from 15.1-17.0 to 17.7-18.5 GB/s on 1 thread (four
+// alternating rounds, one more an outlier at 13.0).
+#ifndef KAPPA_QUANT_PREFETCH_BYTES
+#define KAPPA_QUANT_PREFETCH_BYTES 8192
+#endif
 #if KAPPA_QUANT_AVX512 && \
     !(KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__))
 #error "kappa: KAPPA_QUANT_AVX512=1 needs AVX-512BW, AVX-512VL and FMA (e.g. -march=native)"
@@ -1693,7 +1702,7 @@ class BlockWeightMatrix {
     }
   }
 
-  static constexpr std::size_t kPrefetchBytes = 2048;
+  static constexpr std::size_t kPrefetchBytes = KAPPA_QUANT_PREFETCH_BYTES;
   Index rows_ = 0, cols_ = 0;
   BlocksAlong along_ = BlocksAlong::kRows;
   // reduction length, rows of P, weight blocks per row of P, X's Q8_0 blocks per row
