@@ -156,12 +156,9 @@
 #ifndef KAPPA_QUANT_AVX512
 #define KAPPA_QUANT_AVX512 0
 #endif
-// How far ahead (bytes of P) the decode loop prefetches the weights into L2
-// (BlockWeightMatrix::product). 2048 was set on a Xeon VM reading 15 GB/s;
-// on an AMD EPYC VM reading 34-36 GB/s from memory that was a single row
-// ahead for LLaMA-1B's Q4_K rows (1152 bytes), and 8192 took its whole
-// decode step from 15.1-17.0 to 17.7-18.5 GB/s on 1 thread (four
-// alternating rounds, one more an outlier at 13.0).
+// How far ahead (bytes of P) the decode loops prefetch the weights
+// (prefetch_ahead: every step of a block loop asks for the bytes it will
+// read KAPPA_QUANT_PREFETCH_BYTES later). See prefetch_ahead for the numbers.
 #ifndef KAPPA_QUANT_PREFETCH_BYTES
 #define KAPPA_QUANT_PREFETCH_BYTES 8192
 #endif
@@ -500,6 +497,26 @@ inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std
   return lane_dot_u8s8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(off)), q, xv);
 }
 
+/// Asks for the kStep bytes that a decode loop's step at `w` will read
+/// KAPPA_QUANT_PREFETCH_BYTES later (one prefetch per 64-byte line, into
+/// L1). Each step of the block loops calls it, so the requests go out at
+/// the pace the weights are consumed and run on across rows (the rows of P
+/// are contiguous). At a matrix's end it asks for bytes past it: a prefetch
+/// never faults, and the address is formed as an integer.
+/// Why per step: the loop used to prefetch each row a row ahead in one burst
+/// (18 prefetches for LLaMA-1B's Q4_K rows, 72 for its down projection);
+/// the burst filled the miss buffers and stalled the loop on them. On an AMD
+/// EPYC VM (1 thread, LLaMA-1B's Q4_K products in sequence, 584 MB, three
+/// alternating rounds) the per-step prefetch reached 0.81-0.90 of a plain
+/// read of the same bytes where the burst reached 0.69 (the down
+/// projection: 14 -> 20-22 GB/s), and no software prefetch at all 0.79-0.82.
+template <std::size_t kStep>
+inline void prefetch_ahead(const unsigned char* w) {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(w) + KAPPA_QUANT_PREFETCH_BYTES;
+  for (std::size_t b = 0; b < kStep; b += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
+}
+
 /// The scales d_w d_x of 8 blocks starting at `w` (block stride kW bytes):
 /// the 8 fp16 d_w gathered, widened with F16C (exact) and multiplied by X's
 /// 8 scales: the same floats as block_scale(w) * d_x one by one.
@@ -607,6 +624,7 @@ inline float dot_wide(const unsigned char* w, const Q8Row& x, Lanes lanes, Lanes
   __m512 acc = _mm512_setzero_ps();
   const __m512i upper = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
+    prefetch_ahead<8 * kW>(w);
     const __m512 d8 = _mm512_castps256_ps512(scales8<kW>(w, xd + b));
     for (int i = 0; i < 8; i += 2) {
       const __m512i s = lanes2(w + i * kW, b + i);
@@ -643,6 +661,7 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
   const float* xd = x.d.data();
   Index b = 0;
   for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
+    prefetch_ahead<8 * kW>(w);
     const __m256 d8 = scales8<kW>(w, xd + b);
     for (int i = 0; i < 8; i += 2) {
       const __m256i s0 = lanes(w + i * kW, b + i);
@@ -737,7 +756,10 @@ inline float dot_q4_0_vnni(const unsigned char* w, const Q8Row& x) {
   for (Index b0 = 0; b0 < x.nb; b0 += kChunk, w += kChunk * kW) {
     const Index n = std::min(kChunk, x.nb - b0);
     Index i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_store_ps(d + i, scales8<kW>(w + i * kW, xd + b0 + i));
+    for (; i + 8 <= n; i += 8) {
+      prefetch_ahead<8 * kW>(w + i * kW);
+      _mm256_store_ps(d + i, scales8<kW>(w + i * kW, xd + b0 + i));
+    }
     for (; i < n; ++i) d[i] = block_scale_f16c(w + i * kW) * xd[b0 + i];
     const std::int8_t* xb = xq + 32 * b0;
     const std::int32_t* ob = off + 8 * b0;
@@ -977,6 +999,7 @@ inline float dot_k_avx2(const unsigned char* w, const Q8Row& x, Block block) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const Index n = x.nb / 8;
   for (Index i = 0; i < n; ++i, w += kW) {
+    prefetch_ahead<kW>(w);
     const auto at = static_cast<std::size_t>(8 * i);
     acc[i & 1] =
         block(w, x.q.data() + 32 * at, x.sum16.data() + 2 * at, x.d.data() + at, acc[i & 1]);
@@ -1141,6 +1164,7 @@ inline float dot_k_wide(const unsigned char* w, const Q8Row& x, Pair pair, Singl
   const Index n = x.nb / 8;
   Index i = 0;
   for (; i + 1 < n; i += 2, w += 2 * kW) {
+    prefetch_ahead<2 * kW>(w);
     const auto at = static_cast<std::size_t>(8 * i);
     acc = pair(w, x.q.data() + 32 * at, x.sum16.data() + 2 * at, x.d.data() + at, acc);
   }
@@ -1618,24 +1642,9 @@ class BlockWeightMatrix {
     for (int p = 0; p < parts; ++p) {
       Index lo = 0, hi = 0;
       detail::block_range(n_p_, parts, p, lo, hi);
-#if KAPPA_QUANT_AVX2
-      const std::size_t rb = row_bytes();
-      const auto ahead_rows = static_cast<Index>(std::max<std::size_t>(1, kPrefetchBytes / rb));
-#endif
       for (Index j = lo; j < hi; ++j) {
+        // (The block loops prefetch the weights ahead: prefetch_ahead.)
         const unsigned char* w = packed_row(j);
-#if KAPPA_QUANT_AVX2
-        // The row kPrefetchBytes ahead, into L2 now: the block loops are
-        // dense in instructions, and left to the hardware prefetcher alone
-        // a row streamed from memory arrives late (1 thread, matrices much
-        // larger than the caches: Q4_K 5.2 -> 10.6 GB/s, Q4_0 8.3 -> 9.9,
-        // Q8_0 9.6 -> 11.6, against a plain read at 15; results unchanged).
-        if (j + ahead_rows < hi) {
-          const unsigned char* ahead = w + static_cast<std::size_t>(ahead_rows) * rb;
-          for (std::size_t b = 0; b < rb; b += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
-        }
-#endif
         for (Index r = 0; r < n; ++r)
           out(r, j) = static_cast<T>(Ops::dot(w, xs[static_cast<std::size_t>(r)]));
       }
@@ -1702,7 +1711,6 @@ class BlockWeightMatrix {
     }
   }
 
-  static constexpr std::size_t kPrefetchBytes = KAPPA_QUANT_PREFETCH_BYTES;
   Index rows_ = 0, cols_ = 0;
   BlocksAlong along_ = BlocksAlong::kRows;
   // reduction length, rows of P, weight blocks per row of P, X's Q8_0 blocks per row
