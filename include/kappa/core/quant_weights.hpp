@@ -507,9 +507,10 @@ inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std
 /// (18 prefetches for LLaMA-1B's Q4_K rows, 72 for its down projection);
 /// the burst filled the miss buffers and stalled the loop on them. On an AMD
 /// EPYC VM (1 thread, LLaMA-1B's Q4_K products in sequence, 584 MB, three
-/// alternating rounds) the per-step prefetch reached 0.81-0.90 of a plain
-/// read of the same bytes where the burst reached 0.69 (the down
-/// projection: 14 -> 20-22 GB/s), and no software prefetch at all 0.79-0.82.
+/// alternating rounds) the per-step prefetch reached 0.79-0.82 of a plain
+/// read of the same bytes where the burst reached 0.66-0.69 (the down
+/// projection: 14 -> 21-25 GB/s), and no software prefetch at all 0.79-0.82
+/// (benchmarks/README.md, "Prefetch per loop step").
 template <std::size_t kStep>
 inline void prefetch_ahead(const unsigned char* w) {
   const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(w) + KAPPA_QUANT_PREFETCH_BYTES;
