@@ -18,6 +18,7 @@
 
 namespace kappa {
 namespace {
+namespace tiled_test {  // (one TU with the area's other files)
 
 using testing::max_scaled_error;
 using testing::random_matrix;
@@ -269,5 +270,6 @@ TYPED_TEST(TiledTest, HiddenKeysValuesDoNotReachOtherRows) {
   check_hidden_nan<T>(b, 140, 300, 260, "boolean");
 }
 
+}  // namespace tiled_test
 }  // namespace
 }  // namespace kappa

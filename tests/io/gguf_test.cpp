@@ -29,6 +29,7 @@
 #include "kappa/io/safetensors.hpp"
 
 namespace {
+namespace gguf_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 using kappa::FormatError;
@@ -765,4 +766,5 @@ TEST(GgufHostile, NotARegularFile) {
   }
 }
 
+}  // namespace gguf_test
 }  // namespace

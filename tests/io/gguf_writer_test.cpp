@@ -20,6 +20,7 @@
 #include "kappa/io/gguf.hpp"
 
 namespace {
+namespace gguf_writer_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 using kappa::io::GgmlType;
@@ -142,4 +143,5 @@ TEST(GgufWriter, BadInputIsNamed) {
   EXPECT_THROW(w.write("/nonexistent-dir/x.gguf"), kappa::FormatError);
 }
 
+}  // namespace gguf_writer_test
 }  // namespace

@@ -16,6 +16,7 @@
 #include "support/reference.hpp"
 
 namespace {
+namespace npy_test {  // (one TU with the area's other files)
 
 using kappa::Index;
 using kappa::RowMatrix;
@@ -310,4 +311,5 @@ TEST(Npy, ElementsThatDoNotFitAnIntegerTypeAreFormatErrors) {
   EXPECT_EQ(read_npy<double>(big).values[1], 1e300);
 }
 
+}  // namespace npy_test
 }  // namespace

@@ -33,6 +33,7 @@
 #include "support/reference.hpp"
 
 namespace {
+namespace safetensors_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 using kappa::FormatError;
@@ -754,4 +755,5 @@ TEST(SafetensorsHostile, AnImplausibleHeaderLengthIsNotEchoed) {
   fs::remove_all(d);
 }
 
+}  // namespace safetensors_test
 }  // namespace

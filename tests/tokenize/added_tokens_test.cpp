@@ -20,6 +20,7 @@
 #include "kappa/tokenize/hf_tokenizer.hpp"
 
 namespace {
+namespace added_tokens_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 namespace tk = kappa::tokenize;
@@ -140,4 +141,5 @@ TEST(AddedTokens, MatchHuggingFaceOnEveryLayout) {
   }
 }
 
+}  // namespace added_tokens_test
 }  // namespace

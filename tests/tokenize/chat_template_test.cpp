@@ -14,6 +14,7 @@
 #include <string>
 
 namespace {
+namespace chat_template_test {  // (one TU with the area's other files)
 
 using kappa::tokenize::ChatMessage;
 using kappa::tokenize::ChatOptions;
@@ -382,4 +383,5 @@ TEST(ChatTemplate, TokenizerConfig) {
   fs::remove_all(dir);
 }
 
+}  // namespace chat_template_test
 }  // namespace

@@ -46,6 +46,7 @@ using tk::HfTokenizer;
 using tk::SkipSpecial;
 
 namespace {
+namespace hf_tokenizer_test {  // (one TU with the area's other files)
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -993,4 +994,5 @@ TEST(HfTokenizerHostile, MegabyteTokenLoadsAndEncodesToItsId) {
   }
 }
 
+}  // namespace hf_tokenizer_test
 }  // namespace

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 namespace {
+namespace normalize_test {  // (one TU with the area's other files)
 
 using kappa::tokenize::NormalizationForm;
 using kappa::tokenize::normalize;
@@ -300,4 +301,5 @@ TEST(Normalize, BuilderErrors) {
   EXPECT_EQ(plus.apply("éaééb"), "EaEb");
 }
 
+}  // namespace normalize_test
 }  // namespace

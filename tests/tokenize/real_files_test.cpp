@@ -35,6 +35,7 @@
 #include "kappa/tokenize/unigram.hpp"
 
 namespace {
+namespace real_files_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 using kappa::TokenId;
@@ -198,4 +199,5 @@ TEST(RealFiles, GoldenCoversEveryFile) {
   }
 }
 
+}  // namespace real_files_test
 }  // namespace

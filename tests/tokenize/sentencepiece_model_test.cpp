@@ -39,6 +39,7 @@
 #include "kappa/tokenize/utf8.hpp"
 
 namespace {
+namespace sentencepiece_model_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 namespace tk = kappa::tokenize;
@@ -547,4 +548,5 @@ TEST(SentencePieceModel, EveryPrefixOfARealModelLoadsOrIsAFormatError) {
   }
 }
 
+}  // namespace sentencepiece_model_test
 }  // namespace

@@ -23,6 +23,7 @@
 #include "kappa/tokenize/hf_tokenizer.hpp"
 
 namespace {
+namespace sp_bpe_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 using kappa::TokenId;
@@ -143,4 +144,5 @@ TEST(SpBpe, DirectoryWithTokenizerConfig) {
   EXPECT_TRUE(tok.suffix_ids().empty());
 }
 
+}  // namespace sp_bpe_test
 }  // namespace

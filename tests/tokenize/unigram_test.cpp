@@ -27,6 +27,7 @@
 #include "kappa/tokenize/unigram.hpp"
 
 namespace {
+namespace unigram_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 using kappa::TokenId;
@@ -189,4 +190,5 @@ TEST(Unigram, FormatErrorsNameFileAndKey) {
       "\\x1b");
 }
 
+}  // namespace unigram_test
 }  // namespace

@@ -24,6 +24,7 @@
 #include "kappa/transformer/hf.hpp"
 
 namespace {
+namespace wordpiece_test {  // (one TU with the area's other files)
 
 namespace fs = std::filesystem;
 using kappa::TokenId;
@@ -346,4 +347,5 @@ TEST(WordPiece, TinyBertRunsOnItsOwnTokenizersIds) {
   EXPECT_TRUE(logits.allFinite());
 }
 
+}  // namespace wordpiece_test
 }  // namespace
