@@ -10,10 +10,9 @@
 // bytes per decoded token), GGUF's Q8_0 blocks (8.5 bits per weight), Q4_0
 // (4.5) or Q4_K (4.5, in 256-weight super-blocks): the products read the
 // blocks, a decode step's X is quantized to Q8_0. The token embedding stays
-// in float (one row is read per token). Bf16Weights built from float W keeps
-// W (k x m) row-major, and its decode runs x W; the *_Bf16AsStored cases
-// hold W^T, as a BF16 GGUF file does, and run the row loop such files use.
-// Their weights GB/s against BM_Ceiling_Read_Gpt2Weights (a plain read) is
+// in float (one row is read per token). Bf16Weights built from float W holds
+// W^T, as a BF16 GGUF file does, and runs the loops such files run. Their
+// weights GB/s against BM_Ceiling_Read_Gpt2Weights (a plain read) is
 // the fraction of the bandwidth bound reached.
 //
 // Ceilings in the same binary:
@@ -29,14 +28,12 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
-#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "bench_models_common.hpp"
-#include "kappa/core/stored_weights.hpp"
 
 namespace {
 
@@ -87,73 +84,6 @@ std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
       kappa::RMSNorm<float>(ones(d), 1e-5), std::nullopt, 131072);
 }
 
-/// W (k x m) as a BF16 GGUF file holds it: W^T row-major in bfloat16
-/// (Hugging Face's [out][in]), viewed where it lies (AsStoredWeights; a
-/// decode step's products read W^T's rows, the loop a GGUF file's bf16
-/// matrices run). `rows_major`: the values are W itself row-major instead
-/// (the output head E_out, N_T x d).
-kappa::WeightMatrix<float, kappa::AsStoredWeights> bf16_as_stored(const RowMatrix<float>& w,
-                                                                  bool rows_major = false) {
-  const Index k = w.rows(), m = w.cols();
-  auto bits = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(k * m));
-  for (Index i = 0; i < k; ++i)
-    for (Index j = 0; j < m; ++j) {
-      const std::size_t at = static_cast<std::size_t>(rows_major ? i * m + j : j * k + i);
-      (*bits)[at] = kappa::float_to_bf16(w(i, j));
-    }
-  const std::uint16_t* p = bits->data();
-  return kappa::WeightMatrix<float, kappa::AsStoredWeights>(
-      kappa::WeightMatrix<float, kappa::Bf16Weights>(k, m, !rows_major, p, std::move(bits)));
-}
-
-/// GPT-2 small and the 1B LLaMA with every projection and the head in
-/// bfloat16 stored as W^T (bf16_as_stored), the same values as make_gpt2()
-/// and make_llama_1b().
-std::unique_ptr<kappa::Gpt2<float, kappa::AsStoredWeights>> make_gpt2_bf16_as_stored() {
-  using S = kappa::AsStoredWeights;
-  const Index d = 768, L = 12, H = 12, V = 50257, P = 1024, F = 3072;
-  std::vector<kappa::Gpt2Layer<float, S>> layers;
-  for (Index l = 0; l < L; ++l) {
-    typename kappa::Gpt2Layer<float, S>::AttentionType attn({.d_in = d, .n_heads = H});
-    attn.set_weights(bf16_as_stored(fill(d, d, 10 * l + 1)), bf16_as_stored(fill(d, d, 10 * l + 2)),
-                     bf16_as_stored(fill(d, d, 10 * l + 3)),
-                     bf16_as_stored(fill(d, d, 10 * l + 4)));
-    attn.set_biases(fill(1, d, 5), fill(1, d, 6), fill(1, d, 7), fill(1, d, 8));
-    kappa::Mlp<float, kappa::GeluTanh, S> mlp(d, F);
-    mlp.set_weights(bf16_as_stored(fill(d, F, 10 * l + 5)), fill(1, F, 9),
-                    bf16_as_stored(fill(F, d, 10 * l + 6)), fill(1, d, 11));
-    layers.emplace_back(std::move(attn), kappa::LayerNorm<float>(ones(d), fill(1, d, 12), 1e-5),
-                        kappa::LayerNorm<float>(ones(d), fill(1, d, 13), 1e-5), std::move(mlp));
-  }
-  const RowMatrix<float> e = fill(V, d, 1000);
-  return std::make_unique<kappa::Gpt2<float, S>>(
-      kappa::Embedding<float>(e), kappa::LearnedPositions<float>(fill(P, d, 1001)),
-      std::move(layers), kappa::LayerNorm<float>(ones(d), fill(1, d, 14), 1e-5),
-      bf16_as_stored(e, /*rows_major=*/true), /*tied=*/true, P);
-}
-std::unique_ptr<kappa::Llama<float, kappa::AsStoredWeights>> make_llama_1b_bf16_as_stored() {
-  using S = kappa::AsStoredWeights;
-  const Index d = 2048, L = 16, H = 32, Hkv = 8, dh = 64, V = 32000, F = 8192;
-  std::vector<kappa::LlamaLayer<float, S>> layers;
-  for (Index l = 0; l < L; ++l) {
-    kappa::LlamaAttention<float, S> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
-                                         kappa::RopeOptions{.base = 500000.0});
-    attn.set_weights(
-        bf16_as_stored(fill(d, H * dh, 10 * l + 1)), bf16_as_stored(fill(d, Hkv * dh, 10 * l + 2)),
-        bf16_as_stored(fill(d, Hkv * dh, 10 * l + 3)), bf16_as_stored(fill(H * dh, d, 10 * l + 4)));
-    kappa::SwiGlu<float, S> mlp(bf16_as_stored(fill(d, F, 10 * l + 5)),
-                                bf16_as_stored(fill(d, F, 10 * l + 6)),
-                                bf16_as_stored(fill(F, d, 10 * l + 7)));
-    layers.emplace_back(std::move(attn), kappa::RMSNorm<float>(ones(d), 1e-5),
-                        kappa::RMSNorm<float>(ones(d), 1e-5), std::move(mlp));
-  }
-  const RowMatrix<float> e = fill(V, d, 1000);
-  return std::make_unique<kappa::Llama<float, S>>(
-      kappa::Embedding<float>(e), kappa::NoAbsolutePositions{}, std::move(layers),
-      kappa::RMSNorm<float>(ones(d), 1e-5), bf16_as_stored(e, /*rows_major=*/true),
-      /*tied=*/true, 131072);
-}
-
 /// The models, built on first use (one per storage).
 template <class S = kappa::DenseWeights>
 kappa::Gpt2<float, S>& gpt2() {
@@ -163,15 +93,6 @@ kappa::Gpt2<float, S>& gpt2() {
 template <class S = kappa::DenseWeights>
 kappa::Llama<float, S>& llama() {
   static const std::unique_ptr<kappa::Llama<float, S>> m = make_llama_1b<S>();
-  return *m;
-}
-
-kappa::Gpt2<float, kappa::AsStoredWeights>& gpt2_bf16_as_stored() {
-  static const auto m = make_gpt2_bf16_as_stored();
-  return *m;
-}
-kappa::Llama<float, kappa::AsStoredWeights>& llama_bf16_as_stored() {
-  static const auto m = make_llama_1b_bf16_as_stored();
   return *m;
 }
 
@@ -216,15 +137,6 @@ void BM_Model_Decode_Gpt2Small_(benchmark::State& st) {
 template <class S>
 void BM_Model_Decode_Llama1B_(benchmark::State& st) {
   decode(st, llama<S>());
-}
-
-/// Decode with every projection and the head in bfloat16 stored as W^T, as
-/// a BF16 GGUF file holds them (bf16_as_stored).
-void BM_Model_Decode_Gpt2Small_Bf16AsStored(benchmark::State& st) {
-  decode(st, gpt2_bf16_as_stored());
-}
-void BM_Model_Decode_Llama1B_Bf16AsStored(benchmark::State& st) {
-  decode(st, llama_bf16_as_stored());
 }
 
 /// Where a decode step's time goes: the attention sub-layers (projections,
@@ -291,7 +203,6 @@ using kappa_bench::on_1_and_2_threads;
 BENCHMARK(BM_Model_Prefill_Gpt2Small)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Model_Decode_Gpt2Small)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
-BENCHMARK(BM_Model_Decode_Gpt2Small_Bf16AsStored)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_0Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
@@ -309,7 +220,6 @@ const bool kLarge = [] {
     BENCHMARK(BM_Model_Prefill_Llama1B)->Apply(on_1_and_2_threads);
     BENCHMARK(BM_Model_Decode_Llama1B)->Apply(on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
-    BENCHMARK(BM_Model_Decode_Llama1B_Bf16AsStored)->Apply(on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
     return true;

@@ -14,9 +14,9 @@
 //   BM_Prefill<Storage>/n/k/m/threads  n = 128 rows times W (4096 x 4096):
 //       GFLOP/s = 2 n k m per second. Dense (W as k x m) and F32View (a
 //       GGUF F32 tensor viewed as stored, W^T) are kappa's float GEMM
-//       (kappa/core/gemm_simd.hpp), which bf16 and fp16 use too, widening.
-//       Bf16View (W^T as a file stores it) takes AVX512_BF16's dot products
-//       where the build has them (X rounded to bfloat16).
+//       (kappa/core/gemm_simd.hpp), which fp16 uses too, widening; bf16
+//       (held as W^T, as a file stores it) too where the build lacks
+//       AVX512_BF16, else its dot products (X rounded to bfloat16).
 //   BM_PrefillEigen/n/k/m/threads  the peer: Eigen's GEMM, same shape.
 //   BM_FmaPeak/threads  the FMA peak, the prefill ceiling.
 // The matrices are built once per format and shape (quantizing takes longer
@@ -73,7 +73,8 @@ const typename Held<S>::type& weights(Index k, Index m, bool head) {
   using W = kappa::WeightMatrix<float, S>;
   return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
     const RowMatrix<float> w = hd ? random_matrix(mm, kk, 1) : random_matrix(kk, mm, 1);
-    if constexpr (requires { S::kBlockBytes; })  // the block formats
+    // bfloat16 and the block formats: P = E for the head, W^T otherwise
+    if constexpr (std::is_constructible_v<W, RowMatrix<float>, kappa::BlocksAlong>)
       return std::make_unique<W>(w, hd ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows);
     else
       return std::make_unique<W>(w);
@@ -125,28 +126,6 @@ const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F32View>(Index
     return std::make_unique<W>(kappa::detail::MappedDense<float>(
         hd ? mm : kk, hd ? kk : mm, hd ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows,
         data, std::move(p)));
-  });
-}
-
-/// The bfloat16 view that a GGUF or safetensors BF16 projection becomes
-/// (WeightMatrix<float, Bf16Weights> over W^T as stored), built once.
-struct Bf16View {};
-template <>
-struct Held<Bf16View> {
-  using type = kappa::WeightMatrix<float, kappa::Bf16Weights>;
-};
-template <>
-const kappa::WeightMatrix<float, kappa::Bf16Weights>& weights<Bf16View>(Index k, Index m,
-                                                                        bool head) {
-  using W = kappa::WeightMatrix<float, kappa::Bf16Weights>;
-  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
-    const RowMatrix<float> p = random_matrix(mm, kk, 1);  // P: m rows of k
-    auto bits = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(p.size()));
-    for (Index i = 0; i < p.size(); ++i)
-      (*bits)[static_cast<std::size_t>(i)] = kappa::float_to_bf16(p.data()[i]);
-    const std::uint16_t* data = bits->data();
-    return hd ? std::make_unique<W>(mm, kk, false, data, std::move(bits))
-              : std::make_unique<W>(kk, mm, true, data, std::move(bits));
   });
 }
 
@@ -267,7 +246,6 @@ BENCHMARK_TEMPLATE(BM_Prefill, kappa::DenseWeights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, F32View)->Apply(prefill_shapes);
 BENCHMARK(BM_PrefillEigen)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Bf16Weights)->Apply(prefill_shapes);
-BENCHMARK_TEMPLATE(BM_Prefill, Bf16View)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, F16View)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q8_0Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_0Weights)->Apply(prefill_shapes);

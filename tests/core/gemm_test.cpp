@@ -1,9 +1,9 @@
 // Tests for the prompt GEMM (kappa/core/gemm_simd.hpp) through the products
 // that use it: product_into (X W, gemm_nn), product_transposed_into (X E^T,
 // gemm_nt) and bfloat16 weights in both layouts (WeightMatrix<float,
-// Bf16Weights>: W rounded, and a view of W^T as a file stores it; where the
-// build has AVX512_BF16, the view's X W^T rounds X to bfloat16 and is
-// checked against the rounded X).
+// Bf16Weights>: W rounded as W or as W^T, and a view of W^T as a file stores
+// it; where the build has AVX512_BF16, X P^T with P = W^T rounds X to
+// bfloat16 and is checked against the rounded X).
 //
 // Reference: the sum over k in double, by plain loops, of the float inputs
 // (the bfloat16 values widened exactly). Tolerance per output: the float
@@ -138,10 +138,16 @@ TEST(PromptGemm, Bf16BothLayoutsMatchPlainLoops) {
     for (const Index k : {17, 256, 300})
       for (const Index m : {5, 32, 70}) {
         const RowMatrix<float> x = random(n, k, g);
-        // W rounded to bfloat16 (P = W), and the same values as W^T viewed
-        // (P = W^T, the layout of a file's projection).
-        const kappa::WeightMatrix<float, kappa::Bf16Weights> rounded(random(k, m, g));
+        // W rounded to bfloat16 as P = W (along W's columns), and the same
+        // values as W^T viewed (P = W^T, the layout of a file's projection)
+        // and rounded along W's rows (P = W^T too, the default).
+        const RowMatrix<float> w = random(k, m, g);
+        const kappa::WeightMatrix<float, kappa::Bf16Weights> rounded(w, kappa::BlocksAlong::kCols);
+        const kappa::WeightMatrix<float, kappa::Bf16Weights> rounded_t(w);
+        EXPECT_FALSE(rounded.stored_transposed());
+        EXPECT_TRUE(rounded_t.stored_transposed());
         const RowMatrix<float> wv = rounded.dense();  // exact widening
+        EXPECT_EQ(rounded_t.dense(), wv);
         std::vector<std::uint16_t> pt(static_cast<std::size_t>(k * m));
         for (Index t = 0; t < k; ++t)
           for (Index j = 0; j < m; ++j)
@@ -162,6 +168,9 @@ TEST(PromptGemm, Bf16BothLayoutsMatchPlainLoops) {
 #endif
         viewed.multiply(x, out);
         expect_product(xr, wref, m, out, "bf16 X W (P = W^T)");
+        out.setConstant(1e30f);
+        rounded_t.multiply(x, out);
+        expect_product(xr, wref, m, out, "bf16 X W (rounded, P = W^T)");
         // The head's product X E^T with E = W^T held as P = E (m x k).
         const kappa::WeightMatrix<float, kappa::Bf16Weights> head(m, k, false, pt.data(), nullptr);
         head.multiply_transposed(x, out);

@@ -218,13 +218,6 @@ struct Q6_KWeights {
   static constexpr std::size_t kBlockBytes = quant::kBytesQ6_K;
 };
 
-/// Which dimension of W the blocks run along: the one the product that the
-/// matrix serves reduces over.
-enum class BlocksAlong {
-  kRows,  ///< blocks along W's rows (P = W^T, GGUF [cols][rows]): for out = X W
-  kCols,  ///< blocks along W's columns (P = W, GGUF [rows][cols]): for out = X W^T
-};
-
 namespace detail {
 
 /// The instruction set of the block dot products in this build.

@@ -52,6 +52,14 @@ struct Bf16Weights {
   static constexpr const char* kName = "bf16";
 };
 
+/// Which dimension of W the stored rows P run along (the blocks of a block
+/// format, the values of Bf16Weights): the one the product that the matrix
+/// serves reduces over, so that each output is a dot product with a row of P.
+enum class BlocksAlong {
+  kRows,  ///< along W's rows (P = W^T, GGUF [cols][rows]): for out = X W
+  kCols,  ///< along W's columns (P = W, GGUF [rows][cols]): for out = X W^T
+};
+
 /// Dense, bfloat16, a block format (a policy with kBlockBytes: Q8_0Weights,
 /// Q4_0Weights, ... in quant_weights.hpp), or a format per matrix (kPerMatrix:
 /// AsStoredWeights in stored_weights.hpp).
@@ -102,16 +110,21 @@ class WeightMatrix<T, DenseWeights> {
   RowMatrix<T> w_;
 };
 
-/// bfloat16: 2 bytes per weight. The values are P, row-major: P = W (as
-/// rounded from floats, or a file's [rows][cols] tensor such as an output
-/// head) or P = W^T (a file's [cols][rows] tensor: a GGUF or Hugging Face
-/// projection, viewed where the file holds it). The products work on P in
-/// either orientation: out = X P (one pass over P, eight rows at a time)
-/// and out = X P^T (dot products with P's rows, four at a time). Prefill
+/// bfloat16: 2 bytes per weight. The values are P, row-major: P = W^T (a
+/// file's [cols][rows] tensor: a GGUF or Hugging Face projection, viewed
+/// where the file holds it; or rounded from floats along W's rows, the
+/// default, for X W) or P = W (a file's [rows][cols] tensor such as an
+/// output head, or rounded along W's columns, for X W^T). The products work
+/// on P in either orientation: out = X P (one pass over P, eight rows at a
+/// time) and out = X P^T (dot products with P's rows, four at a time). The
+/// second is the faster decode loop on 2 threads (1.3-1.5x on GPT-2 small's
+/// whole decode step; benchmarks/README.md), so matrices rounded from floats
+/// are laid out for it as a file's are, and run the same loops (the
+/// prefill's below included). Prefill
 /// (more than kFewRows rows, T = float, AVX2 or AVX-512) takes kappa's GEMM
 /// (core/gemm_simd.hpp), widening P's blocks as it packs them; else Eigen's
 /// GEMM on widened panels. Where the build has AVX512_BF16, prefill's
-/// X P^T (a file's projections, the head) uses its bfloat16 dot products
+/// X P^T (the projections, the head) uses its bfloat16 dot products
 /// instead, on P as stored and X rounded to bfloat16 (nearest even, as
 /// llama.cpp does for its BF16 files): twice the multiply-adds per
 /// instruction, for a relative rounding of 2^-9 on the activations as well
@@ -120,15 +133,25 @@ template <Scalar T>
 class WeightMatrix<T, Bf16Weights> {
  public:
   WeightMatrix() = default;
-  /// Rounds w to bfloat16 (nearest even).
-  explicit WeightMatrix(const RowMatrix<T>& w) : rows_(w.rows()), cols_(w.cols()) {
+  /// Rounds w to bfloat16 (nearest even), held as P = W^T (`along` kRows:
+  /// for out = X W, as a file holds a projection) or P = W (kCols: for
+  /// out = X W^T, an output head; and row_into()).
+  explicit WeightMatrix(const RowMatrix<T>& w, BlocksAlong along = BlocksAlong::kRows)
+      : rows_(w.rows()),
+        cols_(w.cols()),
+        pr_(along == BlocksAlong::kRows ? w.cols() : w.rows()),
+        pc_(along == BlocksAlong::kRows ? w.rows() : w.cols()),
+        transposed_(along == BlocksAlong::kRows) {
     auto own = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(w.size()));
-    for (Index i = 0; i < w.size(); ++i)
-      (*own)[static_cast<std::size_t>(i)] = float_to_bf16(static_cast<float>(w.data()[i]));
-    p_ = own->data();
+    std::uint16_t* p = own->data();
+    constexpr Index kTile = 64;  // transposed in tiles: W's rows read a line at a time
+    for (Index i0 = 0; i0 < pr_; i0 += kTile)
+      for (Index j0 = 0; j0 < pc_; j0 += kTile)
+        for (Index i = i0; i < std::min(i0 + kTile, pr_); ++i)
+          for (Index j = j0; j < std::min(j0 + kTile, pc_); ++j)
+            p[i * pc_ + j] = float_to_bf16(static_cast<float>(transposed_ ? w(j, i) : w(i, j)));
+    p_ = p;
     owner_ = std::move(own);
-    pr_ = rows_;
-    pc_ = cols_;
   }
   /// W (rows x cols) viewed in bfloat16 values held elsewhere (e.g. a
   /// memory-mapped file; `owner` keeps them alive): at `p`, W^T row-major

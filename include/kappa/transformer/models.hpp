@@ -250,7 +250,8 @@ class DecoderLM {
       (void)build_head;
     } else if (build_head) {
       untied_ = output_.has_value();
-      if constexpr (requires { Storage::kBlockBytes; })  // blocks along d, what X E^T reduces
+      // bfloat16 values or blocks along d, what X E^T reduces
+      if constexpr (std::is_constructible_v<WeightMatrix<T, Storage>, RowMatrix<T>, BlocksAlong>)
         head_ = WeightMatrix<T, Storage>(output_ ? *output_ : embed_.table(), BlocksAlong::kCols);
       else
         head_ = WeightMatrix<T, Storage>(output_ ? *output_ : embed_.table());
