@@ -148,6 +148,9 @@ TEST(PromptGemm, Bf16BothLayoutsMatchPlainLoops) {
         EXPECT_TRUE(rounded_t.stored_transposed());
         const RowMatrix<float> wv = rounded.dense();  // exact widening
         EXPECT_EQ(rounded_t.dense(), wv);
+        std::vector<float> row(static_cast<std::size_t>(m));  // a row of W, as held
+        rounded.row_into(k - 1, row.data());
+        for (Index j = 0; j < m; ++j) EXPECT_EQ(row[static_cast<std::size_t>(j)], wv(k - 1, j));
         std::vector<std::uint16_t> pt(static_cast<std::size_t>(k * m));
         for (Index t = 0; t < k; ++t)
           for (Index j = 0; j < m; ++j)
