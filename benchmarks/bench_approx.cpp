@@ -26,7 +26,15 @@
 #include <string>
 #include <vector>
 
-#include "kappa/kappa.hpp"
+#include "kappa/attention/attention.hpp"
+#include "kappa/attention/linear.hpp"
+#include "kappa/attention/nystrom.hpp"
+#include "kappa/attention/random_features.hpp"
+#include "kappa/attention/sampled.hpp"
+#include "kappa/attention/sketch.hpp"
+#include "kappa/attention/whole_attention.hpp"
+#include "kappa/core/random.hpp"
+#include "kappa/core/threading.hpp"
 
 namespace {
 
