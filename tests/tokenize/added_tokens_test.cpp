@@ -66,6 +66,15 @@ TEST(AddedTokenMatcher, LeftmostThenLongest) {
   EXPECT_EQ(cut(m, "abab"), (V{"#1", "#1"}));
   EXPECT_EQ(cut(m, ""), V{});
   EXPECT_EQ(cut(m, "zz"), (V{"[zz]"}));
+  // Added longest in the middle, then shorter and longer: still longest first;
+  // a pattern added again keeps its first token.
+  m.add(token(4, "abcde"), "abcde");
+  m.add(token(5, "a"), "a");
+  m.add(token(6, "abcdef"), "abcdef");
+  m.add(token(7, "abc"), "abc");
+  EXPECT_EQ(cut(m, "abcdefg"), (V{"#6", "[g]"}));
+  EXPECT_EQ(cut(m, "abcdx"), (V{"#2", "[dx]"}));
+  EXPECT_EQ(cut(m, "ax"), (V{"#5", "[x]"}));
 }
 
 TEST(AddedTokenMatcher, StripFlagsTakeInWhiteSpace) {

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "kappa/core/matrix.hpp"
@@ -72,17 +73,19 @@ class AddedTokenMatcher {
   /// as the normalizer makes it). An empty pattern never matches; a pattern
   /// added twice keeps its first token.
   void add(const AddedToken& token, std::string pattern) {
-    if (pattern.empty()) return;
-    for (const Entry& e : entries_)
-      if (e.pattern == pattern) return;
+    if (pattern.empty() || !seen_.insert(pattern).second) return;
     const auto k = static_cast<std::uint32_t>(entries_.size());
+    const std::size_t n = pattern.size();
     entries_.push_back(
         {std::move(pattern), token.id, token.lstrip, token.rstrip, token.single_word});
+    // After every candidate at least as long: longest first, and the earlier
+    // added first among equals. (A search and an insertion per token: a
+    // sort per token took 5 s for a vocabulary of 31704 added tokens.)
     auto& list = by_first_byte_[static_cast<unsigned char>(entries_.back().pattern[0])];
-    list.push_back(k);
-    std::stable_sort(list.begin(), list.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return entries_[a].pattern.size() > entries_[b].pattern.size();
-    });
+    list.insert(
+        std::partition_point(list.begin(), list.end(),
+                             [&](std::uint32_t a) { return entries_[a].pattern.size() >= n; }),
+        k);
   }
 
   bool empty() const noexcept { return entries_.empty(); }
@@ -165,6 +168,7 @@ class AddedTokenMatcher {
   }
 
   std::vector<Entry> entries_;
+  std::unordered_set<std::string> seen_;                       // the patterns of entries_
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_;  // longest first
 };
 
