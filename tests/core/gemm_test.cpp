@@ -151,6 +151,9 @@ TEST(PromptGemm, Bf16BothLayoutsMatchPlainLoops) {
         std::vector<float> row(static_cast<std::size_t>(m));  // a row of W, as held
         rounded.row_into(k - 1, row.data());
         for (Index j = 0; j < m; ++j) EXPECT_EQ(row[static_cast<std::size_t>(j)], wv(k - 1, j));
+        row.assign(row.size(), 0.0f);
+        rounded_t.row_into(k - 1, row.data());  // held as W^T: a column of P
+        for (Index j = 0; j < m; ++j) EXPECT_EQ(row[static_cast<std::size_t>(j)], wv(k - 1, j));
         std::vector<std::uint16_t> pt(static_cast<std::size_t>(k * m));
         for (Index t = 0; t < k; ++t)
           for (Index j = 0; j < m; ++j)

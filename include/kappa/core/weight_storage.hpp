@@ -178,9 +178,15 @@ class WeightMatrix<T, Bf16Weights> {
   [[nodiscard]] const std::uint16_t* data() const { return p_; }
   /// Whether the values are W^T row-major (a view of a file's projection).
   [[nodiscard]] bool stored_transposed() const { return transposed_; }
-  /// Row i of W widened into out[0 .. cols()) (W held as W, not W^T:
-  /// !stored_transposed()).
-  void row_into(Index i, T* out) const { widen(i, 1, 0, pc_, out, pc_); }
+  /// Row i of W widened into out[0 .. cols()): a row of P when W is held as
+  /// W, else a column of P (strided; a lookup table is better held as W).
+  void row_into(Index i, T* out) const {
+    if (!transposed_) {
+      widen(i, 1, 0, pc_, out, pc_);
+      return;
+    }
+    for (Index j = 0; j < cols_; ++j) out[j] = static_cast<T>(widen_one(p_[j * pc_ + i]));
+  }
   /// W widened to T (N x M; allocates).
   [[nodiscard]] RowMatrix<T> dense() const {
     RowMatrix<T> pm(pr_, pc_);
