@@ -260,14 +260,20 @@ TEST(HfHostileFiles, ConfigSizesAreCheckedAgainstTheWeightsBeforeAllocating) {
   expect_error<ShapeError>(b, {"embed_tokens.weight", "40000"});
   const fs::path c = edited_copy("gpt2", "deep_layers",
                                  [](nlohmann::json& j) { j["n_layer"] = std::int64_t{1} << 40; });
-  expect_error<FormatError>(c, {"h.2.", "model.safetensors"});
+  // Layer counts are bounded (kMaxLayers): per-layer tables are sized by them.
+  expect_error<FormatError>(c, {"config.json", "n_layer", "1099511627776"});
   const fs::path e = edited_copy("deepseek_v2", "ffn",
                                  [](nlohmann::json& j) { j["intermediate_size"] = 100000000; });
   expect_error<ShapeError>(e, {"mlp.gate_proj.weight"});
   const fs::path f =
       edited_copy("gpt2", "inner", [](nlohmann::json& j) { j["n_inner"] = 100000000; });
   expect_error<ShapeError>(f, {"mlp.c_fc.weight"});
-  for (const fs::path& p : {a, b, c, e, f}) fs::remove_all(p);
+  // head_dim sized the RoPE table (8 GB here) before q_proj was read; the
+  // fuzzer found it.
+  const fs::path g = edited_copy("llama", "head_dim",
+                                 [](nlohmann::json& j) { j["head_dim"] = std::int64_t{1} << 31; });
+  expect_error<ShapeError>(g, {"self_attn.q_proj.weight", "8589934592"});
+  for (const fs::path& p : {a, b, c, e, f, g}) fs::remove_all(p);
 }
 
 // Item 2, the encoder models: BERT and the paper's Transformer read before

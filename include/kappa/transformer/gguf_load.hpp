@@ -676,7 +676,7 @@ inline hf::LlamaSizes llama_sizes(const io::GgufFile& f, const std::string& arch
   const std::string a = arch + ".";
   hf::LlamaSizes s;
   s.d = detail::integer(f, a + "embedding_length");
-  s.n_layer = detail::integer(f, a + "block_count", std::nullopt, 0);
+  s.n_layer = detail::integer(f, a + "block_count", std::nullopt, 0, hf::kMaxLayers);
   s.n_head = detail::integer(f, a + "attention.head_count", std::nullopt, 1, kMaxHeads);
   s.n_kv = detail::integer(f, a + "attention.head_count_kv", s.n_head, 1, kMaxHeads);
   if (s.n_head % s.n_kv != 0)
@@ -814,7 +814,7 @@ inline hf::Config gpt2_config(const io::GgufFile& f) {
   nlohmann::json j = {
       {"model_type", "gpt2"},
       {"n_embd", d},
-      {"n_layer", detail::integer(f, "gpt2.block_count", std::nullopt, 0)},
+      {"n_layer", detail::integer(f, "gpt2.block_count", std::nullopt, 0, hf::kMaxLayers)},
       {"n_head", n_head},
       {"n_positions", detail::integer(f, "gpt2.context_length")},
       {"n_inner", detail::integer(f, "gpt2.feed_forward_length")},
@@ -865,7 +865,7 @@ inline hf::Config deepseek2_config(const io::GgufFile& f) {
   nlohmann::json j = {
       {"model_type", "deepseek_v2"},
       {"hidden_size", detail::integer(f, a + "embedding_length")},
-      {"num_hidden_layers", detail::integer(f, a + "block_count", std::nullopt, 0)},
+      {"num_hidden_layers", detail::integer(f, a + "block_count", std::nullopt, 0, hf::kMaxLayers)},
       {"num_attention_heads",
        detail::integer(f, a + "attention.head_count", std::nullopt, 1, kMaxHeads)},
       {"intermediate_size", detail::integer(f, a + "feed_forward_length")},

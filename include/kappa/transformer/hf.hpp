@@ -209,6 +209,11 @@ class Config {
 inline constexpr double kMaxRopeBase = 1e12, kMaxRopeFactor = 1e6, kMaxMscale = 100.0,
                         kMaxEpsilon = 1.0;
 
+/// The most layers kappa reads (real models: up to about 130). Per-layer
+/// tables (which layers are sparse, which slide) are sized by the config's
+/// layer count before the weights can confirm it, so it is bounded here.
+inline constexpr Index kMaxLayers = Index{1} << 16;
+
 /// config.json's rope_scaling (null or absent: none). `max_positions` is the
 /// config's max_position_embeddings, the original context where the rule
 /// does not name one.
@@ -367,7 +372,7 @@ inline void require_false(const Config& c, const char* key, const std::string& w
 template <Scalar T, WeightStoragePolicy S = DenseWeights, class Source = io::Checkpoint>
 Gpt2<T, S> load_gpt2(const Config& c, const Source& ckpt) {
   const Index d = c.integer("n_embd", std::nullopt, 1),
-              n_layer = c.integer("n_layer", std::nullopt, 0),
+              n_layer = c.integer("n_layer", std::nullopt, 0, kMaxLayers),
               n_head = c.integer("n_head", std::nullopt, 1),
               n_pos = c.integer("n_positions", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1);
@@ -436,7 +441,7 @@ struct LlamaSizes {
 inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
   LlamaSizes s;
   s.d = c.integer("hidden_size", std::nullopt, 1);
-  s.n_layer = c.integer("num_hidden_layers", std::nullopt, 0);
+  s.n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers);
   s.n_head = c.integer("num_attention_heads", std::nullopt, 1);
   s.n_kv = c.integer("num_key_value_heads", s.n_head, 1);
   if (s.d % s.n_head != 0 && !c.has("head_dim"))
@@ -721,6 +726,15 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_llama(const LlamaSizes& s, con
   const Index dq = s.q_width, dkv = s.kv_width;
   for (Index i = 0; i < s.n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
+    // The attention's sizes against the file before its position policy (a
+    // RoPE table of d_rot / 2 frequencies, d_rot <= head_dim) or its weights
+    // are built on them: a config's head_dim alone must not size anything.
+    if (s.tensors == LlamaSizes::Tensors::kFused) {
+      w.check(p + "self_attn.qkv_proj.weight", dq + 2 * dkv, s.d);
+    } else {
+      w.check(p + "self_attn.q_proj.weight", dq, s.d);
+      w.check(p + "self_attn.k_proj.weight", dkv, s.d);
+    }
     typename Layer::AttentionType attn(
         {.d_in = s.d, .n_heads = s.n_head, .d_head = s.d_head, .n_kv_heads = s.n_kv}, {},
         make_position(w, i, p));
@@ -894,7 +908,7 @@ Model build_gemma(const Config& c, const Source& ckpt) {
   const std::string type = c.string("model_type");
   const bool gemma3 = type == "gemma3_text";
   const Index d = c.integer("hidden_size", std::nullopt, 1),
-              n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+              n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers),
               n_head = c.integer("num_attention_heads", std::nullopt, 1, kMaxHeads),
               n_kv = c.integer("num_key_value_heads", n_head, 1, kMaxHeads),
               d_head = c.integer("head_dim", 256, 2),
@@ -1049,7 +1063,7 @@ template <Scalar T, WeightStoragePolicy S, LatentPath Path, class Layer, class M
 DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c, const Source& ckpt,
                                                            MakeFfn make_ffn) {
   const Index d = c.integer("hidden_size", std::nullopt, 1),
-              n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+              n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers),
               n_head = c.integer("num_attention_heads", std::nullopt, 1),
               d_ff = c.integer("intermediate_size", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1),
@@ -1122,8 +1136,8 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c, cons
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
           class Source = io::Checkpoint>
 DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const Source& ckpt) {
-  const MoeSizes m =
-      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.integer("num_hidden_layers", 0, 0));
+  const MoeSizes m = moe_sizes(c, c.string("model_type", "deepseek_v2"),
+                               c.integer("num_hidden_layers", 0, 0, kMaxLayers));
   if (m.any_sparse())
     c.fail("n_routed_experts",
            "is set and some layers are mixtures of experts: use load_deepseek_moe");
@@ -1141,8 +1155,8 @@ DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const Source& ckpt) {
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
           class Source = io::Checkpoint>
 DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const Source& ckpt) {
-  const MoeSizes m =
-      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.integer("num_hidden_layers", 0, 0));
+  const MoeSizes m = moe_sizes(c, c.string("model_type", "deepseek_v2"),
+                               c.integer("num_hidden_layers", 0, 0, kMaxLayers));
   return detail::build_deepseek<T, S, Path, DeepSeekMoeLayer<T, S, Path>>(
       c, ckpt, [&m](const auto& w, Index i, const std::string& p, Index d, Index d_ff) {
         return detail::read_ffn<T, S>(w, i, p, d, d_ff, m);
@@ -1156,7 +1170,7 @@ DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const Source& ckpt) {
 template <Scalar T>
 Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
   const Index d = c.integer("hidden_size", std::nullopt, 1),
-              n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+              n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers),
               n_head = c.integer("num_attention_heads", std::nullopt, 1),
               d_ff = c.integer("intermediate_size", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1),
@@ -1225,8 +1239,8 @@ template <Scalar T>
 PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint& ckpt) {
   const Index d = c.integer("d_model", std::nullopt, 1),
               n_head = c.integer("nhead", std::nullopt, 1),
-              n_enc = c.integer("num_encoder_layers", std::nullopt, 0),
-              n_dec = c.integer("num_decoder_layers", std::nullopt, 0),
+              n_enc = c.integer("num_encoder_layers", std::nullopt, 0, kMaxLayers),
+              n_dec = c.integer("num_decoder_layers", std::nullopt, 0, kMaxLayers),
               d_ff = c.integer("dim_feedforward", std::nullopt, 1),
               v_src = c.integer("src_vocab_size", std::nullopt, 1),
               v_tgt = c.integer("tgt_vocab_size", std::nullopt, 1);
@@ -1498,7 +1512,8 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir,
   if (type == "mixtral" || type == "qwen2_moe")
     return CausalLM<T, S>(load_llama_moe<T, S>(c, ckpt), type);
   if (type == "deepseek_v2" || type == "deepseek_v3") {
-    const MoeSizes m = moe_sizes(c, type, c.integer("num_hidden_layers", std::nullopt, 0));
+    const MoeSizes m =
+        moe_sizes(c, type, c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers));
     if (m.any_sparse()) return CausalLM<T, S>(load_deepseek_moe<T, S>(c, ckpt), type);
     return CausalLM<T, S>(load_deepseek_v2<T, S>(c, ckpt), type);
   }
