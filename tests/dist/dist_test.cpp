@@ -12,9 +12,13 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "kappa/dist/communicator.hpp"
 #include "kappa/dist/partition.hpp"
@@ -352,6 +356,37 @@ TEST(DistTensorParallel, WrongLoadersAndUnsupportedTypesAreNamed) {
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("gpt2"), std::string::npos) << e.what();
+  }
+}
+
+// A layer count sizes per-layer tables (which layers are sparse) before the
+// weights can confirm it: the ranks' loaders bound it as the ordinary ones do
+// (hf::kMaxLayers), naming the file, the key and the value.
+TEST(DistTensorParallel, LayerCountsAreBoundedBeforeAnythingIsSized) {
+  namespace fs = std::filesystem;
+  for (const auto& [model, key] :
+       {std::pair{"deepseek_v2-moe", "num_hidden_layers"}, std::pair{"gpt2", "n_layer"}}) {
+    const fs::path dir = fs::temp_directory_path() / (std::string("kappa_dist_layers_") + model +
+                                                      "_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    nlohmann::json j;
+    {
+      std::ifstream in(model_dir(model) / "config.json");
+      in >> j;
+    }
+    j[key] = std::int64_t{1} << 40;
+    std::ofstream(dir / "config.json") << j.dump(2);
+    try {
+      if (std::string(model) == "gpt2")
+        (void)dist::load_gpt2<float>(dir);
+      else
+        (void)dist::load_deepseek<float>(dir);
+      ADD_FAILURE() << "no exception for " << model;
+    } catch (const FormatError& e) {
+      for (const char* part : {"config.json", key, "1099511627776"})
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+    fs::remove_all(dir);
   }
 }
 

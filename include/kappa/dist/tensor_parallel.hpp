@@ -641,7 +641,7 @@ TensorParallelLM<TpDeepSeek<T, S>> load_deepseek(const std::filesystem::path& di
   const Communicator& comm = Communicator::world();
   const hf::Config c = hf::Config::read(dir / "config.json");
   const std::string type = detail::require_type(c, "load_deepseek", {"deepseek_v2", "deepseek_v3"});
-  const Index n_layer = c.integer("num_hidden_layers", std::nullopt, 0),
+  const Index n_layer = c.layer_count("num_hidden_layers"),
               n_head = c.integer("num_attention_heads", std::nullopt, 1),
               d = c.integer("hidden_size", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1),
@@ -731,8 +731,7 @@ TensorParallelLM<TpGpt2<T, S>> load_gpt2(const std::filesystem::path& dir) {
     throw std::invalid_argument(
         "kappa: dist::load_gpt2: an untied GPT-2 head is not supported "
         "across ranks yet");
-  const Index d = c.integer("n_embd", std::nullopt, 1),
-              n_layer = c.integer("n_layer", std::nullopt, 0),
+  const Index d = c.integer("n_embd", std::nullopt, 1), n_layer = c.layer_count("n_layer"),
               n_head = c.integer("n_head", std::nullopt, 1),
               n_pos = c.integer("n_positions", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1);

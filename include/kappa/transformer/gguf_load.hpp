@@ -154,6 +154,11 @@ inline Index integer(const io::GgufFile& f, const std::string& key,
   return x;
 }
 
+/// The layer count `key` (ARCH.block_count): integer() in [0, hf::kMaxLayers].
+inline Index layer_count(const io::GgufFile& f, const std::string& key) {
+  return integer(f, key, std::nullopt, 0, hf::kMaxLayers);
+}
+
 /// Number metadata `key` (f32, f64 or an integer) in (0, hi]; `fallback`
 /// when absent.
 inline double positive(const io::GgufFile& f, const std::string& key,
@@ -676,7 +681,7 @@ inline hf::LlamaSizes llama_sizes(const io::GgufFile& f, const std::string& arch
   const std::string a = arch + ".";
   hf::LlamaSizes s;
   s.d = detail::integer(f, a + "embedding_length");
-  s.n_layer = detail::integer(f, a + "block_count", std::nullopt, 0, hf::kMaxLayers);
+  s.n_layer = detail::layer_count(f, a + "block_count");
   s.n_head = detail::integer(f, a + "attention.head_count", std::nullopt, 1, kMaxHeads);
   s.n_kv = detail::integer(f, a + "attention.head_count_kv", s.n_head, 1, kMaxHeads);
   if (s.n_head % s.n_kv != 0)
@@ -814,7 +819,7 @@ inline hf::Config gpt2_config(const io::GgufFile& f) {
   nlohmann::json j = {
       {"model_type", "gpt2"},
       {"n_embd", d},
-      {"n_layer", detail::integer(f, "gpt2.block_count", std::nullopt, 0, hf::kMaxLayers)},
+      {"n_layer", detail::layer_count(f, "gpt2.block_count")},
       {"n_head", n_head},
       {"n_positions", detail::integer(f, "gpt2.context_length")},
       {"n_inner", detail::integer(f, "gpt2.feed_forward_length")},
@@ -865,7 +870,7 @@ inline hf::Config deepseek2_config(const io::GgufFile& f) {
   nlohmann::json j = {
       {"model_type", "deepseek_v2"},
       {"hidden_size", detail::integer(f, a + "embedding_length")},
-      {"num_hidden_layers", detail::integer(f, a + "block_count", std::nullopt, 0, hf::kMaxLayers)},
+      {"num_hidden_layers", detail::layer_count(f, a + "block_count")},
       {"num_attention_heads",
        detail::integer(f, a + "attention.head_count", std::nullopt, 1, kMaxHeads)},
       {"intermediate_size", detail::integer(f, a + "feed_forward_length")},

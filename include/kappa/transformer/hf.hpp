@@ -63,6 +63,12 @@
 
 namespace kappa::hf {
 
+/// The most layers kappa reads (real models: up to about 130). Per-layer
+/// tables (which layers are sparse, which slide) are sized by the config's
+/// layer count before the weights can confirm it, so it is bounded here
+/// (Config::layer_count, and the GGUF loader's block_count).
+inline constexpr Index kMaxLayers = Index{1} << 16;
+
 /// config.json parsed, with the file name for errors.
 class Config {
  public:
@@ -108,6 +114,12 @@ class Config {
     const auto x = v.get<std::int64_t>();
     if (x < lo || x > hi) fail(key, "is " + std::to_string(x) + ", outside " + range());
     return x;
+  }
+  /// A layer count (num_hidden_layers, n_layer, ...): integer() in [0,
+  /// kMaxLayers].
+  [[nodiscard]] Index layer_count(const char* key,
+                                  std::optional<Index> fallback = std::nullopt) const {
+    return integer(key, fallback, 0, kMaxLayers);
   }
   /// A number key in [lo, hi]; `fallback` when absent or null. \throws
   /// FormatError naming the file and key for a non-number or a value outside.
@@ -208,11 +220,6 @@ class Config {
 /// attention_factor up to 100 (real ones about 1), epsilons in (0, 1].
 inline constexpr double kMaxRopeBase = 1e12, kMaxRopeFactor = 1e6, kMaxMscale = 100.0,
                         kMaxEpsilon = 1.0;
-
-/// The most layers kappa reads (real models: up to about 130). Per-layer
-/// tables (which layers are sparse, which slide) are sized by the config's
-/// layer count before the weights can confirm it, so it is bounded here.
-inline constexpr Index kMaxLayers = Index{1} << 16;
 
 /// config.json's rope_scaling (null or absent: none). `max_positions` is the
 /// config's max_position_embeddings, the original context where the rule
@@ -371,8 +378,7 @@ inline void require_false(const Config& c, const char* key, const std::string& w
 /// from `ckpt` (see detail::Weights' Source).
 template <Scalar T, WeightStoragePolicy S = DenseWeights, class Source = io::Checkpoint>
 Gpt2<T, S> load_gpt2(const Config& c, const Source& ckpt) {
-  const Index d = c.integer("n_embd", std::nullopt, 1),
-              n_layer = c.integer("n_layer", std::nullopt, 0, kMaxLayers),
+  const Index d = c.integer("n_embd", std::nullopt, 1), n_layer = c.layer_count("n_layer"),
               n_head = c.integer("n_head", std::nullopt, 1),
               n_pos = c.integer("n_positions", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1);
@@ -441,7 +447,7 @@ struct LlamaSizes {
 inline LlamaSizes llama_sizes(const Config& c, const std::string& model_type) {
   LlamaSizes s;
   s.d = c.integer("hidden_size", std::nullopt, 1);
-  s.n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers);
+  s.n_layer = c.layer_count("num_hidden_layers");
   s.n_head = c.integer("num_attention_heads", std::nullopt, 1);
   s.n_kv = c.integer("num_key_value_heads", s.n_head, 1);
   if (s.d % s.n_head != 0 && !c.has("head_dim"))
@@ -908,7 +914,7 @@ Model build_gemma(const Config& c, const Source& ckpt) {
   const std::string type = c.string("model_type");
   const bool gemma3 = type == "gemma3_text";
   const Index d = c.integer("hidden_size", std::nullopt, 1),
-              n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers),
+              n_layer = c.layer_count("num_hidden_layers"),
               n_head = c.integer("num_attention_heads", std::nullopt, 1, kMaxHeads),
               n_kv = c.integer("num_key_value_heads", n_head, 1, kMaxHeads),
               d_head = c.integer("head_dim", 256, 2),
@@ -1063,7 +1069,7 @@ template <Scalar T, WeightStoragePolicy S, LatentPath Path, class Layer, class M
 DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c, const Source& ckpt,
                                                            MakeFfn make_ffn) {
   const Index d = c.integer("hidden_size", std::nullopt, 1),
-              n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers),
+              n_layer = c.layer_count("num_hidden_layers"),
               n_head = c.integer("num_attention_heads", std::nullopt, 1),
               d_ff = c.integer("intermediate_size", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1),
@@ -1136,8 +1142,8 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c, cons
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
           class Source = io::Checkpoint>
 DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const Source& ckpt) {
-  const MoeSizes m = moe_sizes(c, c.string("model_type", "deepseek_v2"),
-                               c.integer("num_hidden_layers", 0, 0, kMaxLayers));
+  const MoeSizes m =
+      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.layer_count("num_hidden_layers", 0));
   if (m.any_sparse())
     c.fail("n_routed_experts",
            "is set and some layers are mixtures of experts: use load_deepseek_moe");
@@ -1155,8 +1161,8 @@ DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const Source& ckpt) {
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
           class Source = io::Checkpoint>
 DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const Source& ckpt) {
-  const MoeSizes m = moe_sizes(c, c.string("model_type", "deepseek_v2"),
-                               c.integer("num_hidden_layers", 0, 0, kMaxLayers));
+  const MoeSizes m =
+      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.layer_count("num_hidden_layers", 0));
   return detail::build_deepseek<T, S, Path, DeepSeekMoeLayer<T, S, Path>>(
       c, ckpt, [&m](const auto& w, Index i, const std::string& p, Index d, Index d_ff) {
         return detail::read_ffn<T, S>(w, i, p, d, d_ff, m);
@@ -1170,7 +1176,7 @@ DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const Source& ckpt) {
 template <Scalar T>
 Bert<T> load_bert(const Config& c, const io::Checkpoint& ckpt) {
   const Index d = c.integer("hidden_size", std::nullopt, 1),
-              n_layer = c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers),
+              n_layer = c.layer_count("num_hidden_layers"),
               n_head = c.integer("num_attention_heads", std::nullopt, 1),
               d_ff = c.integer("intermediate_size", std::nullopt, 1),
               vocab = c.integer("vocab_size", std::nullopt, 1),
@@ -1239,8 +1245,8 @@ template <Scalar T>
 PaperTransformer<T> load_paper_transformer(const Config& c, const io::Checkpoint& ckpt) {
   const Index d = c.integer("d_model", std::nullopt, 1),
               n_head = c.integer("nhead", std::nullopt, 1),
-              n_enc = c.integer("num_encoder_layers", std::nullopt, 0, kMaxLayers),
-              n_dec = c.integer("num_decoder_layers", std::nullopt, 0, kMaxLayers),
+              n_enc = c.layer_count("num_encoder_layers"),
+              n_dec = c.layer_count("num_decoder_layers"),
               d_ff = c.integer("dim_feedforward", std::nullopt, 1),
               v_src = c.integer("src_vocab_size", std::nullopt, 1),
               v_tgt = c.integer("tgt_vocab_size", std::nullopt, 1);
@@ -1512,8 +1518,7 @@ CausalLM<T, S> load_causal_lm(const std::filesystem::path& dir,
   if (type == "mixtral" || type == "qwen2_moe")
     return CausalLM<T, S>(load_llama_moe<T, S>(c, ckpt), type);
   if (type == "deepseek_v2" || type == "deepseek_v3") {
-    const MoeSizes m =
-        moe_sizes(c, type, c.integer("num_hidden_layers", std::nullopt, 0, kMaxLayers));
+    const MoeSizes m = moe_sizes(c, type, c.layer_count("num_hidden_layers"));
     if (m.any_sparse()) return CausalLM<T, S>(load_deepseek_moe<T, S>(c, ckpt), type);
     return CausalLM<T, S>(load_deepseek_v2<T, S>(c, ckpt), type);
   }
