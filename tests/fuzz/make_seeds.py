@@ -105,6 +105,58 @@ def gpt2_files(tokens, merges, specials=()):
     return json.dumps(encoder, ensure_ascii=False), vocab
 
 
+# ---- GGUF metadata sections (gguf_load) --------------------------------------
+GGUF_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def gguf_value_end(b, at, t):
+    """The offset just past a value of GGUF type t that starts at b[at]."""
+    if t == 8:
+        return at + 8 + struct.unpack_from("<Q", b, at)[0]
+    if t == 9:
+        element, n = struct.unpack_from("<IQ", b, at)
+        at += 12
+        for _ in range(n):
+            at = gguf_value_end(b, at, element)
+        return at
+    return at + GGUF_SCALAR_BYTES[t]
+
+
+def gguf_metadata(path):
+    """[(key, type, value bytes as stored)] of a GGUF file's metadata."""
+    with open(path, "rb") as f:
+        b = f.read()
+    assert b[:4] == b"GGUF" and struct.unpack_from("<I", b, 4)[0] == 3, path
+    n_kv = struct.unpack_from("<Q", b, 16)[0]
+    at, out = 24, []
+    for _ in range(n_kv):
+        n = struct.unpack_from("<Q", b, at)[0]
+        key = b[at + 8:at + 8 + n].decode()
+        t = struct.unpack_from("<I", b, at + 8 + n)[0]
+        start = at + 12 + n
+        at = gguf_value_end(b, start, t)
+        out.append((key, t, b[start:at]))
+    return out
+
+
+def gguf_array_head(value, n):
+    """An array value (as stored) cut to its first n elements."""
+    element, count = struct.unpack_from("<IQ", value, 0)
+    at = 12
+    for _ in range(min(n, count)):
+        at = gguf_value_end(value, at, element)
+    return struct.pack("<IQ", element, min(n, count)) + value[12:at]
+
+
+def gguf_section(kv):
+    """The metadata section as a GGUF file stores it: the count, then the pairs."""
+    out = struct.pack("<Q", len(kv))
+    for key, t, value in kv:
+        k = key.encode()
+        out += struct.pack("<Q", len(k)) + k + struct.pack("<I", t) + value
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", default=None,
@@ -354,6 +406,46 @@ def main():
     write("hf_load", "bert_ffn", edited("bert", intermediate_size=10 ** 8))
     write("hf_load", "transformer_ffn", edited("transformer", dim_feedforward=10 ** 8))
     write("hf_load", "vocab_above_int64", edited("qwen2", vocab_size=2 ** 64 - 1))
+
+    # ---- gguf_load: the first byte picks the model (gguf_load_fuzz.cpp's
+    # kModels order), the rest is a GGUF metadata section (the key-value
+    # count, then the pairs): each model's own, and metadata whose sizes or
+    # tokenizer keys disagree with the tensors.
+    gguf_models = ["llama-q8_0", "gpt2-f32", "qwen2-f32", "qwen3-f32", "mixtral-q8_0",
+                   "deepseek_v2-f32"]
+    metas = {m: gguf_metadata(os.path.join(ROOT, "tests", "data", "models", "llama-gguf",
+                                           m + ".gguf")) for m in gguf_models}
+    for i, m in enumerate(gguf_models):
+        write("gguf_load", "metadata_" + m, bytes([i]) + gguf_section(metas[m]))
+
+    def gguf_edited(m, changes, drop=()):
+        kv = [(k, t, v) for k, t, v in metas[m] if k not in drop]
+        for key, (t, v) in changes.items():
+            kv = [(k, t0, v0) for k, t0, v0 in kv if k != key] + [(key, t, v)]
+        return bytes([gguf_models.index(m)]) + gguf_section(kv)
+    u32 = lambda x: (4, struct.pack("<I", x))
+    u64 = lambda x: (10, struct.pack("<Q", x))
+    write("gguf_load", "llama_many_blocks", gguf_edited("llama-q8_0", {"llama.block_count": u64(2 ** 40)}))
+    write("gguf_load", "llama_wide", gguf_edited("llama-q8_0", {"llama.embedding_length": u32(2 ** 31)}))
+    write("gguf_load", "llama_no_heads", gguf_edited("llama-q8_0", {"llama.attention.head_count": u32(0)}))
+    write("gguf_load", "llama_rope_dims", gguf_edited("llama-q8_0", {"llama.rope.dimension_count": u32(2 ** 30)}))
+    write("gguf_load", "llama_key_length", gguf_edited("llama-q8_0", {"llama.attention.key_length": u32(2 ** 31)}))
+    write("gguf_load", "llama_context", gguf_edited("llama-q8_0", {"llama.context_length": u64(2 ** 62)}))
+    write("gguf_load", "gpt2_ffn", gguf_edited("gpt2-f32", {"gpt2.feed_forward_length": u32(10 ** 8)}))
+    write("gguf_load", "gpt2_no_token_types", gguf_edited("gpt2-f32", {}, drop=("tokenizer.ggml.token_type",)))
+    write("gguf_load", "gpt2_bos_outside", gguf_edited("gpt2-f32", {"tokenizer.ggml.bos_token_id": u32(2 ** 31)}))
+    write("gguf_load", "mixtral_experts", gguf_edited("mixtral-q8_0", {"llama.expert_count": u32(2 ** 31)}))
+    write("gguf_load", "deepseek_lora", gguf_edited("deepseek_v2-f32", {"deepseek2.attention.kv_lora_rank": u32(2 ** 31)}))
+    write("gguf_load", "deepseek_dense_blocks", gguf_edited("deepseek_v2-f32", {"deepseek2.leading_dense_block_count": u64(2 ** 40)}))
+    # A SentencePiece-style vocabulary (tokenizer.ggml.model "llama": scores
+    # and token types) on the llama model: the vocabulary file's first 298
+    # tokens, as many as the model's embedding has rows.
+    spm = dict((k, (t, v)) for k, t, v in gguf_metadata(os.path.join(
+        ROOT, "tests", "data", "models", "llama-gguf", "spm-bpe_llama-vocab.gguf")))
+    spm_keys = {k: (t, gguf_array_head(v, 298) if t == 9 else v) for k, (t, v) in spm.items()
+                if k.startswith("tokenizer.")}
+    write("gguf_load", "llama_spm_vocab", gguf_edited(
+        "llama-q8_0", spm_keys, drop=[k for k, _, _ in metas["llama-q8_0"] if k.startswith("tokenizer.")]))
 
 
 if __name__ == "__main__":
