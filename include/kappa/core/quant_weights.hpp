@@ -615,8 +615,9 @@ inline __m512i q4_lanes2(const unsigned char* w, const std::int8_t* xq, const st
 /// alternated 3-5 times): Q4_0 without the shift (q4_lanes16's trick in 512
 /// bits) was 1.12x on bench_quant's 4096 x 4096 and 1.08x on GPT-2's head
 /// but 0.87x on 2048 x 8192 and about 0.9x on GPT-2 small's whole decode
-/// step; two rows of P per pass (two independent FMA chains, X's loads
-/// shared, the same bits) was 0.97-1.02x on Q4_0 and 0.6-0.95x on Q8_0.
+/// step; adding two rows of P per pass (two independent FMA chains, X's
+/// loads shared, the same bits) gave Q4_0 1.0-1.04x over the old loop
+/// (medians of three rounds) and Q8_0 0.65-0.8x on GPT-2's head.
 template <Index kW, class Lanes, class Lanes2>
 inline float dot_wide(const unsigned char* w, const Q8Row& x, Lanes lanes, Lanes2 lanes2) {
   const float* xd = x.d.data();
