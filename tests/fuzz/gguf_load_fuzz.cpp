@@ -43,7 +43,7 @@ constexpr std::array<const char*, 6> kModels = {"llama-q8_0", "gpt2-f32",     "q
 /// and the tensor data (the data section's offset is re-aligned to 32).
 struct Template {
   std::uint64_t n_tensors = 0;
-  std::string table, data;
+  std::string own_metadata, table, data;
 };
 
 /// A cursor over a GGUF file that the tests commit (valid by construction;
@@ -93,28 +93,14 @@ Template cut(const std::string& file) {
     c.skip_string();
     c.skip(8 * static_cast<std::size_t>(c.u(4)) + 4 + 8);  // dims, type, offset
   }
+  t.own_metadata = file.substr(16, table - 16);
   t.table = file.substr(table, c.at - table);
   const std::size_t data = (c.at + 31) / 32 * 32;  // the committed files align to 32
   t.data = file.substr(data);
   return t;
 }
 
-const std::vector<Template>& templates() {
-  static const std::vector<Template> all = [] {
-    std::vector<Template> out;
-    for (const char* m : kModels) {
-      const std::string path = std::string(KAPPA_FUZZ_MODELS_DIR) + "/llama-gguf/" + m + ".gguf";
-      std::ifstream in(path, std::ios::binary);
-      KAPPA_FUZZ_CHECK(static_cast<bool>(in), "cannot read " + path);
-      const std::string bytes((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
-      out.push_back(cut(bytes));
-    }
-    return out;
-  }();
-  return all;
-}
-
+/// The GGUF file of `metadata` (the count and the pairs) around t's tensors.
 std::string file_of(const Template& t, std::string_view metadata) {
   std::string f = "GGUF";
   const auto put = [&f](std::uint64_t v, std::size_t n) {
@@ -129,6 +115,26 @@ std::string file_of(const Template& t, std::string_view metadata) {
   f.append((32 - f.size() % 32) % 32, '\0');
   f.append(t.data);
   return f;
+}
+
+const std::vector<Template>& templates() {
+  static const std::vector<Template> all = [] {
+    std::vector<Template> out;
+    for (const char* m : kModels) {
+      const std::string path = std::string(KAPPA_FUZZ_MODELS_DIR) + "/llama-gguf/" + m + ".gguf";
+      std::ifstream in(path, std::ios::binary);
+      KAPPA_FUZZ_CHECK(static_cast<bool>(in), "cannot read " + path);
+      const std::string bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      out.push_back(cut(bytes));
+      // The model's own metadata spliced back gives the file byte for byte
+      // (else the cut's assumptions, e.g. data aligned to 32, do not hold).
+      KAPPA_FUZZ_CHECK(file_of(out.back(), out.back().own_metadata) == bytes,
+                       path + " is not spliced back to itself");
+    }
+    return out;
+  }();
+  return all;
 }
 
 void load_and_run(const std::string& path) {
