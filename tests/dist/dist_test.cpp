@@ -12,13 +12,10 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <unistd.h>
 
 #include "kappa/dist/communicator.hpp"
 #include "kappa/dist/partition.hpp"
@@ -34,6 +31,7 @@ namespace {
 
 using dist::Communicator;
 
+using testing::edited_copy;
 using testing::model_dir;
 using testing::read_ids;
 using testing::read_ref;
@@ -366,16 +364,8 @@ TEST(DistTensorParallel, LayerCountsAreBoundedBeforeAnythingIsSized) {
   namespace fs = std::filesystem;
   for (const auto& [model, key] :
        {std::pair{"deepseek_v2-moe", "num_hidden_layers"}, std::pair{"gpt2", "n_layer"}}) {
-    const fs::path dir = fs::temp_directory_path() / (std::string("kappa_dist_layers_") + model +
-                                                      "_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    nlohmann::json j;
-    {
-      std::ifstream in(model_dir(model) / "config.json");
-      in >> j;
-    }
-    j[key] = std::int64_t{1} << 40;
-    std::ofstream(dir / "config.json") << j.dump(2);
+    const fs::path dir = edited_copy(model, std::string("dist_layers_") + model,
+                                     [&](nlohmann::json& j) { j[key] = std::int64_t{1} << 40; });
     try {
       if (std::string(model) == "gpt2")
         (void)dist::load_gpt2<float>(dir);

@@ -24,6 +24,7 @@ namespace kappa {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::edited_copy;
 using testing::kModelTol;
 using testing::model_dir;
 using testing::read_ids;
@@ -66,24 +67,6 @@ TYPED_TEST(EncoderTest, PaperTransformerMatchesTorchTransformer) {
 }
 
 // ---- Bad directories ----------------------------------------------------------
-
-/// A copy of a reference model directory under the build tree, with
-/// config.json edited by `edit` (and tensors removed by the caller if asked).
-fs::path edited_copy(const std::string& model, const std::string& tag,
-                     const std::function<void(nlohmann::json&)>& edit) {
-  const fs::path out =
-      fs::temp_directory_path() / ("kappa_hf_test_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(out);
-  fs::copy(model_dir(model), out, fs::copy_options::recursive);
-  nlohmann::json j;
-  {
-    std::ifstream in(out / "config.json");
-    in >> j;
-  }
-  edit(j);
-  std::ofstream(out / "config.json") << j.dump(2);
-  return out;
-}
 
 /// Expects load_causal_lm to throw E with every one of `parts` in its message.
 template <class E>

@@ -3,12 +3,16 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kappa/core/matrix.hpp"
 #include "kappa/io/npy.hpp"
@@ -28,6 +32,26 @@ inline std::vector<TokenId> read_ids(const std::filesystem::path& file) {
 
 inline RowMatrix<double> read_ref(const std::string& model, const std::string& name) {
   return io::read_npy_matrix<double>((model_dir(model) / "reference" / (name + ".npy")).string());
+}
+
+/// A copy of reference model directory `model` in the temp directory, named by
+/// `tag` and the process id, whose config.json `edit(nlohmann::json&)` has
+/// changed; the caller removes it (and any tensors it wants gone).
+template <class Edit>
+std::filesystem::path edited_copy(const std::string& model, const std::string& tag, Edit&& edit) {
+  namespace fs = std::filesystem;
+  const fs::path out =
+      fs::temp_directory_path() / ("kappa_model_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  fs::copy(model_dir(model), out, fs::copy_options::recursive);
+  nlohmann::json j;
+  {
+    std::ifstream in(out / "config.json");
+    in >> j;
+  }
+  edit(j);
+  std::ofstream(out / "config.json") << j.dump(2);
+  return out;
 }
 
 /// max |a - b| / max(1, max |b|): the error relative to the logits' scale.
