@@ -8,8 +8,9 @@
 // mixtral Q8_0, deepseek2); the rest is the metadata section as a GGUF file
 // stores it, the key-value count (u64, little-endian) followed by the
 // key-value pairs. The file handed to the loader is the GGUF header
-// (version 3, the model's tensor count), the input, the model's tensor table,
-// padding to 32 bytes and the model's tensor data (an in-memory file, memfd).
+// (version 3, the model's tensor count), the input, the model's tensor table
+// with its padding, padding to the model's alignment and the model's tensor
+// data (an in-memory file, memfd).
 // Properties:
 //   * gguf::load (model and tokenizer) succeeds or throws one of kappa's
 //     error types (FormatError, ShapeError, RangeError), never another
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
+#include "kappa/io/gguf.hpp"
 #include "kappa/transformer/gguf_load.hpp"
 
 namespace {
@@ -39,63 +41,23 @@ namespace {
 constexpr std::array<const char*, 6> kModels = {"llama-q8_0", "gpt2-f32",     "qwen2-f32",
                                                 "qwen3-f32",  "mixtral-q8_0", "deepseek_v2-f32"};
 
-/// A model file cut around its metadata: the tensor count, the tensor table
-/// and the tensor data (the data section's offset is re-aligned to 32).
+/// A model file cut around its metadata by kappa's reader: the tensor count,
+/// the tensor table with its padding, and the tensor data.
 struct Template {
-  std::uint64_t n_tensors = 0;
+  std::uint64_t n_tensors = 0, alignment = 32;
   std::string own_metadata, table, data;
 };
 
-/// A cursor over a GGUF file that the tests commit (valid by construction;
-/// a short read is a broken checkout and stops the fuzzer).
-struct Cursor {
-  const std::string& s;
-  std::size_t at = 0;
-  std::uint64_t u(std::size_t n) {
-    KAPPA_FUZZ_CHECK(at + n <= s.size(), "truncated template model");
-    std::uint64_t v = 0;
-    std::memcpy(&v, s.data() + at, n);  // little-endian host (x86, arm64)
-    at += n;
-    return v;
-  }
-  void skip(std::size_t n) {
-    KAPPA_FUZZ_CHECK(at + n <= s.size(), "truncated template model");
-    at += n;
-  }
-  void skip_string() { skip(static_cast<std::size_t>(u(8))); }
-  void skip_value(std::uint64_t type) {
-    static constexpr std::array<std::size_t, 13> kSize = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    KAPPA_FUZZ_CHECK(type < kSize.size(), "template model: value type");
-    if (type == 8) return skip_string();
-    if (type == 9) {
-      const std::uint64_t element = u(4), n = u(8);
-      for (std::uint64_t i = 0; i < n; ++i) skip_value(element);
-      return;
-    }
-    skip(kSize[type]);
-  }
-};
-
-Template cut(const std::string& file) {
-  Cursor c{file};
-  KAPPA_FUZZ_CHECK(file.compare(0, 4, "GGUF") == 0, "template model: magic");
-  c.skip(4);
-  KAPPA_FUZZ_CHECK(c.u(4) == 3, "template model: version");
+Template cut(const std::string& path, const std::string& file) {
+  const kappa::io::GgufFile g(path);
+  KAPPA_FUZZ_CHECK(g.version() == 3, "template model: version");
+  const auto table = static_cast<std::size_t>(g.tensor_table_offset());
+  const auto data = static_cast<std::size_t>(g.data_offset());
   Template t;
-  t.n_tensors = c.u(8);
-  const std::uint64_t n_kv = c.u(8);
-  for (std::uint64_t i = 0; i < n_kv; ++i) {
-    c.skip_string();
-    c.skip_value(c.u(4));
-  }
-  const std::size_t table = c.at;
-  for (std::uint64_t i = 0; i < t.n_tensors; ++i) {
-    c.skip_string();
-    c.skip(8 * static_cast<std::size_t>(c.u(4)) + 4 + 8);  // dims, type, offset
-  }
+  t.n_tensors = g.tensors().size();
+  t.alignment = g.alignment();
   t.own_metadata = file.substr(16, table - 16);
-  t.table = file.substr(table, c.at - table);
-  const std::size_t data = (c.at + 31) / 32 * 32;  // the committed files align to 32
+  t.table = file.substr(table, data - table);
   t.data = file.substr(data);
   return t;
 }
@@ -112,7 +74,7 @@ std::string file_of(const Template& t, std::string_view metadata) {
   put(t.n_tensors, 8);
   f.append(metadata);
   f.append(t.table);
-  f.append((32 - f.size() % 32) % 32, '\0');
+  f.append((t.alignment - f.size() % t.alignment) % t.alignment, '\0');
   f.append(t.data);
   return f;
 }
@@ -126,9 +88,8 @@ const std::vector<Template>& templates() {
       KAPPA_FUZZ_CHECK(static_cast<bool>(in), "cannot read " + path);
       const std::string bytes((std::istreambuf_iterator<char>(in)),
                               std::istreambuf_iterator<char>());
-      out.push_back(cut(bytes));
-      // The model's own metadata spliced back gives the file byte for byte
-      // (else the cut's assumptions, e.g. data aligned to 32, do not hold).
+      out.push_back(cut(path, bytes));
+      // The model's own metadata spliced back gives the file byte for byte.
       KAPPA_FUZZ_CHECK(file_of(out.back(), out.back().own_metadata) == bytes,
                        path + " is not spliced back to itself");
     }

@@ -564,6 +564,11 @@ TEST(GgufHostile, ValidBaseFileOpens) {
   const GgufFile f(path);
   EXPECT_EQ(f.tensors().size(), 2u);
   EXPECT_EQ(f.dequantize("b").rows(), 2);
+  // Counted by hand: a 24-byte header; the pair's key 8 + 20, its type 4 and
+  // its value 8 + 5 end the metadata at 69; tensor "a" takes 8 + 1 + 4 + 8 +
+  // 4 + 8 = 33 bytes and "b" 41, which end the table at 143, padded to 160.
+  EXPECT_EQ(f.tensor_table_offset(), 69u);
+  EXPECT_EQ(f.data_offset(), 160u);
   fs::remove(path);
 }
 

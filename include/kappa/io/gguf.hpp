@@ -525,7 +525,10 @@ class GgufFile {
   [[nodiscard]] std::uint32_t version() const { return version_; }
   /// general.alignment, or 32.
   [[nodiscard]] std::uint64_t alignment() const { return alignment_; }
-  /// Absolute byte where the data section starts.
+  /// Absolute byte where the tensor table starts (the metadata's end).
+  [[nodiscard]] std::uint64_t tensor_table_offset() const { return tensor_table_offset_; }
+  /// Absolute byte where the data section starts: the tensor table's end
+  /// rounded up to alignment().
   [[nodiscard]] std::uint64_t data_offset() const { return data_offset_; }
   /// File size in bytes.
   [[nodiscard]] std::uint64_t file_size() const { return file_.size(); }
@@ -739,6 +742,7 @@ class GgufFile {
       alignment_ = *v;
     }
 
+    tensor_table_offset_ = c.pos();
     tensors_.reserve(static_cast<std::size_t>(tensor_count));
     for (std::uint64_t i = 0; i < tensor_count; ++i) read_tensor_info(c, i);
 
@@ -844,6 +848,7 @@ class GgufFile {
   detail::MappedFile file_;
   std::uint32_t version_ = 0;
   std::uint64_t alignment_ = 32;
+  std::uint64_t tensor_table_offset_ = 0;
   std::uint64_t data_offset_ = 0;
   std::vector<GgufKeyValue> kv_;
   std::unordered_map<std::string, std::size_t> kv_index_;
