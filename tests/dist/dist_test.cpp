@@ -364,8 +364,9 @@ TEST(DistTensorParallel, LayerCountsAreBoundedBeforeAnythingIsSized) {
   namespace fs = std::filesystem;
   for (const auto& [model, key] :
        {std::pair{"deepseek_v2-moe", "num_hidden_layers"}, std::pair{"gpt2", "n_layer"}}) {
-    const fs::path dir = edited_copy(model, std::string("dist_layers_") + model,
-                                     [&](nlohmann::json& j) { j[key] = std::int64_t{1} << 40; });
+    const fs::path dir =
+        edited_copy(model, std::string("dist_layers_") + model,
+                    [k = key](nlohmann::json& j) { j[k] = std::int64_t{1} << 40; });
     try {
       if (std::string(model) == "gpt2")
         (void)dist::load_gpt2<float>(dir);
