@@ -44,7 +44,7 @@ constexpr std::array<const char*, 6> kModels = {"llama-q8_0", "gpt2-f32",     "q
 /// A model file cut around its metadata by kappa's reader: the tensor count,
 /// the tensor table with its padding, and the tensor data.
 struct Template {
-  std::uint64_t n_tensors = 0, alignment = 32;
+  std::uint64_t n_tensors = 0, alignment = 0;  // both set by cut()
   std::string own_metadata, table, data;
 };
 

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -89,30 +88,27 @@ TEST(HfLoaderErrors, UnsupportedModelTypeIsNamed) {
 
 // The settings of the newer families that kappa does not run name their key.
 TEST(HfLoaderErrors, UnsupportedFamilySettingsNameTheKey) {
-  const auto dir = [](const char* model, const char* tag,
-                      const std::function<void(nlohmann::json&)>& edit) {
-    return edited_copy(model, tag, edit);
-  };
-  const fs::path a =
-      dir("gemma3_text", "g3cap", [](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0; });
+  const fs::path a = edited_copy("gemma3_text", "g3cap",
+                                 [](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0; });
   expect_error<FormatError>(a, {"config.json", "attn_logit_softcapping"});
-  const fs::path b = dir("gemma2", "g2types", [](nlohmann::json& j) {
+  const fs::path b = edited_copy("gemma2", "g2types", [](nlohmann::json& j) {
     j["layer_types"] = {"sliding_attention", "chunked_attention", "sliding_attention",
                         "full_attention"};
   });
   expect_error<FormatError>(b, {"config.json", "layer_types", "chunked_attention"});
-  const fs::path c = dir("phi3-longrope", "factors", [](nlohmann::json& j) {
+  const fs::path c = edited_copy("phi3-longrope", "factors", [](nlohmann::json& j) {
     j["rope_scaling"]["long_factor"] = {1.0, 2.0};
     j["rope_scaling"]["short_factor"] = {1.0, 2.0};
   });
   expect_error<FormatError>(c, {"config.json", "rope_scaling", "rescale factors"});
   const fs::path e =
-      dir("qwen3", "window", [](nlohmann::json& j) { j["use_sliding_window"] = true; });
+      edited_copy("qwen3", "window", [](nlohmann::json& j) { j["use_sliding_window"] = true; });
   expect_error<FormatError>(e, {"config.json", "use_sliding_window"});
-  const fs::path f = dir("mixtral", "window", [](nlohmann::json& j) { j["sliding_window"] = 4; });
+  const fs::path f =
+      edited_copy("mixtral", "window", [](nlohmann::json& j) { j["sliding_window"] = 4; });
   expect_error<FormatError>(f, {"config.json", "sliding_window"});
   // DeepSeek-V3 as the hub ships it: FP8 weights with block scales.
-  const fs::path g = dir("deepseek_v3", "fp8", [](nlohmann::json& j) {
+  const fs::path g = edited_copy("deepseek_v3", "fp8", [](nlohmann::json& j) {
     j["quantization_config"] = {
         {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
   });
