@@ -19,10 +19,19 @@
 //       AVX512_BF16, else its dot products (X rounded to bfloat16).
 //   BM_PrefillEigen/n/k/m/threads  the peer: Eigen's GEMM, same shape.
 //   BM_FmaPeak/threads  the FMA peak, the prefill ceiling.
+//   BM_Qkv<Storage>/k/threads  attention's three projections of one decode
+//       row, Q = x W^Q, K = x W^K, V = x W^V: GPT-2 small's (k = 768, three
+//       768 x 768) and a 1B LLaMA's (k = 2048, 2048 + 512 + 512 outputs),
+//       one product after another (the peer) and with multiply_each (one
+//       parallel region, X quantized once), alternated in every iteration.
+//       Counters: the three matrices' bytes per second each way, and
+//       each_speedup, the time one by one over the time with multiply_each.
 // The matrices are built once per format and shape (quantizing takes longer
 // than the products) and kept for the binary's run.
 #include <benchmark/benchmark.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -193,6 +202,67 @@ void BM_PrefillEigen(benchmark::State& st) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// Attention's W^Q, W^K, W^V for d_model k (GPT-2 small at 768, a 1B
+/// LLaMA's grouped K and V at 2048), three distinct matrices, built once.
+template <class S>
+const std::array<std::unique_ptr<kappa::WeightMatrix<float, S>>, 3>& qkv_weights(Index k) {
+  using W = kappa::WeightMatrix<float, S>;
+  static std::map<Index, std::array<std::unique_ptr<W>, 3>> made;
+  auto& slot = made[k];
+  if (!slot[0]) {
+    const std::array<Index, 3> widths =
+        k == 768 ? std::array<Index, 3>{768, 768, 768} : std::array<Index, 3>{k, k / 4, k / 4};
+    for (std::size_t i = 0; i < 3; ++i)
+      slot[i] = std::make_unique<W>(random_matrix(k, widths[i], 10 + i));
+  }
+  return slot;
+}
+
+/// One decode row through W^Q, W^K, W^V, the products one after another and
+/// with multiply_each, alternated inside each iteration so that both see the
+/// same state of the machine (this VM's speed moves 15-30 % between runs).
+template <class S>
+void BM_Qkv(benchmark::State& st) {
+  using W = kappa::WeightMatrix<float, S>;
+  using Clock = std::chrono::steady_clock;
+  const Index k = st.range(0);
+  const ThreadsScope threads(static_cast<int>(st.range(1)));
+  const auto& w = qkv_weights<S>(k);
+  const std::array<const W*, 3> ws{w[0].get(), w[1].get(), w[2].get()};
+  const RowMatrix<float> x = random_matrix(1, k, 2) * 50.0f;
+  std::array<RowMatrix<float>, 3> y;
+  double bytes = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    y[i].resize(1, ws[i]->cols());
+    bytes += static_cast<double>(ws[i]->bytes());
+  }
+  std::array<kappa::MatrixRef<float>, 3> out{
+      kappa::MatrixRef<float>(y[0]), kappa::MatrixRef<float>(y[1]), kappa::MatrixRef<float>(y[2])};
+  double t_one = 0, t_each = 0;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < 3; ++i) ws[i]->multiply(x, out[i]);
+    benchmark::ClobberMemory();
+    const auto t1 = Clock::now();
+    kappa::multiply_each<float>(x, ws, out);
+    benchmark::ClobberMemory();
+    const auto t2 = Clock::now();
+    t_one += std::chrono::duration<double>(t1 - t0).count();
+    t_each += std::chrono::duration<double>(t2 - t1).count();
+  }
+  const double n = static_cast<double>(st.iterations());
+  st.counters["one_by_one_GB/s"] = bytes * 1e-9 * n / t_one;
+  st.counters["each_GB/s"] = bytes * 1e-9 * n / t_each;
+  st.counters["each_speedup"] = t_one / t_each;
+}
+
+void qkv_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"k", "threads"});
+  for (int threads : {1, 2})
+    for (int k : {768, 2048}) b->Args({k, threads});
+  b->UseRealTime();
+}
+
 void BM_FmaPeak(benchmark::State& st) {
   kappa_bench::fma_peak(st, static_cast<int>(st.range(0)));
 }
@@ -252,6 +322,11 @@ BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_0Weights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q4_KWeights)->Apply(prefill_shapes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::Q6_KWeights)->Apply(prefill_shapes);
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_Qkv, kappa::DenseWeights)->Apply(qkv_shapes);
+BENCHMARK_TEMPLATE(BM_Qkv, kappa::Bf16Weights)->Apply(qkv_shapes);
+BENCHMARK_TEMPLATE(BM_Qkv, kappa::Q8_0Weights)->Apply(qkv_shapes);
+BENCHMARK_TEMPLATE(BM_Qkv, kappa::Q4_0Weights)->Apply(qkv_shapes);
+BENCHMARK_TEMPLATE(BM_Qkv, kappa::Q4_KWeights)->Apply(qkv_shapes);
 
 }  // namespace
 

@@ -6,8 +6,15 @@
 // products, decode (1..3 rows) and prefill (9, 40 rows), reduction lengths
 // that are and are not multiples of the 32-wide vector loop; threads 1..3
 // give the same bits; rows_into reads kCols rows exactly.
+//
+// multiply_each (kappa/core/quant_weights.hpp), the products of one X in one
+// parallel region: its outputs equal each matrix's own multiply() bit for
+// bit, for every format AsStoredWeights holds and for compile-time storages,
+// on 1 to 3 threads, for decode rows and a prompt; a mismatched output
+// names both shapes.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -133,6 +140,157 @@ TEST(MappedF16, ShapeMismatchNamesBothShapes) {
     const std::string what = e.what();
     EXPECT_NE(what.find("2 x 63"), std::string::npos) << what;
     EXPECT_NE(what.find("64 x 10"), std::string::npos) << what;
+  }
+}
+
+using Stored = kappa::WeightMatrix<float, kappa::AsStoredWeights>;
+
+RowMatrix<float> normal_matrix(Index rows, Index cols, std::mt19937_64& g) {
+  std::normal_distribution<float> n(0.0f, 0.5f);
+  RowMatrix<float> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(g);
+  return m;
+}
+
+/// W (k x m) in format `f` as AsStoredWeights holds it, from random values.
+Stored stored_matrix(int f, Index k, Index m, std::mt19937_64& g,
+                     std::vector<std::shared_ptr<const void>>& keep) {
+  const RowMatrix<float> w = normal_matrix(k, m, g);
+  switch (f) {
+    case 0:
+      return Stored(w);  // dense
+    case 1:
+      return Stored(kappa::WeightMatrix<float, kappa::Bf16Weights>(w));  // P = W^T
+    case 2:                                                              // P = W: the X P loop
+      return Stored(kappa::WeightMatrix<float, kappa::Bf16Weights>(w, BlocksAlong::kCols));
+    case 3:
+      return Stored(kappa::WeightMatrix<float, kappa::Q8_0Weights>(w));
+    case 4:
+      return Stored(kappa::WeightMatrix<float, kappa::Q4_0Weights>(w));
+    case 5:
+      return Stored(kappa::WeightMatrix<float, kappa::Q4_KWeights>(w));
+    case 6:
+      return Stored(kappa::WeightMatrix<float, kappa::Q6_KWeights>(w));
+    case 7:  // blocks along the columns: the slow product, one thread
+      return Stored(kappa::WeightMatrix<float, kappa::Q8_0Weights>(w, BlocksAlong::kCols));
+    case 8: {  // an F32 view of W^T, as GGUF stores a projection
+      auto p = std::make_shared<RowMatrix<float>>(w.transpose());
+      keep.push_back(p);
+      return Stored(kappa::detail::MappedDense<float>(k, m, BlocksAlong::kRows, p->data(), p));
+    }
+    case 9: {  // an F32 view of W itself
+      auto p = std::make_shared<RowMatrix<float>>(w);
+      keep.push_back(p);
+      return Stored(kappa::detail::MappedDense<float>(k, m, BlocksAlong::kCols, p->data(), p));
+    }
+    case 10: {
+      const F16Matrix h = f16_matrix(k, m, BlocksAlong::kRows, g);
+      return Stored(
+          kappa::detail::MappedF16<float>(k, m, BlocksAlong::kRows, h.bytes->data(), h.bytes));
+    }
+    default: {
+      const F16Matrix h = f16_matrix(k, m, BlocksAlong::kCols, g);
+      return Stored(
+          kappa::detail::MappedF16<float>(k, m, BlocksAlong::kCols, h.bytes->data(), h.bytes));
+    }
+  }
+}
+
+/// multiply_each of x with `w` against each w[i]->multiply(x, .), bit for
+/// bit, on 1 to 3 threads (the products one by one on the same count).
+template <class W, std::size_t N>
+void expect_each_matches(const RowMatrix<float>& x, const std::array<const W*, N>& w) {
+  for (const int threads : {1, 2, 3}) {
+    if (kappa::set_num_threads(threads) != threads) continue;  // a build without OpenMP
+    std::array<RowMatrix<float>, N> one, each;
+    for (std::size_t i = 0; i < N; ++i) {
+      one[i].resize(x.rows(), w[i]->cols());
+      w[i]->multiply(x, one[i]);
+      each[i] = RowMatrix<float>::Constant(x.rows(), w[i]->cols(), -7.0f);
+    }
+    std::array<kappa::MatrixRef<float>, N> out =
+        [&each]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<kappa::MatrixRef<float>, N>{kappa::MatrixRef<float>(each[I])...};
+    }
+    (std::make_index_sequence<N>{});
+    kappa::multiply_each<float>(x, w, out);
+    for (std::size_t i = 0; i < N; ++i)
+      EXPECT_TRUE(each[i] == one[i]) << "product " << i << ", " << threads << " threads";
+  }
+}
+
+TEST(MultiplyEach, EqualsTheProductsOneByOneInEveryHeldFormat) {
+  F16ThreadsGuard guard;
+  std::mt19937_64 g(3);
+  const Index k = 256;
+  std::vector<std::shared_ptr<const void>> keep;
+  for (int f = 0; f < 12; ++f) {
+    // Three widths: two split over the threads, one too narrow to split.
+    const Stored a = stored_matrix(f, k, 224, g, keep);
+    const Stored b = stored_matrix(f, k, 96, g, keep);
+    const Stored c = stored_matrix(f, k, 32, g, keep);
+    for (const Index n : {1, 3, 9}) {  // decode rows, and a prompt
+      SCOPED_TRACE(a.format() + " (case " + std::to_string(f) + "), " + std::to_string(n) +
+                   " rows");
+      expect_each_matches(normal_matrix(n, k, g), std::array<const Stored*, 3>{&a, &b, &c});
+    }
+  }
+}
+
+// A llama.cpp Q4_K_M file's mix: W^Q, W^K in Q4_K and W^V in Q6_K beside an
+// F32 view and a Q8_0 matrix, X quantized once for all the block formats.
+TEST(MultiplyEach, MixedFormatsShareOneQuantizedX) {
+  F16ThreadsGuard guard;
+  std::mt19937_64 g(4);
+  std::vector<std::shared_ptr<const void>> keep;
+  const Stored q = stored_matrix(5, 512, 512, g, keep);
+  const Stored kk = stored_matrix(5, 512, 128, g, keep);
+  const Stored v = stored_matrix(6, 512, 128, g, keep);
+  const Stored f32 = stored_matrix(8, 512, 64, g, keep);
+  const Stored q8 = stored_matrix(3, 512, 80, g, keep);
+  for (const Index n : {1, 2})
+    expect_each_matches(normal_matrix(n, 512, g),
+                        std::array<const Stored*, 5>{&q, &kk, &v, &f32, &q8});
+}
+
+// A compile-time storage (no per-matrix dispatch) takes the same path.
+TEST(MultiplyEach, CompileTimeStorages) {
+  F16ThreadsGuard guard;
+  std::mt19937_64 g(5);
+  const kappa::WeightMatrix<float, kappa::Q4_0Weights> a(normal_matrix(128, 160, g));
+  const kappa::WeightMatrix<float, kappa::Q4_0Weights> b(normal_matrix(128, 64, g));
+  expect_each_matches(normal_matrix(1, 128, g),
+                      std::array<const kappa::WeightMatrix<float, kappa::Q4_0Weights>*, 2>{&a, &b});
+  const kappa::WeightMatrix<float, kappa::Bf16Weights> c(normal_matrix(128, 160, g));
+  expect_each_matches(normal_matrix(2, 128, g),
+                      std::array<const kappa::WeightMatrix<float, kappa::Bf16Weights>*, 1>{&c});
+  const kappa::WeightMatrix<float> d(normal_matrix(128, 160, g));
+  const kappa::WeightMatrix<float> e(normal_matrix(128, 70, g));
+  expect_each_matches(normal_matrix(1, 128, g),
+                      std::array<const kappa::WeightMatrix<float>*, 2>{&d, &e});
+}
+
+TEST(MultiplyEach, MismatchedOutputNamesBothShapes) {
+  std::mt19937_64 g(6);
+  std::vector<std::shared_ptr<const void>> keep;
+  for (const int f : {0, 1, 4, 8, 10}) {
+    const Stored a = stored_matrix(f, 64, 80, g, keep);
+    const Stored b = stored_matrix(f, 64, 80, g, keep);
+    const RowMatrix<float> x = normal_matrix(1, 64, g);
+    RowMatrix<float> ya(1, 80), yb(1, 79);  // the second output one column short
+    std::array<kappa::MatrixRef<float>, 2> out{kappa::MatrixRef<float>(ya),
+                                               kappa::MatrixRef<float>(yb)};
+    try {
+      kappa::multiply_each<float>(x, std::array<const Stored*, 2>{&a, &b}, out);
+      ADD_FAILURE() << a.format() << ": no ShapeError";
+    } catch (const kappa::ShapeError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("1 x 64"), std::string::npos) << what;
+      // (An F32 view names its stored layout, W^T: 80 x 64.)
+      EXPECT_TRUE(what.find("64 x 80") != std::string::npos ||
+                  what.find("80 x 64") != std::string::npos)
+          << what;
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 #include "kappa/core/concepts.hpp"
@@ -37,6 +38,55 @@ inline void block_range(Index n, int parts, int p, Index& lo, Index& hi) {
   lo = std::min(n, step * p);
   hi = std::min(n, lo + step);
 }
+
+/// The number of pieces a decode product (a few rows of X) with m outputs
+/// per row is split into: one per thread, or 1 for fewer than 64 outputs.
+inline int decode_parts(Index m) {
+  const int threads = num_threads();
+  return (threads > 1 && m >= 64) ? threads : 1;
+}
+
+/// What the products that share one X prepare once (X's rows in Q8_0 for
+/// the block formats; kappa/core/quant_weights.hpp).
+struct DecodeInput;
+
+/// A decode product cut into pieces for a parallel region that the caller
+/// runs (multiply_each, kappa/core/quant_weights.hpp): run(p) computes piece
+/// p < parts alone. The pieces are the ones the product's own region
+/// computes (the same ranges of outputs, the same loops), so the result is
+/// the product's, bit for bit.
+struct DecodeJob {
+  int parts = 1;
+  std::function<void(int)> run;
+};
+
+/// Piece p of `parts` of the decode product out = X W: a block of W's
+/// columns; with one part, the whole product.
+template <Scalar T>
+void product_piece(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T>& out, int p,
+                   int parts) {
+  if (parts <= 1) {
+    out.noalias() = x * w;  // (n, m)
+    return;
+  }
+  Index lo = 0, hi = 0;
+  block_range(w.cols(), parts, p, lo, hi);
+  if (hi > lo) out.middleCols(lo, hi - lo).noalias() = x * w.middleCols(lo, hi - lo);
+}
+
+/// Piece p of `parts` of the decode product out = X E^T: a block of E's
+/// rows; with one part, the whole product.
+template <Scalar T>
+void product_transposed_piece(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& e,
+                              MatrixRef<T>& out, int p, int parts) {
+  if (parts <= 1) {
+    out.noalias() = x * e.transpose();  // (n, m)
+    return;
+  }
+  Index lo = 0, hi = 0;
+  block_range(e.rows(), parts, p, lo, hi);
+  if (hi > lo) out.middleCols(lo, hi - lo).noalias() = x * e.middleRows(lo, hi - lo).transpose();
+}
 }  // namespace detail
 
 /// out = X W for X (n x k) and W (k x m). \throws ShapeError on mismatch.
@@ -46,7 +96,6 @@ void product_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Matrix
                  "product X W", "X", x.rows(), x.cols(), "W", w.rows(), w.cols(),
                  "X must have as many columns as W has rows, and the output must be (rows of X) x "
                  "(columns of W)");
-  const int threads = num_threads();
 #if KAPPA_SIMD_LANES > 0
   if constexpr (std::is_same_v<T, float>) {
     constexpr Index kNr = detail::gemm::kNr;
@@ -59,23 +108,20 @@ void product_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Matrix
             for (Index s = 0; s < kc; ++s)
               detail::gemm::copy_row(dst + s * kNr, wp + (t + s) * ldw + j, len);
           },
-          out.data(), out.outerStride(), threads);
+          out.data(), out.outerStride(), num_threads());
       return;
     }
   }
 #endif
-  if (threads <= 1 || x.rows() > kFewRows || w.cols() < 64) {
-    out.noalias() = x * w;  // (n, m)
+  const int parts = x.rows() > kFewRows ? 1 : detail::decode_parts(w.cols());
+  if (parts == 1) {
+    detail::product_piece<T>(x, w, out, 0, 1);
     return;
   }
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(parts) schedule(static)
 #endif
-  for (int p = 0; p < threads; ++p) {
-    Index lo = 0, hi = 0;
-    detail::block_range(w.cols(), threads, p, lo, hi);
-    if (hi > lo) out.middleCols(lo, hi - lo).noalias() = x * w.middleCols(lo, hi - lo);
-  }
+  for (int p = 0; p < parts; ++p) detail::product_piece<T>(x, w, out, p, parts);
 }
 
 /// out = X E^T for X (n x k) and E (m x k), as the output head's logits
@@ -87,7 +133,6 @@ void product_transposed_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>
       x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(), "product X E^T",
       "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
       "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
-  const int threads = num_threads();
 #if KAPPA_SIMD_LANES > 0
   if constexpr (std::is_same_v<T, float>) {
     if (x.rows() > kFewRows) {  // a prompt: our GEMM
@@ -98,23 +143,46 @@ void product_transposed_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>
           [ep, lde](Index j, Index t, Index len, float* dst) {
             std::memcpy(dst, ep + j * lde + t, sizeof(float) * static_cast<std::size_t>(len));
           },
-          out.data(), out.outerStride(), threads);
+          out.data(), out.outerStride(), num_threads());
       return;
     }
   }
 #endif
-  if (threads <= 1 || x.rows() > kFewRows || e.rows() < 64) {
-    out.noalias() = x * e.transpose();  // (n, m)
+  const int parts = x.rows() > kFewRows ? 1 : detail::decode_parts(e.rows());
+  if (parts == 1) {
+    detail::product_transposed_piece<T>(x, e, out, 0, 1);
     return;
   }
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(parts) schedule(static)
 #endif
-  for (int p = 0; p < threads; ++p) {
-    Index lo = 0, hi = 0;
-    detail::block_range(e.rows(), threads, p, lo, hi);
-    if (hi > lo) out.middleCols(lo, hi - lo).noalias() = x * e.middleRows(lo, hi - lo).transpose();
-  }
+  for (int p = 0; p < parts; ++p) detail::product_transposed_piece<T>(x, e, out, p, parts);
 }
+
+namespace detail {
+/// product_into's decode product as a job (see DecodeJob).
+/// \throws ShapeError on mismatch.
+template <Scalar T>
+DecodeJob product_job(const ConstMatrixRef<T>& x, ConstMatrixRef<T> w, MatrixRef<T>& out) {
+  require_shapes(x.cols() == w.rows() && out.rows() == x.rows() && out.cols() == w.cols(),
+                 "product X W", "X", x.rows(), x.cols(), "W", w.rows(), w.cols(),
+                 "X must have as many columns as W has rows, and the output must be (rows of X) x "
+                 "(columns of W)");
+  const int parts = decode_parts(w.cols());
+  return {parts, [&x, w, &out, parts](int p) { product_piece<T>(x, w, out, p, parts); }};
+}
+/// product_transposed_into's decode product as a job (see DecodeJob).
+/// \throws ShapeError on mismatch.
+template <Scalar T>
+DecodeJob product_transposed_job(const ConstMatrixRef<T>& x, ConstMatrixRef<T> e,
+                                 MatrixRef<T>& out) {
+  require_shapes(
+      x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(), "product X E^T",
+      "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
+      "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
+  const int parts = decode_parts(e.rows());
+  return {parts, [&x, e, &out, parts](int p) { product_transposed_piece<T>(x, e, out, p, parts); }};
+}
+}  // namespace detail
 
 }  // namespace kappa

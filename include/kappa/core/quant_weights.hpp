@@ -282,6 +282,36 @@ struct Q8Row {
   }
 };
 
+/// X's rows in Q8_0 (quantize_row_q8_0, unpacked as Q8Row).
+template <Scalar T>
+std::vector<Q8Row> q8_rows(const ConstMatrixRef<T>& x) {
+  const Index k = x.cols(), nx = k / quant::kBlock32;
+  std::vector<Q8Row> xs(static_cast<std::size_t>(x.rows()));
+  std::vector<float> xr(static_cast<std::size_t>(k));
+  std::vector<unsigned char> blocks(static_cast<std::size_t>(nx) * quant::kBytesQ8_0);
+  for (Index r = 0; r < x.rows(); ++r) {
+    for (Index t = 0; t < k; ++t) xr[static_cast<std::size_t>(t)] = static_cast<float>(x(r, t));
+    quant::quantize_row_q8_0(xr.data(), blocks.data(), k);
+    xs[static_cast<std::size_t>(r)].assign(blocks.data(), nx);
+  }
+  return xs;
+}
+
+/// What the decode products of one X prepare once (see DecodeJob): its rows
+/// in Q8_0, made by the first block-format product that asks.
+struct DecodeInput {
+  template <Scalar T>
+  const std::vector<Q8Row>& q8_rows(const ConstMatrixRef<T>& x) {
+    if (!q8_made) {
+      q8 = detail::q8_rows<T>(x);
+      q8_made = true;
+    }
+    return q8;
+  }
+  std::vector<Q8Row> q8;
+  bool q8_made = false;
+};
+
 /// d s + acc with one rounding where the build has FMA (both paths then
 /// fuse), else with two (neither does).
 inline float lane_fma(float d, float s, float acc) {
@@ -1550,7 +1580,6 @@ class BlockWeightMatrix {
                              "over), so W's columns must be a multiple of " +
                                  std::to_string(kB));
     nb_ = k_ / kB;
-    nx_ = k_ / quant::kBlock32;
   }
 
   void require_size(std::size_t size) const {
@@ -1626,29 +1655,45 @@ class BlockWeightMatrix {
       return;
     }
     // Decode: X's rows in Q8_0 once, then integer block dot products.
-    std::vector<Q8Row> xs(static_cast<std::size_t>(n));
-    {
-      std::vector<float> xr(static_cast<std::size_t>(k_));
-      std::vector<unsigned char> blocks(static_cast<std::size_t>(nx_) * quant::kBytesQ8_0);
-      for (Index r = 0; r < n; ++r) {
-        for (Index t = 0; t < k_; ++t)
-          xr[static_cast<std::size_t>(t)] = static_cast<float>(x(r, t));
-        quant::quantize_row_q8_0(xr.data(), blocks.data(), k_);
-        xs[static_cast<std::size_t>(r)].assign(blocks.data(), nx_);
-      }
+    const std::vector<Q8Row> xs = q8_rows(x);
+    if (parts == 1) {
+      dots_piece(xs, out, 0, 1);
+      return;
     }
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#pragma omp parallel for num_threads(parts) schedule(static)
 #endif
-    for (int p = 0; p < parts; ++p) {
-      Index lo = 0, hi = 0;
-      detail::block_range(n_p_, parts, p, lo, hi);
-      for (Index j = lo; j < hi; ++j) {
-        // (The block loops prefetch the weights ahead: prefetch_ahead.)
-        const unsigned char* w = packed_row(j);
-        for (Index r = 0; r < n; ++r)
-          out(r, j) = static_cast<T>(Ops::dot(w, xs[static_cast<std::size_t>(r)]));
-      }
+    for (int p = 0; p < parts; ++p) dots_piece(xs, out, p, parts);
+  }
+
+ public:
+  /// multiply()'s decode product (a few rows of X) as a job for a region
+  /// that the caller runs (multiply_each); X's rows in Q8_0 come from
+  /// `shared`, made once for all the products of X. \throws ShapeError on
+  /// mismatch.
+  DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out, DecodeInput& shared) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   product_name(false), "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows, the output (rows of X) x "
+                   "(columns of W)");
+    if (along_ != BlocksAlong::kRows)  // product_p: one thread, no region of its own
+      return {1, [this, &x, &out](int) { product_p(x, out); }};
+    const std::vector<Q8Row>& xs = shared.q8_rows(x);
+    const int parts = decode_parts(n_p_);
+    return {parts, [this, &xs, &out, parts](int p) { dots_piece(xs, out, p, parts); }};
+  }
+
+ private:
+  /// Piece p of `parts` of the decode product out = X P^T: a block of P's
+  /// rows, each row's block dot products with X's rows in Q8_0.
+  void dots_piece(const std::vector<Q8Row>& xs, MatrixRef<T>& out, int p, int parts) const {
+    Index lo = 0, hi = 0;
+    detail::block_range(n_p_, parts, p, lo, hi);
+    for (Index j = lo; j < hi; ++j) {
+      // (The block loops prefetch the weights ahead: prefetch_ahead.)
+      const unsigned char* w = packed_row(j);
+      for (std::size_t r = 0; r < xs.size(); ++r)
+        out(static_cast<Index>(r), j) = static_cast<T>(Ops::dot(w, xs[r]));
     }
   }
 
@@ -1714,8 +1759,8 @@ class BlockWeightMatrix {
 
   Index rows_ = 0, cols_ = 0;
   BlocksAlong along_ = BlocksAlong::kRows;
-  // reduction length, rows of P, weight blocks per row of P, X's Q8_0 blocks per row
-  Index k_ = 0, n_p_ = 0, nb_ = 0, nx_ = 0;
+  // reduction length, rows of P, weight blocks per row of P
+  Index k_ = 0, n_p_ = 0, nb_ = 0;
   const unsigned char* data_ = nullptr;
   std::shared_ptr<const void> owner_;
 };
@@ -1758,5 +1803,45 @@ class WeightMatrix<T, Q6_KWeights> : public detail::BlockWeightMatrix<T, Q6_KWei
  public:
   using detail::BlockWeightMatrix<T, Q6_KWeights>::BlockWeightMatrix;
 };
+
+/// out[i] = X W_i for weight matrices that multiply the same X: attention's
+/// W^Q, W^K and W^V, a gated feed-forward's W_gate and W_up kept apart. For
+/// a decode step (at most kFewRows rows of X) the products run in one
+/// parallel region, a hand-off of the threads instead of one per product,
+/// and the block formats quantize X to Q8_0 once instead of once each; every
+/// product keeps its own split of the outputs over the threads, so out[i]
+/// is what w[i]->multiply(x, out[i]) gives, bit for bit. Longer X (a prompt)
+/// and storages without decode_job() run the products one after another.
+/// \throws ShapeError naming the product whose shapes do not match.
+template <Scalar T, class W, std::size_t N>
+void multiply_each(const ConstMatrixRef<T>& x, const std::array<const W*, N>& w,
+                   std::array<MatrixRef<T>, N>& out) {
+  detail::DecodeInput shared;
+  constexpr bool kJobs = requires(const W& m, MatrixRef<T>& o) {
+    { m.decode_job(x, o, shared) } -> std::same_as<detail::DecodeJob>;
+  };
+  if (!kJobs || x.rows() > kFewRows) {
+    for (std::size_t i = 0; i < N; ++i) w[i]->multiply(x, out[i]);
+    return;
+  }
+  if constexpr (kJobs) {
+    std::array<detail::DecodeJob, N> jobs;
+    int parts = 1;
+    for (std::size_t i = 0; i < N; ++i) {
+      jobs[i] = w[i]->decode_job(x, out[i], shared);
+      parts = std::max(parts, jobs[i].parts);
+    }
+    if (parts == 1) {
+      for (std::size_t i = 0; i < N; ++i) jobs[i].run(0);
+      return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static)
+#endif
+    for (int p = 0; p < parts; ++p)
+      for (std::size_t i = 0; i < N; ++i)
+        if (p < jobs[i].parts) jobs[i].run(p);
+  }
+}
 
 }  // namespace kappa

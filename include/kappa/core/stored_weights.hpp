@@ -98,6 +98,12 @@ class MappedDense {
     else
       product_transposed_into<T>(x, packed(), out);
   }
+  /// multiply()'s decode product as a job (multiply_each).
+  DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
+                       DecodeInput& /*shared*/) const {
+    if (along_ == BlocksAlong::kRows) return product_transposed_job<T>(x, packed(), out);
+    return product_job<T>(x, packed(), out);
+  }
 
  private:
   Index rows_ = 0, cols_ = 0;
@@ -192,6 +198,19 @@ class MappedF16 {
     else
       product_p(x, out);
   }
+  /// multiply()'s decode product (a few rows of X) as a job (multiply_each).
+  /// \throws ShapeError on mismatch.
+  DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
+                       DecodeInput& /*shared*/) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   "product X W (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows");
+    if (along_ != BlocksAlong::kRows)  // product_p: one thread, no region of its own
+      return {1, [this, &x, &out](int) { product_p(x, out); }};
+    const int parts = decode_parts(n_p_);
+    return {parts,
+            [this, xs = floats_of(x), &out, parts](int p) { dots_piece(xs, out, p, parts); }};
+  }
   /// out = X W^T. \throws ShapeError on mismatch.
   void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
     require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
@@ -242,24 +261,36 @@ class MappedF16 {
       }
       return;
     }
-    std::vector<float> xs(static_cast<std::size_t>(n * k_));
-    for (Index r = 0; r < n; ++r)
+    const std::vector<float> xs = floats_of(x);
+    if (parts == 1) {
+      dots_piece(xs, out, 0, 1);
+      return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static)
+#endif
+    for (int p = 0; p < parts; ++p) dots_piece(xs, out, p, parts);
+  }
+  /// X's rows as floats, one after another.
+  [[nodiscard]] std::vector<float> floats_of(const ConstMatrixRef<T>& x) const {
+    std::vector<float> xs(static_cast<std::size_t>(x.rows() * k_));
+    for (Index r = 0; r < x.rows(); ++r)
       for (Index t = 0; t < k_; ++t)
         xs[static_cast<std::size_t>(r * k_ + t)] = static_cast<float>(x(r, t));
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int p = 0; p < parts; ++p) {
-      Index lo = 0, hi = 0;
-      detail::block_range(n_p_, parts, p, lo, hi);
-      for (Index j = lo; j < hi; ++j) {
-        if (j + 2 < hi) {
-          const unsigned char* ahead = row_ptr(j + 2);
-          for (Index b = 0; b < 2 * k_; b += 64) __builtin_prefetch(ahead + b, 0, 2);
-        }
-        for (Index r = 0; r < n; ++r)
-          out(r, j) = static_cast<T>(f16_dot(row_ptr(j), xs.data() + r * k_, k_));
+    return xs;
+  }
+  /// Piece p of `parts` of the decode product out = X P^T (X's rows in xs):
+  /// dot products with a block of P's rows.
+  void dots_piece(const std::vector<float>& xs, MatrixRef<T>& out, int p, int parts) const {
+    Index lo = 0, hi = 0;
+    detail::block_range(n_p_, parts, p, lo, hi);
+    for (Index j = lo; j < hi; ++j) {
+      if (j + 2 < hi) {
+        const unsigned char* ahead = row_ptr(j + 2);
+        for (Index b = 0; b < 2 * k_; b += 64) __builtin_prefetch(ahead + b, 0, 2);
       }
+      for (Index r = 0; r < out.rows(); ++r)
+        out(r, j) = static_cast<T>(f16_dot(row_ptr(j), xs.data() + r * k_, k_));
     }
   }
   /// out = X P (X: n x n_p): panels of P converted, accumulated GEMMs.
@@ -376,6 +407,12 @@ class WeightMatrix<T, AsStoredWeights> {
   /// out = X W^T. \throws ShapeError on mismatch.
   void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
     std::visit([&](const auto& m) { m.multiply_transposed(x, out); }, m_);
+  }
+  /// multiply()'s decode product as a job of the held matrix (multiply_each).
+  /// \throws ShapeError on mismatch.
+  detail::DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
+                               detail::DecodeInput& shared) const {
+    return std::visit([&](const auto& m) { return m.decode_job(x, out, shared); }, m_);
   }
 
  private:

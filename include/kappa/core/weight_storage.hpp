@@ -105,6 +105,12 @@ class WeightMatrix<T, DenseWeights> {
   void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
     product_transposed_into<T>(x, w_, out);
   }
+  /// multiply()'s decode product (a few rows of X) as a job for a region
+  /// that the caller runs (multiply_each). \throws ShapeError on mismatch.
+  detail::DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
+                               detail::DecodeInput& /*shared*/) const {
+    return detail::product_job<T>(x, w_, out);
+  }
 
  private:
   RowMatrix<T> w_;
@@ -205,6 +211,20 @@ class WeightMatrix<T, Bf16Weights> {
     else
       product_p(x, out);
   }
+  /// multiply()'s decode product (a few rows of X) as a job for a region
+  /// that the caller runs (multiply_each). \throws ShapeError on mismatch.
+  detail::DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
+                               detail::DecodeInput& /*shared*/) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   "product X W (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows");
+    if (transposed_) {
+      const int parts = detail::decode_parts(pr_);
+      return {parts, [this, &x, &out, parts](int p) { dots_piece(x, out, p, parts); }};
+    }
+    const int parts = detail::decode_parts(pc_);
+    return {parts, [this, &x, &out, parts](int p) { gemv_piece(x, out, p, parts); }};
+  }
 
   /// out = X W^T (W: m x k, the output head E).
   void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
@@ -258,15 +278,21 @@ class WeightMatrix<T, Bf16Weights> {
       }
       return;
     }
-    const int parts = (threads > 1 && pc_ >= 64) ? threads : 1;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int p = 0; p < parts; ++p) {
-      Index lo = 0, hi = 0;
-      detail::block_range(pc_, parts, p, lo, hi);
-      if (hi > lo) gemv_block(x, out, lo, hi - lo);
+    const int parts = detail::decode_parts(pc_);
+    if (parts == 1) {  // (an OpenMP region of one thread still costs ~1 us)
+      gemv_piece(x, out, 0, 1);
+      return;
     }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static)
+#endif
+    for (int p = 0; p < parts; ++p) gemv_piece(x, out, p, parts);
+  }
+  /// Piece p of `parts` of the decode product out = X P.
+  void gemv_piece(const ConstMatrixRef<T>& x, MatrixRef<T>& out, int p, int parts) const {
+    Index lo = 0, hi = 0;
+    detail::block_range(pc_, parts, p, lo, hi);
+    if (hi > lo) gemv_block(x, out, lo, hi - lo);
   }
 
   /// out = X P^T (X: n x pc_, out: n x pr_).
@@ -296,27 +322,20 @@ class WeightMatrix<T, Bf16Weights> {
     }
 #endif
     const int parts = (threads > 1 && pr_ >= 64) ? threads : 1;
+    if (x.rows() <= kFewRows && parts == 1) {  // (a region of one thread still costs ~1 us)
+      dots_piece(x, out, 0, 1);
+      return;
+    }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
 #endif
     for (int p = 0; p < parts; ++p) {
-      Index lo = 0, hi = 0;
-      detail::block_range(pr_, parts, p, lo, hi);
       if (x.rows() <= kFewRows) {
-        // Decoding: dot products with rows of P, four rows at a time.
-        std::vector<float> xr(static_cast<std::size_t>(pc_));
-        for (Index r = 0; r < x.rows(); ++r) {
-          for (Index k = 0; k < pc_; ++k)
-            xr[static_cast<std::size_t>(k)] = static_cast<float>(x(r, k));
-          Index j = lo;
-          for (; j + 4 <= hi; j += 4) {
-            // Rows j + 8 .. j + 11 into L1 while these four are summed.
-            dot_rows<4>(xr.data(), j, &out(r, j), j + 12 <= hi ? p_ + (j + 8) * pc_ : nullptr);
-          }
-          for (; j < hi; ++j) dot_rows<1>(xr.data(), j, &out(r, j), nullptr);
-        }
+        dots_piece(x, out, p, parts);
         continue;
       }
+      Index lo = 0, hi = 0;
+      detail::block_range(pr_, parts, p, lo, hi);
       constexpr Index kPanel = 64;
       RowMatrix<T> panel(kPanel, pc_);
       for (Index r0 = lo; r0 < hi; r0 += kPanel) {
@@ -324,6 +343,23 @@ class WeightMatrix<T, Bf16Weights> {
         widen(r0, nr, 0, pc_, panel.data(), pc_);
         out.middleCols(r0, nr).noalias() = x * panel.topRows(nr).transpose();  // (n, nr)
       }
+    }
+  }
+
+  /// Piece p of `parts` of the decode product out = X P^T: dot products
+  /// with a block of P's rows, four rows at a time.
+  void dots_piece(const ConstMatrixRef<T>& x, MatrixRef<T>& out, int p, int parts) const {
+    Index lo = 0, hi = 0;
+    detail::block_range(pr_, parts, p, lo, hi);
+    std::vector<float> xr(static_cast<std::size_t>(pc_));
+    for (Index r = 0; r < x.rows(); ++r) {
+      for (Index k = 0; k < pc_; ++k) xr[static_cast<std::size_t>(k)] = static_cast<float>(x(r, k));
+      Index j = lo;
+      for (; j + 4 <= hi; j += 4) {
+        // Rows j + 8 .. j + 11 into L1 while these four are summed.
+        dot_rows<4>(xr.data(), j, &out(r, j), j + 12 <= hi ? p_ + (j + 8) * pc_ : nullptr);
+      }
+      for (; j < hi; ++j) dot_rows<1>(xr.data(), j, &out(r, j), nullptr);
     }
   }
 

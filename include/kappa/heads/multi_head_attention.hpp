@@ -37,6 +37,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstdint>
 #include <string>
@@ -495,9 +496,7 @@ class MultiHeadAttention {
     if (n == 0) return RowMatrix<T>(0, config_.d_out);  // no new tokens: the cache is unchanged
     const Index h_kv = config_.n_kv_heads, dh = config_.d_head, dv = config_.d_v;
     RowMatrix<T> q, k, v;
-    project(x, w_q_, b_q_, q);  // (n, H d_head)
-    project(x, w_k_, b_k_, k);  // (n, H_kv d_head)
-    project(x, w_v_, b_v_, v);  // (n, H_kv d_v)
+    project_qkv(x, q, k, v);  // (n, H d_head), (n, H_kv d_head), (n, H_kv d_v)
     apply_position(ProjectionRole::kQuery, q, config_.n_heads, 0, n, t0);
     apply_position(ProjectionRole::kKey, k, h_kv, 0, n, t0);
     RowMatrix<T> y(n, config_.n_heads * dv);  // (n, H d_v)
@@ -610,9 +609,7 @@ class MultiHeadAttention {
         }
       }
       RowMatrix<T> q, k, v;
-      project(x.rows, w_q_, b_q_, q);  // (sum N_b, H d_head)
-      project(x.rows, w_k_, b_k_, k);  // (sum N_b, H_kv d_head)
-      project(x.rows, w_v_, b_v_, v);  // (sum N_b, H_kv d_v)
+      project_qkv(x.rows, q, k, v);  // (sum N_b, H d_head), (.., H_kv d_head), (.., H_kv d_v)
       for (std::size_t b = 0; b < n_seq; ++b) {
         const Index n = off[b + 1] - off[b], t0 = caches[b]->length();
         apply_position(ProjectionRole::kQuery, q, config_.n_heads, off[b], n, t0);
@@ -796,6 +793,21 @@ class MultiHeadAttention {
     out.resize(x.rows(), w.cols());
     w.multiply(x, out);  // (N, width); decode rows split over the threads
     if (b.size() != 0) out.rowwise() += b;
+  }
+  /// Q = X W^Q + b^Q, K = X W^K + b^K, V = X W^V + b^V from one X (self
+  /// attention): a decode step runs the three products in one parallel
+  /// region, X quantized once for block formats (multiply_each); the values
+  /// are project()'s, bit for bit.
+  void project_qkv(const ConstMatrixRef<T>& x, RowMatrix<T>& q, RowMatrix<T>& k,
+                   RowMatrix<T>& v) const {
+    q.resize(x.rows(), w_q_.cols());
+    k.resize(x.rows(), w_k_.cols());
+    v.resize(x.rows(), w_v_.cols());
+    std::array<MatrixRef<T>, 3> out{MatrixRef<T>(q), MatrixRef<T>(k), MatrixRef<T>(v)};
+    multiply_each<T>(x, std::array<const WeightMatrix<T, Storage>*, 3>{&w_q_, &w_k_, &w_v_}, out);
+    if (b_q_.size() != 0) q.rowwise() += b_q_;
+    if (b_k_.size() != 0) k.rowwise() += b_k_;
+    if (b_v_.size() != 0) v.rowwise() += b_v_;
   }
 
   /// Applies the positional policy to rows [row0, row0 + rows) of every head

@@ -15,6 +15,7 @@
 // the bytes a decode step reads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "kappa/core/error.hpp"
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
+#include "kappa/core/quant_weights.hpp"
 #include "kappa/core/random.hpp"
 #include "kappa/core/weight_storage.hpp"
 #include "kappa/nn/activations.hpp"
@@ -218,8 +220,9 @@ class GatedMlp {
     const Index f = d_ff();
     RowMatrix<T> gu(x.rows(), 2 * f);
     if (split_) {
-      w_gate_up_.multiply(x, gu.leftCols(f));  // X W_gate
-      w_up_.multiply(x, gu.rightCols(f));      // X W_up
+      // X W_gate, X W_up: in one parallel region for a decode step
+      std::array<MatrixRef<T>, 2> out{MatrixRef<T>(gu.leftCols(f)), MatrixRef<T>(gu.rightCols(f))};
+      multiply_each<T>(x, std::array<const WeightMatrix<T, Storage>*, 2>{&w_gate_up_, &w_up_}, out);
     } else {
       w_gate_up_.multiply(x, gu);  // (N, 2 d_ff): [X W_gate | X W_up]
     }
