@@ -15,6 +15,9 @@
 // weights GB/s against BM_Ceiling_Read_Gpt2Weights (a plain read) is
 // the fraction of the bandwidth bound reached.
 //
+// BM_Model_DecodeCacheF16_* runs each decode step over a float cache and
+// over an fp16 one, alternated, and reports the ratio.
+//
 // Ceilings in the same binary:
 //   prefill (GEMM-bound): GFLOP/s of the model (2 x parameters x tokens) beside
 //     Eigen's GEMM of the model's most common shape (128 x d) x (d x 4d);
@@ -186,6 +189,49 @@ void BM_Model_DecodeSplit_Gpt2Small_(benchmark::State& st) {
   decode_split(st, gpt2<S>());
 }
 
+/// The cache's bytes: a decode step over a float cache and one over an fp16
+/// cache (cache::F16, half the bytes: llama.cpp's default) of the same 128
+/// positions, both in every iteration, in alternating order, so that both
+/// see the same state of the machine (separate runs on this VM move by
+/// 15-30 %). Counters: tokens/s each way and f16_speedup (time with the
+/// float cache over time with the fp16 one).
+template <class S>
+void BM_Model_DecodeCacheF16_Gpt2Small_(benchmark::State& st) {
+  using Clock = std::chrono::steady_clock;
+  auto& m = gpt2<S>();
+  const kappa_bench::ArgThreads threads(st);
+  const auto ids = kappa_bench::spread_tokens(kPrompt, m.vocab_size());
+  auto c32 = m.make_cache();
+  auto c16 = m.template make_cache<kappa::cache::F16>();
+  (void)m.forward_cached(ids, c32, kappa::LogitsFor::kLast);
+  (void)m.forward_cached(ids, c16, kappa::LogitsFor::kLast);
+  const std::span<const kappa::TokenId> next(&kNext, 1);
+  double t32 = 0, t16 = 0;
+  bool f16_first = false;
+  for (auto _ : st) {
+    const auto step = [&](auto& cache, double& t) {
+      const auto t0 = Clock::now();
+      benchmark::DoNotOptimize(m.forward_cached(next, cache, kappa::LogitsFor::kLast).data());
+      t += std::chrono::duration<double>(Clock::now() - t0).count();
+      cache.truncate(kPrompt);
+    };
+    if (f16_first) {
+      step(c16, t16);
+      step(c32, t32);
+    } else {
+      step(c32, t32);
+      step(c16, t16);
+    }
+    f16_first = !f16_first;
+  }
+  const double n = static_cast<double>(st.iterations());
+  st.counters["float_cache_tokens/s"] = n / t32;
+  st.counters["f16_cache_tokens/s"] = n / t16;
+  st.counters["f16_speedup"] = t32 / t16;
+  st.counters["float_cache_MB"] = static_cast<double>(c32.bytes()) / 1e6;
+  st.counters["f16_cache_MB"] = static_cast<double>(c16.bytes()) / 1e6;
+}
+
 /// Ceiling for decode: a memcpy of the GPT-2 weights' bytes.
 void BM_Ceiling_Copy_Gpt2Weights(benchmark::State& st) {
   kappa_bench::memory_copy(st, gpt2().decode_bytes(), kappa_bench::arg_threads(st));
@@ -209,6 +255,10 @@ BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_a
 BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeCacheF16_Gpt2Small_, kappa::Bf16Weights)
+    ->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeCacheF16_Gpt2Small_, kappa::Q4_KWeights)
+    ->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Read_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Gemm_128x768x3072)->Apply(on_1_and_2_threads);
