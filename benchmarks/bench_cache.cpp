@@ -41,10 +41,8 @@
 
 #include "bench_common.hpp"
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kappa/cache/decode.hpp"
@@ -147,31 +145,6 @@ void BM_PlainRead(benchmark::State& st) {
   kappa_bench::memory_read(st, bytes, threads);
 }
 
-/// Total seconds of a() and of b() over the benchmark's iterations, each
-/// iteration running a() then b(), timed separately (after two untimed warm-up
-/// rounds: first touch); the manual iteration time is a()'s.
-template <class A, class B>
-std::pair<double, double> alternate(benchmark::State& st, A&& a, B&& b) {
-  using Clock = std::chrono::steady_clock;
-  for (int i = 0; i < 2; ++i) {
-    a();
-    b();
-  }
-  double t_a = 0, t_b = 0;
-  for (auto _ : st) {
-    const auto t0 = Clock::now();
-    a();
-    const auto t1 = Clock::now();
-    b();
-    const auto t2 = Clock::now();
-    const double d = std::chrono::duration<double>(t1 - t0).count();
-    t_a += d;
-    t_b += std::chrono::duration<double>(t2 - t1).count();
-    st.SetIterationTime(d);
-  }
-  return {t_a, t_b};
-}
-
 // Args: len, threads: decode steps (G = 1) alternating with plain reads of
 // as many bytes; the decode steps' time is the benchmark's (manual) time.
 template <class F>
@@ -184,7 +157,7 @@ void BM_KvDecodeVsRead(benchmark::State& st) {
   Matrix y(1, kKvHeads * kDHead);
   kappa::DecodeWorkspace<T> ws;
   const std::vector<float> src(c.bytes() / sizeof(float), 1.0f);
-  const auto [t_decode, t_read] = alternate(
+  const auto [t_decode, t_read] = kappa_bench::alternate(
       st,
       [&] {
         decode_step<F>(q, c, y, ws, 1);
@@ -210,7 +183,7 @@ void BM_KvDecodeVsFloat(benchmark::State& st) {
   const Matrix q = random(1, kKvHeads * kDHead, 4);
   Matrix y(1, kKvHeads * kDHead), y_float(1, kKvHeads * kDHead);
   kappa::DecodeWorkspace<T> ws, ws_float;
-  const auto [t_format, t_float] = alternate(
+  const auto [t_format, t_float] = kappa_bench::alternate(
       st,
       [&] {
         decode_step<F>(q, c, y, ws, 1);

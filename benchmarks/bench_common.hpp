@@ -8,9 +8,11 @@
 
 #include "kappa/core/simd.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace kappa_bench {
@@ -125,6 +127,42 @@ inline void memory_read(benchmark::State& st, std::size_t bytes, int threads) {
   for (auto _ : st) benchmark::DoNotOptimize(read_once(src, threads));
   st.counters["GB/s"] = benchmark::Counter(double(src.size() * sizeof(float)) * 1e-9,
                                            benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// Paired timing, for a ratio read from one run: every iteration of `st`
+/// runs a() and b(), timed apart, in alternating order (a() first in even
+/// iterations), after two untimed rounds of each (first touch). Both see the
+/// same state of the machine, where separate runs on our VMs move 15-30 %.
+/// Returns the total seconds of a() and of b(); the iteration's manual time
+/// is a()'s (read only by benchmarks registered with UseManualTime).
+template <class A, class B>
+std::pair<double, double> alternate(benchmark::State& st, A&& a, B&& b) {
+  const auto timed = [](auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < 2; ++i) {
+    a();
+    b();
+  }
+  double t_a = 0, t_b = 0;
+  bool a_first = true;
+  for (auto _ : st) {
+    double da = 0, db = 0;
+    if (a_first) {
+      da = timed(a);
+      db = timed(b);
+    } else {
+      db = timed(b);
+      da = timed(a);
+    }
+    t_a += da;
+    t_b += db;
+    st.SetIterationTime(da);
+    a_first = !a_first;
+  }
+  return {t_a, t_b};
 }
 
 }  // namespace kappa_bench

@@ -197,7 +197,6 @@ void BM_Model_DecodeSplit_Gpt2Small_(benchmark::State& st) {
 /// float cache over time with the fp16 one).
 template <class S>
 void BM_Model_DecodeCacheF16_Gpt2Small_(benchmark::State& st) {
-  using Clock = std::chrono::steady_clock;
   auto& m = gpt2<S>();
   const kappa_bench::ArgThreads threads(st);
   const auto ids = kappa_bench::spread_tokens(kPrompt, m.vocab_size());
@@ -206,24 +205,12 @@ void BM_Model_DecodeCacheF16_Gpt2Small_(benchmark::State& st) {
   (void)m.forward_cached(ids, c32, kappa::LogitsFor::kLast);
   (void)m.forward_cached(ids, c16, kappa::LogitsFor::kLast);
   const std::span<const kappa::TokenId> next(&kNext, 1);
-  double t32 = 0, t16 = 0;
-  bool f16_first = false;
-  for (auto _ : st) {
-    const auto step = [&](auto& cache, double& t) {
-      const auto t0 = Clock::now();
-      benchmark::DoNotOptimize(m.forward_cached(next, cache, kappa::LogitsFor::kLast).data());
-      t += std::chrono::duration<double>(Clock::now() - t0).count();
-      cache.truncate(kPrompt);
-    };
-    if (f16_first) {
-      step(c16, t16);
-      step(c32, t32);
-    } else {
-      step(c32, t32);
-      step(c16, t16);
-    }
-    f16_first = !f16_first;
-  }
+  const auto step = [&](auto& cache) {
+    benchmark::DoNotOptimize(m.forward_cached(next, cache, kappa::LogitsFor::kLast).data());
+    cache.truncate(kPrompt);
+  };
+  const auto [t32, t16] = kappa_bench::alternate(
+      st, [&] { step(c32); }, [&] { step(c16); });
   const double n = static_cast<double>(st.iterations());
   st.counters["float_cache_tokens/s"] = n / t32;
   st.counters["f16_cache_tokens/s"] = n / t16;

@@ -31,7 +31,6 @@
 #include <benchmark/benchmark.h>
 
 #include <array>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -224,7 +223,6 @@ const std::array<std::unique_ptr<kappa::WeightMatrix<float, S>>, 3>& qkv_weights
 template <class S>
 void BM_Qkv(benchmark::State& st) {
   using W = kappa::WeightMatrix<float, S>;
-  using Clock = std::chrono::steady_clock;
   const Index k = st.range(0);
   const ThreadsScope threads(static_cast<int>(st.range(1)));
   const auto& w = qkv_weights<S>(k);
@@ -238,18 +236,16 @@ void BM_Qkv(benchmark::State& st) {
   }
   std::array<kappa::MatrixRef<float>, 3> out{
       kappa::MatrixRef<float>(y[0]), kappa::MatrixRef<float>(y[1]), kappa::MatrixRef<float>(y[2])};
-  double t_one = 0, t_each = 0;
-  for (auto _ : st) {
-    const auto t0 = Clock::now();
-    for (std::size_t i = 0; i < 3; ++i) ws[i]->multiply(x, out[i]);
-    benchmark::ClobberMemory();
-    const auto t1 = Clock::now();
-    kappa::multiply_each<float>(x, ws, out);
-    benchmark::ClobberMemory();
-    const auto t2 = Clock::now();
-    t_one += std::chrono::duration<double>(t1 - t0).count();
-    t_each += std::chrono::duration<double>(t2 - t1).count();
-  }
+  const auto [t_one, t_each] = kappa_bench::alternate(
+      st,
+      [&] {
+        for (std::size_t i = 0; i < 3; ++i) ws[i]->multiply(x, out[i]);
+        benchmark::ClobberMemory();
+      },
+      [&] {
+        kappa::multiply_each<float>(x, ws, out);
+        benchmark::ClobberMemory();
+      });
   const double n = static_cast<double>(st.iterations());
   st.counters["one_by_one_GB/s"] = bytes * 1e-9 * n / t_one;
   st.counters["each_GB/s"] = bytes * 1e-9 * n / t_each;

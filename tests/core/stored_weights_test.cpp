@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "kappa/core/quant_blocks.hpp"
@@ -292,6 +293,19 @@ TEST(MultiplyEach, MismatchedOutputNamesBothShapes) {
           << what;
     }
   }
+}
+
+// DecodeInput quantizes the X of its first caller: a second X is a logic
+// error, not the first X's Q8_0 rows handed out again.
+TEST(MultiplyEach, SharedInputServesOneX) {
+  std::mt19937_64 g(7);
+  const RowMatrix<float> x = normal_matrix(2, 64, g), other = normal_matrix(2, 64, g);
+  kappa::detail::DecodeInput shared;
+  const auto& q8 = shared.q8_rows<float>(x);
+  EXPECT_EQ(q8.size(), 2u);
+  EXPECT_EQ(&shared.q8_rows<float>(x), &q8);  // made once
+  EXPECT_THROW((void)shared.q8_rows<float>(other), std::logic_error);
+  EXPECT_THROW((void)shared.q8_rows<float>(x.topRows(1)), std::logic_error);
 }
 
 }  // namespace

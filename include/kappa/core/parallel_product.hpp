@@ -60,6 +60,25 @@ struct DecodeJob {
   std::function<void(int)> run;
 };
 
+/// \throws ShapeError unless out = X W is defined.
+template <Scalar T>
+void check_product(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
+                   const MatrixRef<T>& out) {
+  require_shapes(x.cols() == w.rows() && out.rows() == x.rows() && out.cols() == w.cols(),
+                 "product X W", "X", x.rows(), x.cols(), "W", w.rows(), w.cols(),
+                 "X must have as many columns as W has rows, and the output must be (rows of X) x "
+                 "(columns of W)");
+}
+/// \throws ShapeError unless out = X E^T is defined.
+template <Scalar T>
+void check_product_transposed(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& e,
+                              const MatrixRef<T>& out) {
+  require_shapes(
+      x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(), "product X E^T",
+      "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
+      "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
+}
+
 /// Piece p of `parts` of the decode product out = X W: a block of W's
 /// columns; with one part, the whole product.
 template <Scalar T>
@@ -92,10 +111,7 @@ void product_transposed_piece(const ConstMatrixRef<T>& x, const ConstMatrixRef<T
 /// out = X W for X (n x k) and W (k x m). \throws ShapeError on mismatch.
 template <Scalar T>
 void product_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out) {
-  require_shapes(x.cols() == w.rows() && out.rows() == x.rows() && out.cols() == w.cols(),
-                 "product X W", "X", x.rows(), x.cols(), "W", w.rows(), w.cols(),
-                 "X must have as many columns as W has rows, and the output must be (rows of X) x "
-                 "(columns of W)");
+  detail::check_product<T>(x, w, out);
 #if KAPPA_SIMD_LANES > 0
   if constexpr (std::is_same_v<T, float>) {
     constexpr Index kNr = detail::gemm::kNr;
@@ -129,10 +145,7 @@ void product_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Matrix
 template <Scalar T>
 void product_transposed_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& e,
                              MatrixRef<T> out) {
-  require_shapes(
-      x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(), "product X E^T",
-      "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
-      "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
+  detail::check_product_transposed<T>(x, e, out);
 #if KAPPA_SIMD_LANES > 0
   if constexpr (std::is_same_v<T, float>) {
     if (x.rows() > kFewRows) {  // a prompt: our GEMM
@@ -164,10 +177,7 @@ namespace detail {
 /// \throws ShapeError on mismatch.
 template <Scalar T>
 DecodeJob product_job(const ConstMatrixRef<T>& x, ConstMatrixRef<T> w, MatrixRef<T>& out) {
-  require_shapes(x.cols() == w.rows() && out.rows() == x.rows() && out.cols() == w.cols(),
-                 "product X W", "X", x.rows(), x.cols(), "W", w.rows(), w.cols(),
-                 "X must have as many columns as W has rows, and the output must be (rows of X) x "
-                 "(columns of W)");
+  check_product<T>(x, w, out);
   const int parts = decode_parts(w.cols());
   return {parts, [&x, w, &out, parts](int p) { product_piece<T>(x, w, out, p, parts); }};
 }
@@ -176,10 +186,7 @@ DecodeJob product_job(const ConstMatrixRef<T>& x, ConstMatrixRef<T> w, MatrixRef
 template <Scalar T>
 DecodeJob product_transposed_job(const ConstMatrixRef<T>& x, ConstMatrixRef<T> e,
                                  MatrixRef<T>& out) {
-  require_shapes(
-      x.cols() == e.cols() && out.rows() == x.rows() && out.cols() == e.rows(), "product X E^T",
-      "X", x.rows(), x.cols(), "E", e.rows(), e.cols(),
-      "X and E must have the same number of columns, the output (rows of X) x (rows of E)");
+  check_product_transposed<T>(x, e, out);
   const int parts = decode_parts(e.rows());
   return {parts, [&x, e, &out, parts](int p) { product_transposed_piece<T>(x, e, out, p, parts); }};
 }

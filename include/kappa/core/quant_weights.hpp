@@ -130,6 +130,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -298,18 +299,25 @@ std::vector<Q8Row> q8_rows(const ConstMatrixRef<T>& x) {
 }
 
 /// What the decode products of one X prepare once (see DecodeJob): its rows
-/// in Q8_0, made by the first block-format product that asks.
+/// in Q8_0, made by the first block-format product that asks. It serves one
+/// X: a later call with another matrix throws std::logic_error (a kappa bug,
+/// never a user's input).
 struct DecodeInput {
   template <Scalar T>
   const std::vector<Q8Row>& q8_rows(const ConstMatrixRef<T>& x) {
-    if (!q8_made) {
+    if (of == nullptr) {
       q8 = detail::q8_rows<T>(x);
-      q8_made = true;
+      of = x.data();
+      rows = x.rows();
+      cols = x.cols();
+    } else if (of != x.data() || rows != x.rows() || cols != x.cols()) {
+      throw std::logic_error("kappa: DecodeInput holds the Q8_0 rows of one X, not of another");
     }
     return q8;
   }
   std::vector<Q8Row> q8;
-  bool q8_made = false;
+  const void* of = nullptr;  ///< X's data, once q8 is made
+  Index rows = 0, cols = 0;
 };
 
 /// d s + acc with one rounding where the build has FMA (both paths then
@@ -1541,10 +1549,7 @@ class BlockWeightMatrix {
   /// out = X W for X (n x rows) and out (n x cols). Fast with kRows.
   /// \throws ShapeError on mismatch.
   void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   product_name(false), "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows, the output (rows of X) x "
-                   "(columns of W)");
+    check_multiply(x, out);
     if (along_ == BlocksAlong::kRows)
       product_p_transposed(x, out);
     else
@@ -1591,6 +1596,13 @@ class BlockWeightMatrix {
   }
 
   static std::string storage_name() { return std::string(Format::kName) + " weights"; }
+  /// \throws ShapeError unless out = X W is defined.
+  void check_multiply(const ConstMatrixRef<T>& x, const MatrixRef<T>& out) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   product_name(false), "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows, the output (rows of X) x "
+                   "(columns of W)");
+  }
   static std::string product_name(bool transposed) {
     return std::string(transposed ? "product X W^T (" : "product X W (") + Format::kName +
            " weights)";
@@ -1622,8 +1634,7 @@ class BlockWeightMatrix {
   /// out = X P^T (X: n x k, out: n x n_p): the fast product.
   void product_p_transposed(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
     const Index n = x.rows();
-    const int threads = num_threads();
-    const int parts = (threads > 1 && n_p_ >= 64) ? threads : 1;
+    const int parts = decode_parts(n_p_);
     if (n > kFewRows) {
 #if KAPPA_QUANT_GEMM_VNNI
       // Prefill with VNNI: X in Q8_0, integer products (quant_gemm.hpp).
@@ -1672,10 +1683,7 @@ class BlockWeightMatrix {
   /// `shared`, made once for all the products of X. \throws ShapeError on
   /// mismatch.
   DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out, DecodeInput& shared) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   product_name(false), "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows, the output (rows of X) x "
-                   "(columns of W)");
+    check_multiply(x, out);
     if (along_ != BlocksAlong::kRows)  // product_p: one thread, no region of its own
       return {1, [this, &x, &out](int) { product_p(x, out); }};
     const std::vector<Q8Row>& xs = shared.q8_rows(x);

@@ -190,9 +190,7 @@ class MappedF16 {
   }
   /// out = X W. \throws ShapeError on mismatch.
   void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   "product X W (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows");
+    check_multiply(x, out);
     if (along_ == BlocksAlong::kRows)
       product_p_transposed(x, out);
     else
@@ -202,9 +200,7 @@ class MappedF16 {
   /// \throws ShapeError on mismatch.
   DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
                        DecodeInput& /*shared*/) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   "product X W (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows");
+    check_multiply(x, out);
     if (along_ != BlocksAlong::kRows)  // product_p: one thread, no region of its own
       return {1, [this, &x, &out](int) { product_p(x, out); }};
     const int parts = decode_parts(n_p_);
@@ -224,21 +220,26 @@ class MappedF16 {
 
  private:
   static constexpr Index kPanel = 64;
+  /// \throws ShapeError unless out = X W is defined.
+  void check_multiply(const ConstMatrixRef<T>& x, const MatrixRef<T>& out) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   "product X W (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows");
+  }
   [[nodiscard]] const unsigned char* row_ptr(Index j) const {
     return p_ + 2 * static_cast<std::size_t>(j) * static_cast<std::size_t>(k_);
   }
   /// out = X P^T (X: n x k): the fast product.
   void product_p_transposed(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
     const Index n = x.rows();
-    const int threads = num_threads();
-    const int parts = (threads > 1 && n_p_ >= 64) ? threads : 1;
+    const int parts = decode_parts(n_p_);
 #if KAPPA_SIMD_LANES > 0
     if constexpr (std::is_same_v<T, float>) {
       if (n > kFewRows) {  // prefill: our GEMM, converting P's rows
         gemm::gemm_nt(
             x.data(), x.outerStride(), n, k_, n_p_,
             [this](Index j, Index t, Index len, float* dst) { p_segment(j, t, len, dst); },
-            out.data(), out.outerStride(), threads);
+            out.data(), out.outerStride(), num_threads());
         return;
       }
     }

@@ -203,9 +203,7 @@ class WeightMatrix<T, Bf16Weights> {
 
   /// out = X W.
   void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   "product X W (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows");
+    check_multiply(x, out);
     if (transposed_)
       product_p_transposed(x, out);
     else
@@ -215,9 +213,7 @@ class WeightMatrix<T, Bf16Weights> {
   /// that the caller runs (multiply_each). \throws ShapeError on mismatch.
   detail::DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
                                detail::DecodeInput& /*shared*/) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   "product X W (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows");
+    check_multiply(x, out);
     if (transposed_) {
       const int parts = detail::decode_parts(pr_);
       return {parts, [this, &x, &out, parts](int p) { dots_piece(x, out, p, parts); }};
@@ -238,6 +234,13 @@ class WeightMatrix<T, Bf16Weights> {
   }
 
  private:
+  /// \throws ShapeError unless out = X W is defined.
+  void check_multiply(const ConstMatrixRef<T>& x, const MatrixRef<T>& out) const {
+    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
+                   "product X W (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
+                   "X must have as many columns as W has rows");
+  }
+
   /// out = X P (X: n x pr_, out: n x pc_).
   void product_p(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
     const int threads = num_threads();
@@ -297,7 +300,6 @@ class WeightMatrix<T, Bf16Weights> {
 
   /// out = X P^T (X: n x pc_, out: n x pr_).
   void product_p_transposed(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
-    const int threads = num_threads();
 #if KAPPA_SIMD_LANES > 0
     if constexpr (std::is_same_v<T, float>) {
       if (x.rows() > kFewRows) {  // prefill: our GEMM
@@ -310,30 +312,33 @@ class WeightMatrix<T, Bf16Weights> {
               std::memcpy(dst, p_ + j * pc_ + t,
                           sizeof(std::uint16_t) * static_cast<std::size_t>(len));
             },
-            out.data(), out.outerStride(), threads);
+            out.data(), out.outerStride(), num_threads());
 #else
         detail::gemm::gemm_nt(
             x.data(), x.outerStride(), x.rows(), pc_, pr_,
             [this](Index j, Index t, Index len, float* dst) { widen(j, 1, t, len, dst, len); },
-            out.data(), out.outerStride(), threads);
+            out.data(), out.outerStride(), num_threads());
 #endif
         return;
       }
     }
 #endif
-    const int parts = (threads > 1 && pr_ >= 64) ? threads : 1;
-    if (x.rows() <= kFewRows && parts == 1) {  // (a region of one thread still costs ~1 us)
-      dots_piece(x, out, 0, 1);
+    const int parts = detail::decode_parts(pr_);
+    if (x.rows() <= kFewRows) {  // decode
+      if (parts == 1) {          // (a region of one thread still costs ~1 us)
+        dots_piece(x, out, 0, 1);
+        return;
+      }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static)
+#endif
+      for (int p = 0; p < parts; ++p) dots_piece(x, out, p, parts);
       return;
     }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
 #endif
     for (int p = 0; p < parts; ++p) {
-      if (x.rows() <= kFewRows) {
-        dots_piece(x, out, p, parts);
-        continue;
-      }
       Index lo = 0, hi = 0;
       detail::block_range(pr_, parts, p, lo, hi);
       constexpr Index kPanel = 64;
