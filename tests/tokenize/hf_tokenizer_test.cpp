@@ -35,6 +35,7 @@
 
 #include "kappa/tokenize/bpe.hpp"
 #include "kappa/tokenize/hf_tokenizer.hpp"
+#include "support/sanitized.hpp"
 #include "tokenize/peer_ids.hpp"
 
 namespace fs = std::filesystem;
@@ -197,6 +198,10 @@ TEST(HfTokenizerGpt2, TokenizerJsonGivesTheIdsOfGpt2TokenizerOnTheCorpus) {
   const auto reference = tk::Gpt2Tokenizer::from_gpt2_files(gpt2.encoder_json, gpt2.vocab_bpe);
   for (const bool pairs : {false, true}) {
     for (const bool ignore : {false, true}) {
+      // Under the sanitizers, two of the four (the merges as strings, then
+      // as pairs with ignore_merges): each load of the 50k vocabulary there
+      // takes seconds.
+      if (kappa::testing::kSanitized && pairs != ignore) continue;
       const std::string name =
           std::string("gpt2_") + (pairs ? "pairs" : "strings") + (ignore ? "_ignore_merges" : "");
       const fs::path dir = scratch(name);
@@ -302,19 +307,11 @@ json tiktoken_as_tokenizer_json(const Reference& reference, std::string_view pat
 
 // Under AddressSanitizer each load of a 100k-200k vocabulary as
 // tokenizer.json is slow (the test took 32.7 s of the sanitized run, 3.3 s
-// without). There it takes ignore_merges true only (22.5 s); the
-// unsanitized build checks both.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+// without; 56 s on a slower VM). There it takes ignore_merges true only, and
+// cl100k only (the loader's and the encoder's paths are o200k's; its
+// pattern's are checked under the sanitizers by TiktokenExactness); the
+// optimized build checks both ways of both.
+using kappa::testing::kSanitized;
 
 template <class Reference>
 void check_tiktoken_encoding(const std::string& name, const Reference& reference,
@@ -345,6 +342,7 @@ TEST(HfTokenizerTiktoken, Cl100kAndO200kAsTokenizerJsonGiveTiktokensIds) {
       "cl100k", cl100k,
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
       "cl100k");
+  if (kSanitized) return;
   const auto o200k = tk::O200kTokenizer::from_tiktoken_file(dir + "/o200k_base.tiktoken");
   check_tiktoken_encoding(
       "o200k", o200k,
@@ -963,9 +961,10 @@ TEST(HfTokenizerHostile, MessagesCarryNoRawControlBytes) {
 // from its bytes is n log n in the token's length, and skipped for a token
 // longer than every merge's result) and encodes its own text to its id:
 // reachable through a chain of merges (a a, aa aa, ...), or whole with
-// ignore_merges. Fast by construction; not timed here.
+// ignore_merges. Fast by construction; not timed here. (64 KiB under the
+// sanitizers: the same paths, a sixteenth of the bytes.)
 TEST(HfTokenizerHostile, MegabyteTokenLoadsAndEncodesToItsId) {
-  const std::size_t n = std::size_t{1} << 20;
+  const std::size_t n = std::size_t{1} << kappa::testing::unless_sanitized(20, 16);
   const std::string text(n, 'a');
   {  // reachable: 20 merges double the run of a's
     std::vector<std::string> extra, merges;
