@@ -60,6 +60,21 @@ struct DecodeJob {
   std::function<void(int)> run;
 };
 
+/// Runs piece(p) for p < parts, one piece per thread of one OpenMP region;
+/// with one part, on the calling thread without a region (a region of one
+/// thread still costs about 1 us).
+template <class Piece>
+void run_pieces(int parts, Piece&& piece) {
+  if (parts <= 1) {
+    piece(0);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static)
+#endif
+  for (int p = 0; p < parts; ++p) piece(p);
+}
+
 /// \throws ShapeError unless out = X W is defined.
 template <Scalar T>
 void check_product(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
@@ -130,14 +145,7 @@ void product_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Matrix
   }
 #endif
   const int parts = x.rows() > kFewRows ? 1 : detail::decode_parts(w.cols());
-  if (parts == 1) {
-    detail::product_piece<T>(x, w, out, 0, 1);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-  for (int p = 0; p < parts; ++p) detail::product_piece<T>(x, w, out, p, parts);
+  detail::run_pieces(parts, [&](int p) { detail::product_piece<T>(x, w, out, p, parts); });
 }
 
 /// out = X E^T for X (n x k) and E (m x k), as the output head's logits
@@ -162,14 +170,8 @@ void product_transposed_into(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>
   }
 #endif
   const int parts = x.rows() > kFewRows ? 1 : detail::decode_parts(e.rows());
-  if (parts == 1) {
-    detail::product_transposed_piece<T>(x, e, out, 0, 1);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-  for (int p = 0; p < parts; ++p) detail::product_transposed_piece<T>(x, e, out, p, parts);
+  detail::run_pieces(parts,
+                     [&](int p) { detail::product_transposed_piece<T>(x, e, out, p, parts); });
 }
 
 namespace detail {

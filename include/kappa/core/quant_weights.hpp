@@ -1667,14 +1667,7 @@ class BlockWeightMatrix {
     }
     // Decode: X's rows in Q8_0 once, then integer block dot products.
     const std::vector<Q8Row> xs = q8_rows(x);
-    if (parts == 1) {
-      dots_piece(xs, out, 0, 1);
-      return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-    for (int p = 0; p < parts; ++p) dots_piece(xs, out, p, parts);
+    run_pieces(parts, [&](int p) { dots_piece(xs, out, p, parts); });
   }
 
  public:
@@ -1839,16 +1832,10 @@ void multiply_each(const ConstMatrixRef<T>& x, const std::array<const W*, N>& w,
       jobs[i] = w[i]->decode_job(x, out[i], shared);
       parts = std::max(parts, jobs[i].parts);
     }
-    if (parts == 1) {
-      for (std::size_t i = 0; i < N; ++i) jobs[i].run(0);
-      return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-    for (int p = 0; p < parts; ++p)
+    detail::run_pieces(parts, [&](int p) {
       for (std::size_t i = 0; i < N; ++i)
         if (p < jobs[i].parts) jobs[i].run(p);
+    });
   }
 }
 

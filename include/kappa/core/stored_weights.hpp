@@ -263,14 +263,7 @@ class MappedF16 {
       return;
     }
     const std::vector<float> xs = floats_of(x);
-    if (parts == 1) {
-      dots_piece(xs, out, 0, 1);
-      return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-    for (int p = 0; p < parts; ++p) dots_piece(xs, out, p, parts);
+    run_pieces(parts, [&](int p) { dots_piece(xs, out, p, parts); });
   }
   /// X's rows as floats, one after another.
   [[nodiscard]] std::vector<float> floats_of(const ConstMatrixRef<T>& x) const {

@@ -282,14 +282,7 @@ class WeightMatrix<T, Bf16Weights> {
       return;
     }
     const int parts = detail::decode_parts(pc_);
-    if (parts == 1) {  // (an OpenMP region of one thread still costs ~1 us)
-      gemv_piece(x, out, 0, 1);
-      return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-    for (int p = 0; p < parts; ++p) gemv_piece(x, out, p, parts);
+    detail::run_pieces(parts, [&](int p) { gemv_piece(x, out, p, parts); });
   }
   /// Piece p of `parts` of the decode product out = X P.
   void gemv_piece(const ConstMatrixRef<T>& x, MatrixRef<T>& out, int p, int parts) const {
@@ -325,14 +318,7 @@ class WeightMatrix<T, Bf16Weights> {
 #endif
     const int parts = detail::decode_parts(pr_);
     if (x.rows() <= kFewRows) {  // decode
-      if (parts == 1) {          // (a region of one thread still costs ~1 us)
-        dots_piece(x, out, 0, 1);
-        return;
-      }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-      for (int p = 0; p < parts; ++p) dots_piece(x, out, p, parts);
+      detail::run_pieces(parts, [&](int p) { dots_piece(x, out, p, parts); });
       return;
     }
 #ifdef _OPENMP
