@@ -592,7 +592,7 @@ TEST(SafetensorsHostile, HundredThousandTensorsOpenAndDuplicatesAreStillFound) {
     const SafetensorsFile f(p);
     ASSERT_EQ(f.size(), kN);
     EXPECT_EQ(f.info("t" + std::to_string(kN - 1)).begin, static_cast<std::int64_t>(kN) - 1);
-    EXPECT_EQ(f.matrix<int>("t12345")(0, 0), 1);
+    EXPECT_EQ(f.matrix<int>("t1234")(0, 0), 1);  // (below kN either way)
   }
   // A repeated top-level key, named with the byte of its second appearance.
   const std::string twice =
