@@ -79,6 +79,9 @@ function(kappa_shared_decompositions target)
     file(CONFIGURE OUTPUT "${tu}"
          CONTENT "#define KAPPA_INSTANTIATE_DECOMPOSITIONS\n#include <kappa/core/decompositions.hpp>\n")
     add_library(kappa_decompositions STATIC "${tu}")
+    # Position-independent, so the Python module (a shared object) links the
+    # same library as the tests and examples (python/CMakeLists.txt).
+    set_target_properties(kappa_decompositions PROPERTIES POSITION_INDEPENDENT_CODE ON)
     target_link_libraries(kappa_decompositions PRIVATE kappa::kappa)
     kappa_warnings(kappa_decompositions)
   endif()
