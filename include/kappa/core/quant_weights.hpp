@@ -89,9 +89,11 @@
 // AVX512-VNNI + VL, _mm256_dpbusd_avx_epi32 with AVX-VNNI) when the build
 // enables them (-march=native), else the portable scalar code; all give the
 // same int32 lane sums (the sign trick keeps every pair of products within
-// int16: |w| <= 128, |x| <= 127). The scales of 8 blocks are gathered and
-// widened (F16C) at once (Q4_0 with AVX-512BW + VL: picked by two permutes
-// of 64 bytes instead of a gather). With VNNI, Q4_0's loop masks the high
+// int16: |w| <= 128, |x| <= 127). With AVX-512BW + VL the scales of 8
+// blocks are permuted out of wide loads and widened (F16C) at once
+// (scales8); without it each block's scale is widened on its own (a
+// gather of the 8 was the slower way on an AVX-512 Xeon and on a Zen 3
+// EPYC). With VNNI, Q4_0's loop masks the high
 // nibbles without shifting them (16 q), carries lanes 4..7 at 16 times their
 // value through the float sums and scales them back exactly at the end
 // (dot_q4_0_vnni says why the bits stay the same), and broadcasts each
@@ -549,15 +551,19 @@ inline void prefetch_ahead(const unsigned char* w) {
     _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
 }
 
-/// The scales d_w d_x of 8 blocks starting at `w` (block stride kW bytes):
-/// the 8 fp16 d_w gathered, widened with F16C (exact) and multiplied by X's
-/// 8 scales: the same floats as block_scale(w) * d_x one by one.
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/// The scales d_w d_x of 8 Q4_0 or Q8_0 blocks starting at `w` (block stride
+/// kW bytes): the 8 fp16 d_w permuted out of 128-byte loads, widened with
+/// F16C (exact) and multiplied by X's 8 scales: the same floats as
+/// block_scale(w) * d_x one by one. (Without AVX-512BW the loops take each
+/// block's scale on its own: dot_avx2 says why.)
 template <Index kW>
 inline __m256 scales8(const unsigned char* w, const float* xd) {
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  static_assert(kW == static_cast<Index>(quant::kBytesQ4_0) ||
+                kW == static_cast<Index>(quant::kBytesQ8_0));
   if constexpr (kW == static_cast<Index>(quant::kBytesQ4_0)) {
     // Q4_0: the scales are the 16-bit words 0, 9, .., 63 of the 128 bytes
-    // at w, picked by two permutes of 64 bytes each (the gather took about a
+    // at w, picked by two permutes of 64 bytes each (a gather took about a
     // quarter of Q4_0's decode time on an AVX-512 Xeon).
     const auto ld = [w](int at) {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + at));
@@ -574,11 +580,10 @@ inline __m256 scales8(const unsigned char* w, const float* xd) {
     const __m128i hi = _mm256_castsi256_si128(_mm256_permutex2var_epi16(ld(64), idx, ld(96)));
 #endif
     return _mm256_mul_ps(_mm256_cvtph_ps(_mm_blend_epi32(lo, hi, 0x0C)), _mm256_loadu_ps(xd));
-  }
-  if constexpr (kW == static_cast<Index>(quant::kBytesQ8_0)) {
+  } else {
     // Q8_0: the scales are the 16-bit words 0, 17, 34, 51 of the 128 bytes
     // at w and 4, 21, 38, 55 of the next 128 (8 blocks span 272 bytes):
-    // two word permutes of 128 bytes each instead of the gather. GPT-2
+    // two word permutes of 128 bytes each instead of a gather. GPT-2
     // small's decode step in Q8_0 on an AMD EPYC VM, old and new builds
     // alternated: 1.10x on 1 thread, 1.16x on 2.
     const auto ld = [w](int at) { return _mm512_loadu_si512(w + at); };
@@ -587,15 +592,8 @@ inline __m256 scales8(const unsigned char* w, const float* xd) {
     const __m128i hi = _mm512_castsi512_si128(_mm512_permutex2var_epi16(ld(128), idx, ld(192)));
     return _mm256_mul_ps(_mm256_cvtph_ps(_mm_blend_epi32(lo, hi, 0x0C)), _mm256_loadu_ps(xd));
   }
-#endif
-  const __m256i at = _mm256_setr_epi32(0, kW, 2 * kW, 3 * kW, 4 * kW, 5 * kW, 6 * kW, 7 * kW);
-  const __m256i raw = _mm256_i32gather_epi32(reinterpret_cast<const int*>(w), at, 1);
-  const __m256i low = _mm256_shuffle_epi8(
-      raw, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8,
-                            9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
-  const __m128i h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(low, 0x08));
-  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd));
 }
+#endif
 
 /// acc += d s (d: one scale in every lane).
 inline void lanes_add_avx2(__m256& acc, __m256 d, __m256i s) {
@@ -639,16 +637,10 @@ inline __m512i q4_lanes2(const unsigned char* w, const std::int8_t* xq, const st
 }
 #endif
 
-/// The loop of the AVX2 dot products over the blocks of a weight row `w`
-/// (kW bytes per block): groups of 8 blocks with gathered scales (with
-/// AVX-512, two blocks per 512-bit vector: block b's lanes in 0..7, which
-/// are set 0's, block b + 1's in 8..15, set 1's), then the last blocks one
-/// by one; block b into set b mod 2 (lanes_add's order). lanes(w_b, b) gives
-/// block b's eight int32 lane sums, lanes2(w_b, b) those of b and b + 1.
 #if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
 /// dot_avx2's loop with two blocks per 512-bit vector (block b's lanes in
 /// 0..7, which are set 0's, block b + 1's in 8..15, set 1's), groups of 8
-/// blocks with gathered scales, then the last blocks one by one.
+/// blocks with their scales from scales8, then the last blocks one by one.
 /// Measured and not taken (AMD EPYC VM, 1 thread, the old and new builds
 /// alternated 3-5 times): Q4_0 without the shift (q4_lanes16's trick in 512
 /// bits) was 1.12x on bench_quant's 4096 x 4096 and 1.08x on GPT-2's head
@@ -686,8 +678,8 @@ inline float dot_wide(const unsigned char* w, const Q8Row& x, Lanes lanes, Lanes
 #endif
 
 /// The loop of the AVX2 dot products over the blocks of a weight row `w`
-/// (kW bytes per block): groups of 8 blocks with gathered scales (with
-/// KAPPA_QUANT_AVX512, dot_wide), then the last blocks one by one; block b
+/// (kW bytes per block): groups of 8 blocks (with KAPPA_QUANT_AVX512,
+/// dot_wide), then the last blocks one by one; block b
 /// into set b mod 2 (lanes_add's order). lanes(w_b, b) gives block b's eight
 /// int32 lane sums, lanes2(w_b, b) those of b and b + 1.
 template <Index kW, class Lanes, class Lanes2>
@@ -701,12 +693,26 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
   Index b = 0;
   for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
     prefetch_ahead<8 * kW>(w);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    // The 8 scales at once, permuted out of 128-byte loads (scales8).
     const __m256 d8 = scales8<kW>(w, xd + b);
+    const auto scale = [&d8](int i) { return _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i)); };
+#else
+    // Each block's scale on its own (F16C on one word, a scalar multiply, a
+    // broadcast). The 8 scales used to be gathered (_mm256_i32gather_epi32)
+    // and widened at once; on an AMD EPYC VM (Zen 3, AVX2 alone, 1 thread,
+    // 4096 x 4096 in L3) that held Q4_0's and Q8_0's loops to ~12 G
+    // weights/s, and this loop runs Q4_0 at ~20 and Q8_0 at ~16 (bench_quant:
+    // 1.3-1.6x); _mm_insert_epi16 of the 8 words gave ~19. Same floats.
+    const auto scale = [w, xd, b](int i) {
+      return _mm256_set1_ps(block_scale_f16c(w + i * kW) * xd[static_cast<std::size_t>(b + i)]);
+    };
+#endif
     for (int i = 0; i < 8; i += 2) {
       const __m256i s0 = lanes(w + i * kW, b + i);
       const __m256i s1 = lanes(w + (i + 1) * kW, b + i + 1);
-      lanes_add_avx2(acc0, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i)), s0);
-      lanes_add_avx2(acc1, _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i + 1)), s1);
+      lanes_add_avx2(acc0, scale(i), s0);
+      lanes_add_avx2(acc1, scale(i + 1), s1);
     }
   }
   for (; b < x.nb; ++b, w += kW) {
@@ -797,7 +803,11 @@ inline float dot_q4_0_vnni(const unsigned char* w, const Q8Row& x) {
     Index i = 0;
     for (; i + 8 <= n; i += 8) {
       prefetch_ahead<8 * kW>(w + i * kW);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
       _mm256_store_ps(d + i, scales8<kW>(w + i * kW, xd + b0 + i));
+#else
+      for (Index j = i; j < i + 8; ++j) d[j] = block_scale_f16c(w + j * kW) * xd[b0 + j];
+#endif
     }
     for (; i < n; ++i) d[i] = block_scale_f16c(w + i * kW) * xd[b0 + i];
     const std::int8_t* xb = xq + 32 * b0;
@@ -972,8 +982,8 @@ inline __m256 q4_k_block_avx2(const unsigned char* w, const std::int8_t* xq, con
   const __m256i b = _mm256_madd_epi16(_mm256_packs_epi32(w45, w67), sc4567);
   const __m256i ints = _mm256_add_epi32(_mm256_blend_epi32(a, b, 0xF0),
                                         _mm256_permute2x128_si256(a, b, 0x21));  // I_s
-  const __m256i mins =
-      _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)), m_pairs);  // M_s
+  const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)),
+                                         m_pairs);  // M_s
   // [d dmin d dmin ...] from one 32-bit broadcast (F16C, exact).
   std::uint32_t dd = 0;
   std::memcpy(&dd, w, 4);
