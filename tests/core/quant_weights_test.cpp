@@ -450,6 +450,8 @@ TYPED_TEST(QuantWeights, ShapeErrors) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("(2 x 63)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("(64 x 33)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::string("product X W (") + F::kName + " weights)"), std::string::npos)
+        << msg;
   }
   RowMatrix<float> x2(2, 64), out2(2, 32);
   EXPECT_THROW(ok.multiply(x2, out2), kappa::ShapeError);

@@ -141,7 +141,35 @@ TEST(MappedF16, ShapeMismatchNamesBothShapes) {
     const std::string what = e.what();
     EXPECT_NE(what.find("2 x 63"), std::string::npos) << what;
     EXPECT_NE(what.find("64 x 10"), std::string::npos) << what;
+    EXPECT_NE(what.find("product X W (f16 weights)"), std::string::npos) << what;
   }
+}
+
+// The bf16 storage's products: both shapes and the storage in the message,
+// for X W and X W^T.
+TEST(Bf16Weights, ShapeMismatchNamesBothShapesAndTheStorage) {
+  const kappa::WeightMatrix<float, kappa::Bf16Weights> w(RowMatrix<float>::Ones(64, 10));
+  RowMatrix<float> x(2, 63), out(2, 10);
+  try {
+    w.multiply(x, out);
+    FAIL() << "no ShapeError";
+  } catch (const kappa::ShapeError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("2 x 63"), std::string::npos) << what;
+    EXPECT_NE(what.find("64 x 10"), std::string::npos) << what;
+    EXPECT_NE(what.find("product X W (bf16 weights)"), std::string::npos) << what;
+  }
+  RowMatrix<float> xt(2, 10), outt(2, 63);
+  try {
+    w.multiply_transposed(xt, outt);
+    FAIL() << "no ShapeError";
+  } catch (const kappa::ShapeError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("product X W^T (bf16 weights)"), std::string::npos) << what;
+    EXPECT_NE(what.find("(rows of W)"), std::string::npos) << what;
+  }
+  RowMatrix<float> ok_x(2, 64), ok_out(2, 10);
+  EXPECT_NO_THROW(w.multiply(ok_x, ok_out));
 }
 
 using Stored = kappa::WeightMatrix<float, kappa::AsStoredWeights>;

@@ -1559,7 +1559,7 @@ class BlockWeightMatrix {
   /// out = X W for X (n x rows) and out (n x cols). Fast with kRows.
   /// \throws ShapeError on mismatch.
   void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    check_multiply(x, out);
+    detail::require_product_shapes<T>(x, out, rows_, cols_, false, Format::kName);
     if (along_ == BlocksAlong::kRows)
       product_p_transposed(x, out);
     else
@@ -1569,10 +1569,7 @@ class BlockWeightMatrix {
   /// out = X W^T for X (n x cols) and out (n x rows): the output head
   /// X E^T. Fast with kCols. \throws ShapeError on mismatch.
   void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
-                   product_name(true), "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X and W must have the same number of columns, the output (rows of X) x "
-                   "(rows of W)");
+    detail::require_product_shapes<T>(x, out, rows_, cols_, true, Format::kName);
     if (along_ == BlocksAlong::kCols)
       product_p_transposed(x, out);
     else
@@ -1606,17 +1603,6 @@ class BlockWeightMatrix {
   }
 
   static std::string storage_name() { return std::string(Format::kName) + " weights"; }
-  /// \throws ShapeError unless out = X W is defined.
-  void check_multiply(const ConstMatrixRef<T>& x, const MatrixRef<T>& out) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   product_name(false), "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows, the output (rows of X) x "
-                   "(columns of W)");
-  }
-  static std::string product_name(bool transposed) {
-    return std::string(transposed ? "product X W^T (" : "product X W (") + Format::kName +
-           " weights)";
-  }
 
   [[nodiscard]] std::size_t row_bytes() const {
     return static_cast<std::size_t>(nb_) * kBlockBytes;
@@ -1686,7 +1672,7 @@ class BlockWeightMatrix {
   /// `shared`, made once for all the products of X. \throws ShapeError on
   /// mismatch.
   DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out, DecodeInput& shared) const {
-    check_multiply(x, out);
+    detail::require_product_shapes<T>(x, out, rows_, cols_, false, Format::kName);
     if (along_ != BlocksAlong::kRows)  // product_p: one thread, no region of its own
       return {1, [this, &x, &out](int) { product_p(x, out); }};
     const std::vector<Q8Row>& xs = shared.q8_rows(x);

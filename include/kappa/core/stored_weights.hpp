@@ -190,7 +190,7 @@ class MappedF16 {
   }
   /// out = X W. \throws ShapeError on mismatch.
   void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    check_multiply(x, out);
+    detail::require_product_shapes<T>(x, out, rows_, cols_, false, "f16");
     if (along_ == BlocksAlong::kRows)
       product_p_transposed(x, out);
     else
@@ -200,7 +200,7 @@ class MappedF16 {
   /// \throws ShapeError on mismatch.
   DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
                        DecodeInput& /*shared*/) const {
-    check_multiply(x, out);
+    detail::require_product_shapes<T>(x, out, rows_, cols_, false, "f16");
     if (along_ != BlocksAlong::kRows)  // product_p: one thread, no region of its own
       return {1, [this, &x, &out](int) { product_p(x, out); }};
     const int parts = decode_parts(n_p_);
@@ -209,9 +209,7 @@ class MappedF16 {
   }
   /// out = X W^T. \throws ShapeError on mismatch.
   void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
-                   "product X W^T (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X and W must have the same number of columns");
+    detail::require_product_shapes<T>(x, out, rows_, cols_, true, "f16");
     if (along_ == BlocksAlong::kCols)
       product_p_transposed(x, out);
     else
@@ -220,12 +218,6 @@ class MappedF16 {
 
  private:
   static constexpr Index kPanel = 64;
-  /// \throws ShapeError unless out = X W is defined.
-  void check_multiply(const ConstMatrixRef<T>& x, const MatrixRef<T>& out) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   "product X W (f16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows");
-  }
   [[nodiscard]] const unsigned char* row_ptr(Index j) const {
     return p_ + 2 * static_cast<std::size_t>(j) * static_cast<std::size_t>(k_);
   }

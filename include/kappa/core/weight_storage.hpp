@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -83,6 +85,25 @@ inline std::uint16_t float_to_bf16(float f) {
 inline float bf16_to_float_exact(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
+
+namespace detail {
+/// \throws ShapeError unless out = X W (transposed: out = X W^T) is defined
+/// for a W of rows x cols; `storage` names W's storage in the message ("bf16",
+/// "q8_0", ...). The message is built only when the shapes do not fit.
+template <Scalar T>
+void require_product_shapes(const ConstMatrixRef<T>& x, const MatrixRef<T>& out, Index rows,
+                            Index cols, bool transposed, std::string_view storage) {
+  const Index k = transposed ? cols : rows, n_out = transposed ? rows : cols;
+  if (x.cols() == k && out.rows() == x.rows() && out.cols() == n_out) return;
+  const std::string what = std::string(transposed ? "product X W^T (" : "product X W (") +
+                           std::string(storage) + " weights)";
+  require_shapes(false, what, "X", x.rows(), x.cols(), "W", rows, cols,
+                 transposed ? "X and W must have the same number of columns, the output (rows "
+                              "of X) x (rows of W)"
+                            : "X must have as many columns as W has rows, the output (rows of "
+                              "X) x (columns of W)");
+}
+}  // namespace detail
 
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 class WeightMatrix;
@@ -203,7 +224,7 @@ class WeightMatrix<T, Bf16Weights> {
 
   /// out = X W.
   void multiply(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    check_multiply(x, out);
+    detail::require_product_shapes<T>(x, out, rows_, cols_, false, "bf16");
     if (transposed_)
       product_p_transposed(x, out);
     else
@@ -213,7 +234,7 @@ class WeightMatrix<T, Bf16Weights> {
   /// that the caller runs (multiply_each). \throws ShapeError on mismatch.
   detail::DecodeJob decode_job(const ConstMatrixRef<T>& x, MatrixRef<T>& out,
                                detail::DecodeInput& /*shared*/) const {
-    check_multiply(x, out);
+    detail::require_product_shapes<T>(x, out, rows_, cols_, false, "bf16");
     if (transposed_) {
       const int parts = detail::decode_parts(pr_);
       return {parts, [this, &x, &out, parts](int p) { dots_piece(x, out, p, parts); }};
@@ -224,9 +245,7 @@ class WeightMatrix<T, Bf16Weights> {
 
   /// out = X W^T (W: m x k, the output head E).
   void multiply_transposed(const ConstMatrixRef<T>& x, MatrixRef<T> out) const {
-    require_shapes(x.cols() == cols_ && out.rows() == x.rows() && out.cols() == rows_,
-                   "product X W^T (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X and W must have the same number of columns");
+    detail::require_product_shapes<T>(x, out, rows_, cols_, true, "bf16");
     if (transposed_)
       product_p(x, out);
     else
@@ -234,13 +253,6 @@ class WeightMatrix<T, Bf16Weights> {
   }
 
  private:
-  /// \throws ShapeError unless out = X W is defined.
-  void check_multiply(const ConstMatrixRef<T>& x, const MatrixRef<T>& out) const {
-    require_shapes(x.cols() == rows_ && out.rows() == x.rows() && out.cols() == cols_,
-                   "product X W (bf16 weights)", "X", x.rows(), x.cols(), "W", rows_, cols_,
-                   "X must have as many columns as W has rows");
-  }
-
   /// out = X P (X: n x pr_, out: n x pc_).
   void product_p(const ConstMatrixRef<T>& x, MatrixRef<T>& out) const {
     const int threads = num_threads();
