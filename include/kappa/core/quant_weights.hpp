@@ -179,6 +179,14 @@
 #else
 #define KAPPA_QUANT_Q4_0_WIDE 0
 #endif
+// Q8_0's and Q4_0's loops take the scales of 8 blocks at once
+// (detail::scales8: permutes of wide loads) where AVX-512BW and VL are, and
+// each block's scale on its own elsewhere (detail::dot_avx2 says why).
+#if KAPPA_QUANT_AVX2 && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define KAPPA_QUANT_SCALES8 1
+#else
+#define KAPPA_QUANT_SCALES8 0
+#endif
 
 namespace kappa {
 
@@ -551,7 +559,7 @@ inline void prefetch_ahead(const unsigned char* w) {
     _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
 }
 
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#if KAPPA_QUANT_SCALES8
 /// The scales d_w d_x of 8 Q4_0 or Q8_0 blocks starting at `w` (block stride
 /// kW bytes): the 8 fp16 d_w permuted out of 128-byte loads, widened with
 /// F16C (exact) and multiplied by X's 8 scales: the same floats as
@@ -693,7 +701,7 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
   Index b = 0;
   for (; b + 8 <= x.nb; b += 8, w += 8 * kW) {
     prefetch_ahead<8 * kW>(w);
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#if KAPPA_QUANT_SCALES8
     // The 8 scales at once, permuted out of 128-byte loads (scales8).
     const __m256 d8 = scales8<kW>(w, xd + b);
     const auto scale = [&d8](int i) { return _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(i)); };
@@ -803,7 +811,7 @@ inline float dot_q4_0_vnni(const unsigned char* w, const Q8Row& x) {
     Index i = 0;
     for (; i + 8 <= n; i += 8) {
       prefetch_ahead<8 * kW>(w + i * kW);
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#if KAPPA_QUANT_SCALES8
       _mm256_store_ps(d + i, scales8<kW>(w + i * kW, xd + b0 + i));
 #else
       for (Index j = i; j < i + 8; ++j) d[j] = block_scale_f16c(w + j * kW) * xd[b0 + j];
