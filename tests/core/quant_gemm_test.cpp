@@ -9,8 +9,11 @@
 //     rows dequantized with quant::dequantize_row_*), within the file
 //     comment's bound (3 groups + 2) 2^-24 M plus the Q6_K codes' rounding,
 //     M = sum_g |s_g dx I_g| + |c_g dx S_g| computed in double;
-//   - the VNNI kernel (where the build has it) equals the portable loop bit
-//     for bit, for 1..9 rows of X and 1..32 rows of P;
+//   - the VNNI or AVX2 kernel (where the build has one) equals the portable
+//     loop bit for bit, for 1..9 rows of X and 1..32 rows of P;
+//   - 8-bit codes at the ends of their range (Q8_0's -128 and 127) times X's
+//     +-127: the integer sums against a plain loop in int64, so that a
+//     saturated int16 pair in the AVX2 kernel's sign trick would show;
 //   - through WeightMatrix (prefill, more than 8 rows): the same bits as the
 //     panel loop, for thread counts 1..3.
 #include <gtest/gtest.h>
@@ -119,7 +122,7 @@ TYPED_TEST(QuantGemm, PanelProductMatchesReferenceAndPortable) {
     const auto packed = gemm_packed(w);
     const std::size_t row_bytes = packed.size() / static_cast<std::size_t>(cols);
     q::CodePanel panel;
-    panel.resize(k, G);
+    panel.resize(k, G, Ops<F>::kCodeBits);
     std::vector<const unsigned char*> rows(static_cast<std::size_t>(q::kPanelRows), nullptr);
     for (Index r = 0; r < cols; ++r)
       rows[static_cast<std::size_t>(r)] = packed.data() + static_cast<std::size_t>(r) * row_bytes;
@@ -181,8 +184,70 @@ TYPED_TEST(QuantGemm, PanelProductMatchesReferenceAndPortable) {
   }
 }
 
-#if KAPPA_QUANT_GEMM_VNNI
-// With VNNI, WeightMatrix's prefill (more than 8 rows) is the panel loop:
+// Q8_0 weights of -128 and 127 (a file may hold -128; ggml's quantizer does
+// not write it) times X's codes of +-127, signs chosen so that many pairs of
+// products have the same sign: the largest int16 pairs the AVX2 kernel forms
+// (128 * 127 * 2 = 32512). Against the portable loop's bits, and against
+// sum_g dw dx I_g with I_g summed in int64 here.
+TEST(QuantGemmExtremes, Q8_0CodesAtTheEndsOfTheRange) {
+  const Index k = 128, cols = 32, n = 5, nb = k / 32;
+  std::mt19937_64 g(9);
+  std::vector<unsigned char> packed(static_cast<std::size_t>(cols * nb) * q::kBytesQ8_0);
+  std::vector<std::int8_t> wv(static_cast<std::size_t>(cols * k));
+  for (Index r = 0; r < cols; ++r)
+    for (Index b = 0; b < nb; ++b) {
+      unsigned char* blk = packed.data() + static_cast<std::size_t>(r * nb + b) * q::kBytesQ8_0;
+      q::detail::store_u16(blk, 0x3C00);  // d = 1
+      for (int j = 0; j < 32; ++j) {
+        // Rows 0..15: one end per block; rows 16..31: each weight at random.
+        const bool low = r < 16 ? ((r + b) % 2 == 0) : (g() & 1) != 0;
+        const std::int8_t v = low ? std::int8_t{-128} : std::int8_t{127};
+        wv[static_cast<std::size_t>(r * k + b * 32 + j)] = v;
+        std::memcpy(blk + 2 + j, &v, 1);
+      }
+    }
+  // X: +-1 (codes +-127), one sign per row and block.
+  RowMatrix<float> x(n, k);
+  for (Index i = 0; i < n; ++i)
+    for (Index t = 0; t < k; ++t) x(i, t) = ((i + t / 32) % 2 == 0) ? -1.0f : 1.0f;
+  q::Q8Panel xq;
+  xq.resize(n, k, 32);
+  std::vector<unsigned char> blocks;
+  for (Index i = 0; i < n; ++i) xq.set_row(i, x.row(i).data(), blocks);
+  q::CodePanel panel;
+  panel.resize(k, 32, 8);
+  std::vector<const unsigned char*> rows(static_cast<std::size_t>(q::kPanelRows));
+  for (Index r = 0; r < cols; ++r)
+    rows[static_cast<std::size_t>(r)] =
+        packed.data() + static_cast<std::size_t>(r * nb) * q::kBytesQ8_0;
+  panel.pack(rows.data(), q::kBytesQ8_0 * 8, &Ops<kappa::Q8_0Weights>::codes);
+  std::vector<float> fast(static_cast<std::size_t>(n * cols)), slow(fast.size());
+  q::panel_product(panel, xq, 0, n, fast.data(), cols, cols);
+  q::panel_product_portable(panel, xq, 0, n, slow.data(), cols, cols);
+  for (Index i = 0; i < n; ++i)
+    for (Index r = 0; r < cols; ++r) {
+      double exact = 0, mag = 0;
+      for (Index b = 0; b < nb; ++b) {
+        std::int64_t isum = 0;
+        for (Index t = 32 * b; t < 32 * (b + 1); ++t) {
+          ASSERT_EQ(std::abs(xq.q[static_cast<std::size_t>(i * k + t)]), 127);
+          isum += std::int64_t{wv[static_cast<std::size_t>(r * k + t)]} *
+                  xq.q[static_cast<std::size_t>(i * k + t)];
+        }
+        const double dx = xq.d[static_cast<std::size_t>(i * nb + b)];
+        exact += dx * static_cast<double>(isum);
+        mag += dx * (32.0 * 255 * 127 + 128.0 * 32 * 127);  // |s dx I_g| + |c dx S_g| at most
+      }
+      const auto at = static_cast<std::size_t>(i * cols + r);
+      ASSERT_EQ(fast[at], slow[at]) << "row " << i << ", col " << r;
+      // The file comment's bound: (3 groups + 2) 2^-24 of the magnitudes.
+      EXPECT_LE(std::fabs(fast[at] - exact), (3.0 * nb + 2) * std::ldexp(mag, -24))
+          << "row " << i << ", col " << r;
+    }
+}
+
+#if KAPPA_QUANT_GEMM_INT8
+// With VNNI or AVX2, WeightMatrix's prefill (more than 8 rows) is the panel loop:
 // the same bits as panel_product_portable over panels of 32, every thread
 // count.
 TYPED_TEST(QuantGemm, PrefillIsThePanelProduct) {
@@ -200,7 +265,7 @@ TYPED_TEST(QuantGemm, PrefillIsThePanelProduct) {
   for (Index r = 0; r < n; ++r) xq.set_row(r, x.row(r).data(), blocks);
   RowMatrix<float> ref(n, m);
   q::CodePanel panel;
-  panel.resize(k, G);
+  panel.resize(k, G, Ops<F>::kCodeBits);
   for (Index r0 = 0; r0 < m; r0 += q::kPanelRows) {
     const Index cols = std::min(q::kPanelRows, m - r0);
     std::vector<const unsigned char*> rows(static_cast<std::size_t>(q::kPanelRows), nullptr);

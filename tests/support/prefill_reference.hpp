@@ -27,7 +27,7 @@ namespace kappa_test {
 
 /// X as the prefill product multiplies it.
 inline kappa::RowMatrix<float> prefill_x(const kappa::RowMatrix<float>& x) {
-#if KAPPA_QUANT_GEMM_VNNI
+#if KAPPA_QUANT_GEMM_INT8
   namespace q = kappa::quant;
   const kappa::Index k = x.cols();
   kappa::RowMatrix<float> xq(x.rows(), k);
@@ -49,7 +49,7 @@ inline void check_prefill(const kappa::RowMatrix<float>& x, const kappa::RowMatr
   const Eigen::MatrixXd ws = w_deq.cast<double>();
   const Eigen::MatrixXd ref = xs * ws;
   Eigen::MatrixXd mag = xs.cwiseAbs() * ws.cwiseAbs();
-#if KAPPA_QUANT_GEMM_VNNI
+#if KAPPA_QUANT_GEMM_INT8
   Eigen::MatrixXd amax(ws.rows(), ws.cols());
   for (kappa::Index j = 0; j < ws.cols(); ++j)
     for (kappa::Index b = 0; b < ws.rows(); b += 32) {

@@ -63,7 +63,7 @@ constexpr double kQ8Tol = 0.05;
 // build with AVX-512 VNNI (-march=native on such a CPU), X in Q8_0 times the
 // blocks in 8-bit integers (kappa/core/quant_gemm.hpp), within the
 // tolerance of decoding, which always quantizes X.
-#if KAPPA_QUANT_GEMM_VNNI
+#if KAPPA_QUANT_GEMM_INT8
 constexpr double kBlockPrefillTol = kQ8Tol;  // measured 0.045 on the Q8_0 file
 #else
 constexpr double kBlockPrefillTol = kModelTol<float>;
@@ -358,7 +358,7 @@ TEST(GgufLoad, QuantizedExpertsAreViewsOfTheirSlices) {
   const std::vector<TokenId> mids = reference_ids("mixtral");
   const RowMatrix<float> pre = lm.forward(mids);
   const double err = scaled_error(pre, ref);
-#if KAPPA_QUANT_GEMM_VNNI
+#if KAPPA_QUANT_GEMM_INT8
   // Every product quantizes X then, as token-by-token decoding always does
   // (measured 0.24 of the logit scale against the float forward on this
   // tiny random model, whose sharp attention amplifies X's rounding; 0.014

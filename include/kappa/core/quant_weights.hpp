@@ -1423,6 +1423,7 @@ struct BlockFormatOps;
 template <>
 struct BlockFormatOps<Q8_0Weights> {
   static constexpr Index kGroup = 32;  // weights per scale of the codes (quant_gemm.hpp)
+  static constexpr int kCodeBits = 8;  // every code below 2^kCodeBits
   static void codes(const unsigned char* in, Index k, std::uint8_t* q, float* s, float* c) {
     quant::codes_row_q8_0(in, k, q, s, c);
   }
@@ -1437,6 +1438,7 @@ struct BlockFormatOps<Q8_0Weights> {
 template <>
 struct BlockFormatOps<Q4_0Weights> {
   static constexpr Index kGroup = 32;  // weights per scale of the codes (quant_gemm.hpp)
+  static constexpr int kCodeBits = 4;  // every code below 2^kCodeBits
   static void codes(const unsigned char* in, Index k, std::uint8_t* q, float* s, float* c) {
     quant::codes_row_q4_0(in, k, q, s, c);
   }
@@ -1452,6 +1454,7 @@ struct BlockFormatOps<Q4_0Weights> {
 template <>
 struct BlockFormatOps<Q4_KWeights> {
   static constexpr Index kGroup = 32;  // weights per scale of the codes (quant_gemm.hpp)
+  static constexpr int kCodeBits = 4;  // every code below 2^kCodeBits
   static void codes(const unsigned char* in, Index k, std::uint8_t* q, float* s, float* c) {
     quant::codes_row_q4_K(in, k, q, s, c);
   }
@@ -1466,6 +1469,7 @@ struct BlockFormatOps<Q4_KWeights> {
 template <>
 struct BlockFormatOps<Q6_KWeights> {
   static constexpr Index kGroup = 16;  // weights per scale of the codes (quant_gemm.hpp)
+  static constexpr int kCodeBits = 6;  // every code below 2^kCodeBits
   static void codes(const unsigned char* in, Index k, std::uint8_t* q, float* s, float* c) {
     quant::codes_row_q6_K(in, k, q, s, c);
   }
@@ -1640,8 +1644,8 @@ class BlockWeightMatrix {
     const Index n = x.rows();
     const int parts = decode_parts(n_p_);
     if (n > kFewRows) {
-#if KAPPA_QUANT_GEMM_VNNI
-      // Prefill with VNNI: X in Q8_0, integer products (quant_gemm.hpp).
+#if KAPPA_QUANT_GEMM_INT8
+      // Prefill with VNNI or AVX2: X in Q8_0, integer products (quant_gemm.hpp).
       if constexpr (std::is_same_v<T, float>) {
         product_int8(x, out, parts);
         return;
@@ -1733,7 +1737,7 @@ class BlockWeightMatrix {
       const Index lo = n_panels * p / parts, hi = n_panels * (p + 1) / parts;
       if (hi <= lo) continue;
       quant::CodePanel panel;
-      panel.resize(k_, Ops::kGroup);
+      panel.resize(k_, Ops::kGroup, Ops::kCodeBits);
       std::array<const unsigned char*, quant::kPanelRows> rows{};
       const std::size_t bytes256 = row_bytes() * 256 / static_cast<std::size_t>(k_);
       for (Index pi = lo; pi < hi; ++pi) {
