@@ -1,11 +1,12 @@
 // kappa/core/quant_gemm.hpp - many rows of X (prefill) times block-quantized
-// weights in 8-bit integer arithmetic, with AVX-512 VNNI.
+// weights in 8-bit integer arithmetic, with AVX-512 VNNI or AVX2.
 //
 // Decoding multiplies one row of X by every weight once, so its speed is
 // the weight bytes (quant_weights.hpp). Prefill multiplies n rows (a prompt)
 // by the same weights: compute-bound, where float GEMM on dequantized panels
-// does 16 multiply-adds per 512-bit instruction and VNNI's vpdpbusd does 64.
-// This file is that integer path.
+// does 16 multiply-adds per 512-bit instruction and VNNI's vpdpbusd does 64
+// (AVX2's vpmaddubsw + vpmaddwd: 32 per two 256-bit instructions, against
+// 8 per float FMA). This file is that integer path.
 //
 // Codes. Every format's row of P is first rewritten as 8-bit unsigned codes
 // q_t with, per group g of G weights (G = 32; 16 for Q6_K), a float scale
@@ -27,9 +28,10 @@
 // with exact int32 sums I_g, S_g (|I_g| <= 32 * 255 * 128 < 2^24, so exact as
 // floats too). Per group, in this order and in float:
 //   acc = fma(float(I_g), s_g * dx, acc);   acc = fma(c_g, dx * float(S_g), acc)
-// The VNNI kernel and the portable one (quant::panel_product_portable) do
-// exactly these operations, so they give the same bits, and so does every
-// thread count (each output is one thread's). Against the exact sum, the
+// The VNNI kernel, the AVX2 one and the portable one
+// (quant::panel_product_portable) do exactly these operations, so they give
+// the same bits, and so does every thread count (each output is one
+// thread's). Against the exact sum, the
 // float steps add at most (3 groups + 2) 2^-24 sum_g (|s_g dx I_g| +
 // |c_g dx S_g|) (tests/core/quant_gemm_test.cpp asserts it).
 //

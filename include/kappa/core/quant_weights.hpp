@@ -69,12 +69,15 @@
 //     for Q4_K). Against X's Q8_0 values times ggml's dequantized weights
 //     Q4_K adds 2^-24 sum |w x| (dequantization rounds d sc q - dmin m once;
 //     Q6_K's is exact).
-//   - more rows (prefill), T = float, in a build with AVX-512 VNNI
-//     (KAPPA_QUANT_GEMM_VNNI): X's rows in Q8_0 as for decoding, panels of
-//     32 rows of P rewritten as 8-bit codes, and vpdpbusd products
-//     (kappa/core/quant_gemm.hpp: its comment gives the float order and the
-//     error bound; same bits for every thread count). 2.2-2.7x float GEMM
-//     for Q8_0 / Q4_0 / Q4_K, 1.7-2.1x for Q6_K (bench_quant BM_Prefill).
+//   - more rows (prefill), T = float, in a build with AVX-512 VNNI or AVX2
+//     (KAPPA_QUANT_GEMM_INT8): X's rows in Q8_0 as for decoding, panels of
+//     32 rows of P rewritten as 8-bit codes, and vpdpbusd (VNNI) or
+//     vpmaddubsw (AVX2) products (kappa/core/quant_gemm.hpp: its comment
+//     gives the float order and the error bound; the same bits on either
+//     kernel, the portable loop and every thread count). With VNNI 2.2-2.7x
+//     float GEMM for Q8_0 / Q4_0 / Q4_K, 1.7-2.1x for Q6_K; with AVX2 alone
+//     (a Zen 3 EPYC) 1.4-2.5x the dequantized path below, 1.0-1.4x kappa's
+//     float GEMM on 1 thread (bench_quant BM_Prefill).
 //   - more rows otherwise: panels of 64 rows of P are dequantized into a
 //     buffer in T and multiplied with Eigen's GEMM (X is not quantized, so
 //     prefill is as exact as the weights allow; decode adds X's Q8_0 error).
