@@ -1,14 +1,14 @@
 // tests/support/prefill_reference.hpp - the reference for a block-quantized
 // weight matrix's prefill product (more than kFewRows rows of X).
 //
-// With AVX-512 VNNI (KAPPA_QUANT_GEMM_VNNI), prefill quantizes X's rows to
+// With AVX-512 VNNI or AVX2 (KAPPA_QUANT_GEMM_INT8), prefill quantizes X's rows to
 // Q8_0 as decoding does and multiplies in 8-bit integers
 // (kappa/core/quant_gemm.hpp); otherwise it multiplies float X by
 // dequantized panels. The reference is X' deq(W) in double, X' = X or
 // X's Q8_0 rows dequantized (quant::quantize_row_q8_0, then
 // dequantize_row_q8_0), within
 //   float path:  rel_tol sum_t |x_t| |w_t|
-//   VNNI path:   rel_tol (sum_t |x'_t| |w_t| + sum_t |x'_t| amax_t), amax_t
+//   int8 path:   rel_tol (sum_t |x'_t| |w_t| + sum_t |x'_t| amax_t), amax_t
 //                the largest |w| in t's block of 32 (the size of the codes'
 //                offset c, see quant_gemm.hpp's bound).
 #pragma once

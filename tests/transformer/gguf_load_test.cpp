@@ -60,7 +60,7 @@ const std::vector<std::string> kF32Models = {"llama", "qwen2", "gpt2", "mixtral"
 constexpr double kQ8Tol = 0.05;
 // Prefill (more than 8 rows) of weights kept in blocks: float X times the
 // dequantized blocks, the independent forward to float rounding; or, in a
-// build with AVX-512 VNNI (-march=native on such a CPU), X in Q8_0 times the
+// build with AVX-512 VNNI or AVX2 (-march=native), X in Q8_0 times the
 // blocks in 8-bit integers (kappa/core/quant_gemm.hpp), within the
 // tolerance of decoding, which always quantizes X.
 #if KAPPA_QUANT_GEMM_INT8
