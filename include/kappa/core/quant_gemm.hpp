@@ -163,11 +163,11 @@ inline void codes_row_q6_K(const unsigned char* in, std::int64_t k, std::uint8_t
 
 /// n rows of X (k each) in Q8_0 (quantize_row_q8_0, as decoding does) with
 /// the per-group terms the panel product needs: q (n x k), d (n x k/32),
-/// ds (n x k/G: d of the group's block times the group's sum of q).
+/// sum (n x k/G: the group's sum of q, S_g).
 struct Q8Panel {
   std::int64_t n = 0, k = 0, group = 32;
   std::vector<std::int8_t> q;
-  std::vector<float> d, ds;
+  std::vector<float> d;
   std::vector<std::int32_t> sum;  // n x k/G: the group's sum of q (S_g)
 
   /// Quantizes row r from float values x[0..k).
@@ -181,21 +181,18 @@ struct Q8Panel {
       dr[b] = fp16_to_float(detail::load_u16(in));
       std::memcpy(qr + 32 * b, in + 2, 32);
     }
-    float* dsr = ds.data() + r * (k / group);
     std::int32_t* sr = sum.data() + r * (k / group);
     for (std::int64_t g = 0; g < k / group; ++g) {
       std::int32_t total = 0;
       for (std::int64_t t = g * group; t < (g + 1) * group; ++t) total += qr[t];
       sr[g] = total;
-      dsr[g] = dr[g * group / kBlock32] * static_cast<float>(total);
     }
   }
   void resize(std::int64_t rows, std::int64_t cols, std::int64_t g) {
     n = rows, k = cols, group = g;
     q.resize(static_cast<std::size_t>(n * k));
     d.resize(static_cast<std::size_t>(n * (k / kBlock32)));
-    ds.resize(static_cast<std::size_t>(n * (k / group)));
-    sum.resize(ds.size());
+    sum.resize(static_cast<std::size_t>(n * (k / group)));
   }
 };
 
@@ -267,7 +264,7 @@ inline void panel_product_portable(const CodePanel& p, const Q8Panel& x, std::in
   for (std::int64_t i = i0; i < i0 + m; ++i) {
     const std::int8_t* xq = x.q.data() + i * k;
     const float* xd = x.d.data() + i * (k / kBlock32);
-    const float* xds = x.ds.data() + i * ng;
+    const std::int32_t* xs = x.sum.data() + i * ng;
     for (std::int64_t r = 0; r < cols; ++r) {
       float acc = 0.0f;
       for (std::int64_t g = 0; g < ng; ++g) {
@@ -276,9 +273,11 @@ inline void panel_product_portable(const CodePanel& p, const Q8Panel& x, std::in
           isum += static_cast<std::int32_t>(
                       p.q[static_cast<std::size_t>(4 * kPanelRows * (t / 4) + 4 * r + t % 4)]) *
                   xq[t];
-        const float sd = p.s[static_cast<std::size_t>(kPanelRows * g + r)] * xd[g * G / kBlock32];
+        const float dx = xd[g * G / kBlock32];
+        const float sd = p.s[static_cast<std::size_t>(kPanelRows * g + r)] * dx;
         acc = std::fma(static_cast<float>(isum), sd, acc);
-        acc = std::fma(p.c[static_cast<std::size_t>(kPanelRows * g + r)], xds[g], acc);
+        acc = std::fma(p.c[static_cast<std::size_t>(kPanelRows * g + r)],
+                       dx * static_cast<float>(xs[g]), acc);
       }
       out[(i - i0) * ld + r] = acc;
     }
@@ -296,11 +295,11 @@ inline void panel_tile_vnni(const CodePanel& p, const Q8Panel& x, std::int64_t i
   const std::int64_t k = p.k, ng = k / G;
   const std::int8_t* xq[M];
   const float* xd[M];
-  const float* xds[M];
+  const std::int32_t* xs[M];
   for (int i = 0; i < M; ++i) {
     xq[i] = x.q.data() + (i0 + i) * k;
     xd[i] = x.d.data() + (i0 + i) * (k / kBlock32);
-    xds[i] = x.ds.data() + (i0 + i) * ng;
+    xs[i] = x.sum.data() + (i0 + i) * ng;
   }
   __m512 acc0[M], acc1[M];
   for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -324,8 +323,9 @@ inline void panel_tile_vnni(const CodePanel& p, const Q8Panel& x, std::int64_t i
     const __m512 s0 = _mm512_loadu_ps(ps), s1 = _mm512_loadu_ps(ps + 16);
     const __m512 c0 = _mm512_loadu_ps(pc), c1 = _mm512_loadu_ps(pc + 16);
     for (int i = 0; i < M; ++i) {
-      const __m512 dx = _mm512_set1_ps(xd[i][g * G / kBlock32]);
-      const __m512 bx = _mm512_set1_ps(xds[i][g]);
+      const float dxs = xd[i][g * G / kBlock32];
+      const __m512 dx = _mm512_set1_ps(dxs);
+      const __m512 bx = _mm512_set1_ps(dxs * static_cast<float>(xs[i][g]));
       acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum0[i]), _mm512_mul_ps(s0, dx), acc0[i]);
       acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum1[i]), _mm512_mul_ps(s1, dx), acc1[i]);
       acc0[i] = _mm512_fmadd_ps(c0, bx, acc0[i]);
@@ -365,7 +365,7 @@ inline void panel_product_vnni(const CodePanel& p, const Q8Panel& x, std::int64_
 
 #if KAPPA_QUANT_GEMM_AVX2
 namespace detail {
-/// M (1..4) rows of X against V vectors of 8 rows of the panel, from row
+/// M (1..3 here) rows of X against V vectors of 8 rows of the panel, from row
 /// 8 v0: vpmaddubsw (u8 codes times X's s8, pairs summed in int16) and
 /// vpmaddwd (int16 pairs summed in int32). The int32 sums I_g are exact, so
 /// the floats are the portable loop's.
@@ -382,15 +382,15 @@ template <int M, int V, int G, int kSteps16>
 inline void panel_tile_avx2(const CodePanel& p, const Q8Panel& x, std::int64_t i0, int v0,
                             float* out, std::int64_t ld, std::int64_t cols) {
   static_assert(kSteps16 == 0 || (G / 4) % kSteps16 == 0, "whole int16 runs per group");
+  constexpr bool kSigned = kSteps16 == 0;  // the sign trick, one step per run
+  constexpr int kRun = kSigned ? 1 : kSteps16;
   const std::int64_t k = p.k, ng = k / G;
   const std::int8_t* xq[M];
   const float* xd[M];
-  const float* xds[M];
   const std::int32_t* xs[M];
   for (int i = 0; i < M; ++i) {
     xq[i] = x.q.data() + (i0 + i) * k;
     xd[i] = x.d.data() + (i0 + i) * (k / kBlock32);
-    xds[i] = x.ds.data() + (i0 + i) * ng;
     xs[i] = x.sum.data() + (i0 + i) * ng;
   }
   const __m256i ones16 = _mm256_set1_epi16(1);
@@ -404,60 +404,50 @@ inline void panel_tile_avx2(const CodePanel& p, const Q8Panel& x, std::int64_t i
       for (int v = 0; v < V; ++v) isum[i][v] = _mm256_setzero_si256();
     const std::int8_t* xg[M];
     for (int i = 0; i < M; ++i) xg[i] = xq[i] + g * G;
-    if constexpr (kSteps16 == 0) {
-      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-      // (Not unrolled: unrolled, g++ 12 computed all the group's products
-      // first and spilled them to the stack.)
+    // Runs of kRun 4-weight steps summed in int16, then widened to int32.
+    // (The steps are not unrolled: unrolled, g++ 12 computed all the group's
+    // products first and spilled them to the stack.)
+    for (int t0 = 0; t0 < G / 4; t0 += kRun) {
+      __m256i s16[M][V];
+      for (int i = 0; i < M; ++i)
+        for (int v = 0; v < V; ++v) s16[i][v] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-      for (int t4 = 0; t4 < G / 4; ++t4, pq += 128) {
-        __m256i wabs[V], wsgn[V];
+      for (int t4 = t0; t4 < t0 + kRun; ++t4, pq += 128) {
+        __m256i w[V], wabs[V];
         for (int v = 0; v < V; ++v) {
-          wsgn[v] = _mm256_xor_si256(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pq + 32 * v)), flip);
-          wabs[v] = _mm256_abs_epi8(wsgn[v]);
+          w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pq + 32 * v));
+          if constexpr (kSigned) {  // w = q - 128 as s8, and |w|
+            w[v] = _mm256_xor_si256(w[v], _mm256_set1_epi8(static_cast<char>(0x80)));
+            wabs[v] = _mm256_abs_epi8(w[v]);
+          }
         }
         for (int i = 0; i < M; ++i) {
           std::int32_t x4 = 0;
           std::memcpy(&x4, xg[i] + 4 * t4, 4);
           const __m256i xv = _mm256_set1_epi32(x4);
           for (int v = 0; v < V; ++v) {
-            const __m256i pr = _mm256_maddubs_epi16(wabs[v], _mm256_sign_epi8(xv, wsgn[v]));
-            isum[i][v] = _mm256_add_epi32(isum[i][v], _mm256_madd_epi16(pr, ones16));
+            const __m256i pr = kSigned ? _mm256_maddubs_epi16(wabs[v], _mm256_sign_epi8(xv, w[v]))
+                                       : _mm256_maddubs_epi16(w[v], xv);
+            s16[i][v] = _mm256_add_epi16(s16[i][v], pr);
           }
         }
       }
+      for (int i = 0; i < M; ++i)
+        for (int v = 0; v < V; ++v)
+          isum[i][v] = _mm256_add_epi32(isum[i][v], _mm256_madd_epi16(s16[i][v], ones16));
+    }
+    if constexpr (kSigned) {  // sum q x = sum w x + 128 S_g
       for (int i = 0; i < M; ++i) {
         const __m256i corr = _mm256_set1_epi32(128 * xs[i][g]);
         for (int v = 0; v < V; ++v) isum[i][v] = _mm256_add_epi32(isum[i][v], corr);
-      }
-    } else {
-      for (int t0 = 0; t0 < G / 4; t0 += kSteps16) {
-        __m256i s16[M][V];
-        for (int i = 0; i < M; ++i)
-          for (int v = 0; v < V; ++v) s16[i][v] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-        for (int t4 = t0; t4 < t0 + kSteps16; ++t4, pq += 128) {
-          __m256i w[V];
-          for (int v = 0; v < V; ++v)
-            w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pq + 32 * v));
-          for (int i = 0; i < M; ++i) {
-            std::int32_t x4 = 0;
-            std::memcpy(&x4, xg[i] + 4 * t4, 4);
-            const __m256i xv = _mm256_set1_epi32(x4);
-            for (int v = 0; v < V; ++v)
-              s16[i][v] = _mm256_add_epi16(s16[i][v], _mm256_maddubs_epi16(w[v], xv));
-          }
-        }
-        for (int i = 0; i < M; ++i)
-          for (int v = 0; v < V; ++v)
-            isum[i][v] = _mm256_add_epi32(isum[i][v], _mm256_madd_epi16(s16[i][v], ones16));
       }
     }
     const float* ps = p.s.data() + kPanelRows * g + 8 * v0;
     const float* pc = p.c.data() + kPanelRows * g + 8 * v0;
     for (int i = 0; i < M; ++i) {
-      const __m256 dx = _mm256_set1_ps(xd[i][g * G / kBlock32]);
-      const __m256 bx = _mm256_set1_ps(xds[i][g]);
+      const float dxs = xd[i][g * G / kBlock32];
+      const __m256 dx = _mm256_set1_ps(dxs);
+      const __m256 bx = _mm256_set1_ps(dxs * static_cast<float>(xs[i][g]));
       for (int v = 0; v < V; ++v) {
         const __m256 sd = _mm256_mul_ps(_mm256_loadu_ps(ps + 8 * v), dx);
         acc[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][v]), sd, acc[i][v]);
