@@ -36,6 +36,7 @@
 #include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/quant_weights.hpp"
 #include "kappa/core/threading.hpp"
+#include "support/expect_error.hpp"
 #include "support/prefill_reference.hpp"
 
 namespace {
@@ -46,6 +47,7 @@ using kappa::Q4_KWeights;
 using kappa::Q6_KWeights;
 using kappa::RowMatrix;
 using kappa::WeightMatrix;
+using kappa::testing::expect_error;
 namespace q = kappa::quant;
 
 const std::string kKqBlocksDir = std::string(KAPPA_TEST_DATA_DIR) + "/io/gguf/blocks/";
@@ -477,48 +479,28 @@ TYPED_TEST(KQuantWeights, DoubleComputeType) {
 // byte count names both sizes; products with the wrong shapes name X and W.
 TYPED_TEST(KQuantWeights, ShapeErrors) {
   using F = TypeParam;
-  try {
-    const WeightMatrix<float, F> bad(RowMatrix<float>::Ones(128, 64));
-    FAIL() << "no throw";
-  } catch (const kappa::ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("(128 x 64)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(256 x 1)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("multiple of 256"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(F::kName), std::string::npos) << msg;
-  }
+  expect_error<kappa::ShapeError>(
+      [] { const WeightMatrix<float, F> bad(RowMatrix<float>::Ones(128, 64)); },
+      {"(128 x 64)", "(256 x 1)", "multiple of 256", F::kName});
   EXPECT_THROW((WeightMatrix<float, F>(RowMatrix<float>::Ones(3, 288), BlocksAlong::kCols)),
                kappa::ShapeError);
   EXPECT_NO_THROW((WeightMatrix<float, F>(RowMatrix<float>::Ones(3, 512), BlocksAlong::kCols)));
   const std::vector<unsigned char> bytes(2 * F::kBlockBytes);
   EXPECT_NO_THROW(
       (WeightMatrix<float, F>(256, 2, BlocksAlong::kRows, std::span<const unsigned char>(bytes))));
-  try {
-    const WeightMatrix<float, F> bad(512, 2, BlocksAlong::kRows,
-                                     std::span<const unsigned char>(bytes));
-    FAIL() << "no throw";
-  } catch (const kappa::ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("(512 x 2)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(std::to_string(4 * F::kBlockBytes)), std::string::npos) << msg;
-    EXPECT_NE(msg.find(std::to_string(bytes.size())), std::string::npos) << msg;
-  }
-  try {
+  expect_error<kappa::ShapeError>(
+      [&] {
+        const WeightMatrix<float, F> bad(512, 2, BlocksAlong::kRows,
+                                         std::span<const unsigned char>(bytes));
+      },
+      {"(512 x 2)", std::to_string(4 * F::kBlockBytes), std::to_string(bytes.size())});
+  expect_error<kappa::ShapeError>([&] {
     const WeightMatrix<float, F> bad(256, 32, BlocksAlong::kRows, bytes.data(), bytes.size(),
                                      nullptr);
-    FAIL() << "no throw";
-  } catch (const kappa::ShapeError&) {
-  }
+  });
   const WeightMatrix<float, F> ok(RowMatrix<float>::Ones(256, 33));
   RowMatrix<float> x(2, 255), out(2, 33);
-  try {
-    ok.multiply(x, out);
-    FAIL() << "no throw";
-  } catch (const kappa::ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("(2 x 255)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(256 x 33)"), std::string::npos) << msg;
-  }
+  expect_error<kappa::ShapeError>([&] { ok.multiply(x, out); }, {"(2 x 255)", "(256 x 33)"});
   RowMatrix<float> x2(2, 256), out2(2, 32);
   EXPECT_THROW(ok.multiply(x2, out2), kappa::ShapeError);
   EXPECT_THROW(ok.multiply_transposed(x2, out2), kappa::ShapeError);

@@ -68,6 +68,27 @@ std::vector<unsigned char> gemm_packed(const WeightMatrix<float, F>& w) {
   return {b.begin(), b.end()};
 }
 
+/// Packs rows first .. first + count - 1 of P (k weights in format F, in
+/// rows of `row_bytes`) into `panel`, which resize() made for k and F.
+template <class F>
+void pack_rows(q::CodePanel& panel, const std::vector<unsigned char>& packed, std::size_t row_bytes,
+               Index first, Index count, Index k) {
+  std::vector<const unsigned char*> rows(static_cast<std::size_t>(q::kPanelRows), nullptr);
+  for (Index r = 0; r < count; ++r)
+    rows[static_cast<std::size_t>(r)] =
+        packed.data() + static_cast<std::size_t>(first + r) * row_bytes;
+  panel.pack(rows.data(), row_bytes * 256 / static_cast<std::size_t>(k), &Ops<F>::codes);
+}
+
+/// X's rows in Q8_0 with groups of G, as the products take them.
+q::Q8Panel quantize_rows(const RowMatrix<float>& x, Index G) {
+  q::Q8Panel xq;
+  xq.resize(x.rows(), x.cols(), G);
+  std::vector<unsigned char> blocks;
+  for (Index r = 0; r < x.rows(); ++r) xq.set_row(r, x.row(r).data(), blocks);
+  return xq;
+}
+
 // X's Q8_0 rounding without libm: std::round's value on ties, near ties,
 // integers, large values and random floats of the range |v| < 2^31.
 TEST(QuantRounding, RoundHalfAwayIsStdRound) {
@@ -123,16 +144,10 @@ TYPED_TEST(QuantGemm, PanelProductMatchesReferenceAndPortable) {
     const std::size_t row_bytes = packed.size() / static_cast<std::size_t>(cols);
     q::CodePanel panel;
     panel.resize(k, G, Ops<F>::kCodeBits);
-    std::vector<const unsigned char*> rows(static_cast<std::size_t>(q::kPanelRows), nullptr);
-    for (Index r = 0; r < cols; ++r)
-      rows[static_cast<std::size_t>(r)] = packed.data() + static_cast<std::size_t>(r) * row_bytes;
-    panel.pack(rows.data(), row_bytes * 256 / static_cast<std::size_t>(k), &Ops<F>::codes);
+    pack_rows<F>(panel, packed, row_bytes, 0, cols, k);
     for (Index n = 1; n <= 9; ++n) {
       const RowMatrix<float> x = gemm_random(n, k, g, 1.0f);
-      q::Q8Panel xq;
-      xq.resize(n, k, G);
-      std::vector<unsigned char> blocks;
-      for (Index r = 0; r < n; ++r) xq.set_row(r, x.row(r).data(), blocks);
+      const q::Q8Panel xq = quantize_rows(x, G);
       const Index ld = 35;  // wider than the panel: the store must stay in its columns
       std::vector<float> fast(static_cast<std::size_t>(n * ld), -7.0f), slow(fast);
       q::panel_product(panel, xq, 0, n, fast.data(), ld, cols);
@@ -210,17 +225,11 @@ TEST(QuantGemmExtremes, Q8_0CodesAtTheEndsOfTheRange) {
   RowMatrix<float> x(n, k);
   for (Index i = 0; i < n; ++i)
     for (Index t = 0; t < k; ++t) x(i, t) = ((i + t / 32) % 2 == 0) ? -1.0f : 1.0f;
-  q::Q8Panel xq;
-  xq.resize(n, k, 32);
-  std::vector<unsigned char> blocks;
-  for (Index i = 0; i < n; ++i) xq.set_row(i, x.row(i).data(), blocks);
+  const q::Q8Panel xq = quantize_rows(x, 32);
   q::CodePanel panel;
   panel.resize(k, 32, 8);
-  std::vector<const unsigned char*> rows(static_cast<std::size_t>(q::kPanelRows));
-  for (Index r = 0; r < cols; ++r)
-    rows[static_cast<std::size_t>(r)] =
-        packed.data() + static_cast<std::size_t>(r * nb) * q::kBytesQ8_0;
-  panel.pack(rows.data(), q::kBytesQ8_0 * 8, &Ops<kappa::Q8_0Weights>::codes);
+  pack_rows<kappa::Q8_0Weights>(panel, packed, static_cast<std::size_t>(nb) * q::kBytesQ8_0, 0,
+                                cols, k);
   std::vector<float> fast(static_cast<std::size_t>(n * cols)), slow(fast.size());
   q::panel_product(panel, xq, 0, n, fast.data(), cols, cols);
   q::panel_product_portable(panel, xq, 0, n, slow.data(), cols, cols);
@@ -259,20 +268,13 @@ TYPED_TEST(QuantGemm, PrefillIsThePanelProduct) {
   const auto packed = gemm_packed(w);
   const std::size_t row_bytes = packed.size() / static_cast<std::size_t>(m);
   const RowMatrix<float> x = gemm_random(n, k, g, 1.0f);
-  q::Q8Panel xq;
-  xq.resize(n, k, G);
-  std::vector<unsigned char> blocks;
-  for (Index r = 0; r < n; ++r) xq.set_row(r, x.row(r).data(), blocks);
+  const q::Q8Panel xq = quantize_rows(x, G);
   RowMatrix<float> ref(n, m);
   q::CodePanel panel;
   panel.resize(k, G, Ops<F>::kCodeBits);
   for (Index r0 = 0; r0 < m; r0 += q::kPanelRows) {
     const Index cols = std::min(q::kPanelRows, m - r0);
-    std::vector<const unsigned char*> rows(static_cast<std::size_t>(q::kPanelRows), nullptr);
-    for (Index r = 0; r < cols; ++r)
-      rows[static_cast<std::size_t>(r)] =
-          packed.data() + static_cast<std::size_t>(r0 + r) * row_bytes;
-    panel.pack(rows.data(), row_bytes * 256 / static_cast<std::size_t>(k), &Ops<F>::codes);
+    pack_rows<F>(panel, packed, row_bytes, r0, cols, k);
     q::panel_product_portable(panel, xq, 0, n, ref.data() + r0, m, cols);
   }
   for (int threads : {1, 2, 3}) {

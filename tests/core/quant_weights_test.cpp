@@ -36,6 +36,7 @@
 #include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/quant_weights.hpp"
 #include "kappa/core/threading.hpp"
+#include "support/expect_error.hpp"
 #include "support/prefill_reference.hpp"
 
 namespace {
@@ -46,6 +47,7 @@ using kappa::Q4_0Weights;
 using kappa::Q8_0Weights;
 using kappa::RowMatrix;
 using kappa::WeightMatrix;
+using kappa::testing::expect_error;
 namespace q = kappa::quant;
 
 struct QwThreadsGuard {
@@ -414,14 +416,9 @@ TYPED_TEST(QuantWeights, FromPackedBlocks) {
   EXPECT_TRUE(a == b);
   EXPECT_TRUE(a == c);
   EXPECT_EQ(made.bytes(), copied.bytes());
-  try {
-    const WeightMatrix<float, F> bad(128, 40, BlocksAlong::kRows, bytes.subspan(1));
-    FAIL() << "no throw";
-  } catch (const kappa::ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("(128 x 40)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(std::to_string(bytes.size())), std::string::npos) << msg;
-  }
+  expect_error<kappa::ShapeError>(
+      [&] { const WeightMatrix<float, F> bad(128, 40, BlocksAlong::kRows, bytes.subspan(1)); },
+      {"(128 x 40)", std::to_string(bytes.size())});
 }
 
 // k not a multiple of 32: a ShapeError naming W and a block; products with
@@ -429,30 +426,16 @@ TYPED_TEST(QuantWeights, FromPackedBlocks) {
 TYPED_TEST(QuantWeights, ShapeErrors) {
   using F = TypeParam;
   const RowMatrix<float> w = RowMatrix<float>::Ones(100, 64);
-  try {
-    const WeightMatrix<float, F> bad(w);
-    FAIL() << "no throw";
-  } catch (const kappa::ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("(100 x 64)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(32 x 1)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("multiple of 32"), std::string::npos) << msg;
-  }
+  expect_error<kappa::ShapeError>([&] { const WeightMatrix<float, F> bad(w); },
+                                  {"(100 x 64)", "(32 x 1)", "multiple of 32"});
   EXPECT_THROW((WeightMatrix<float, F>(RowMatrix<float>::Ones(64, 33), BlocksAlong::kCols)),
                kappa::ShapeError);
   EXPECT_NO_THROW((WeightMatrix<float, F>(RowMatrix<float>::Ones(64, 33))));  // 33 outputs: fine
   const WeightMatrix<float, F> ok(RowMatrix<float>::Ones(64, 33));
   RowMatrix<float> x(2, 63), out(2, 33);
-  try {
-    ok.multiply(x, out);
-    FAIL() << "no throw";
-  } catch (const kappa::ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("(2 x 63)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(64 x 33)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(std::string("product X W (") + F::kName + " weights)"), std::string::npos)
-        << msg;
-  }
+  expect_error<kappa::ShapeError>(
+      [&] { ok.multiply(x, out); },
+      {"(2 x 63)", "(64 x 33)", std::string("product X W (") + F::kName + " weights)"});
   RowMatrix<float> x2(2, 64), out2(2, 32);
   EXPECT_THROW(ok.multiply(x2, out2), kappa::ShapeError);
   EXPECT_THROW(ok.multiply_transposed(x2, out2), kappa::ShapeError);

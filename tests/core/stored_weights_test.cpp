@@ -26,12 +26,14 @@
 #include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/stored_weights.hpp"
 #include "kappa/core/threading.hpp"
+#include "support/expect_error.hpp"
 
 namespace {
 
 using kappa::BlocksAlong;
 using kappa::Index;
 using kappa::RowMatrix;
+using kappa::testing::expect_error;
 namespace q = kappa::quant;
 
 struct F16ThreadsGuard {
@@ -134,15 +136,8 @@ TEST(MappedF16, ShapeMismatchNamesBothShapes) {
   const kappa::WeightMatrix<float, kappa::AsStoredWeights> proj(
       kappa::detail::MappedF16<float>(64, 10, BlocksAlong::kRows, wr.bytes->data(), wr.bytes));
   RowMatrix<float> x(2, 63), out(2, 10);
-  try {
-    proj.multiply(x, out);
-    FAIL() << "no ShapeError";
-  } catch (const kappa::ShapeError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("2 x 63"), std::string::npos) << what;
-    EXPECT_NE(what.find("64 x 10"), std::string::npos) << what;
-    EXPECT_NE(what.find("product X W (f16 weights)"), std::string::npos) << what;
-  }
+  expect_error<kappa::ShapeError>([&] { proj.multiply(x, out); },
+                                  {"2 x 63", "64 x 10", "product X W (f16 weights)"});
 }
 
 // The bf16 storage's products: both shapes and the storage in the message,
@@ -150,24 +145,11 @@ TEST(MappedF16, ShapeMismatchNamesBothShapes) {
 TEST(Bf16Weights, ShapeMismatchNamesBothShapesAndTheStorage) {
   const kappa::WeightMatrix<float, kappa::Bf16Weights> w(RowMatrix<float>::Ones(64, 10));
   RowMatrix<float> x(2, 63), out(2, 10);
-  try {
-    w.multiply(x, out);
-    FAIL() << "no ShapeError";
-  } catch (const kappa::ShapeError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("2 x 63"), std::string::npos) << what;
-    EXPECT_NE(what.find("64 x 10"), std::string::npos) << what;
-    EXPECT_NE(what.find("product X W (bf16 weights)"), std::string::npos) << what;
-  }
+  expect_error<kappa::ShapeError>([&] { w.multiply(x, out); },
+                                  {"2 x 63", "64 x 10", "product X W (bf16 weights)"});
   RowMatrix<float> xt(2, 10), outt(2, 63);
-  try {
-    w.multiply_transposed(xt, outt);
-    FAIL() << "no ShapeError";
-  } catch (const kappa::ShapeError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("product X W^T (bf16 weights)"), std::string::npos) << what;
-    EXPECT_NE(what.find("(rows of W)"), std::string::npos) << what;
-  }
+  expect_error<kappa::ShapeError>([&] { w.multiply_transposed(xt, outt); },
+                                  {"product X W^T (bf16 weights)", "(rows of W)"});
   RowMatrix<float> ok_x(2, 64), ok_out(2, 10);
   EXPECT_NO_THROW(w.multiply(ok_x, ok_out));
 }
@@ -309,17 +291,16 @@ TEST(MultiplyEach, MismatchedOutputNamesBothShapes) {
     RowMatrix<float> ya(1, 80), yb(1, 79);  // the second output one column short
     std::array<kappa::MatrixRef<float>, 2> out{kappa::MatrixRef<float>(ya),
                                                kappa::MatrixRef<float>(yb)};
-    try {
-      kappa::multiply_each<float>(x, std::array<const Stored*, 2>{&a, &b}, out);
-      ADD_FAILURE() << a.format() << ": no ShapeError";
-    } catch (const kappa::ShapeError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("1 x 64"), std::string::npos) << what;
-      // (An F32 view names its stored layout, W^T: 80 x 64.)
-      EXPECT_TRUE(what.find("64 x 80") != std::string::npos ||
-                  what.find("80 x 64") != std::string::npos)
-          << what;
-    }
+    SCOPED_TRACE(a.format());
+    const std::string what = expect_error<kappa::ShapeError>(
+        [&] {
+          kappa::multiply_each<float>(x, std::array<const Stored*, 2>{&a, &b}, out);
+        },
+        {"1 x 64"});
+    // (An F32 view names its stored layout, W^T: 80 x 64.)
+    EXPECT_TRUE(what.find("64 x 80") != std::string::npos ||
+                what.find("80 x 64") != std::string::npos)
+        << what;
   }
 }
 
