@@ -689,16 +689,11 @@ inline float dot_wide(const unsigned char* w, const Q8Row& x, Lanes lanes, Lanes
 #endif
 
 /// The loop of the AVX2 dot products over the blocks of a weight row `w`
-/// (kW bytes per block): groups of 8 blocks (with KAPPA_QUANT_AVX512,
-/// dot_wide), then the last blocks one by one; block b
-/// into set b mod 2 (lanes_add's order). lanes(w_b, b) gives block b's eight
-/// int32 lane sums, lanes2(w_b, b) those of b and b + 1.
-template <Index kW, class Lanes, class Lanes2>
-inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
-                      [[maybe_unused]] Lanes2 lanes2) {
-#if KAPPA_QUANT_AVX512
-  return dot_wide<kW>(w, x, lanes, lanes2);
-#else
+/// (kW bytes per block): groups of 8 blocks, then the last blocks one by
+/// one; block b into set b mod 2 (lanes_add's order). lanes(w_b, b) gives
+/// block b's eight int32 lane sums. (dot_wide is the 512-bit loop.)
+template <Index kW, class Lanes>
+inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   const float* xd = x.d.data();
   Index b = 0;
@@ -735,10 +730,9 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes,
       lanes_add_avx2(acc0, d, s);
   }
   return lanes_total_avx2(acc0, acc1);
-#endif
 }
 
-#if KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
 inline bool q4_0_wide();  // (below)
 /// dot_q8_0_portable with two blocks per 512-bit vector (dot_wide; bit for
 /// bit the same result).
@@ -754,21 +748,13 @@ inline float dot_q8_0_wide(const unsigned char* w, const Q8Row& x) {
 inline float dot_q8_0_narrow(const unsigned char* w, const Q8Row& x) {
   const std::int8_t* xq = x.q.data();
   return dot_avx2<static_cast<Index>(quant::kBytesQ8_0)>(
-      w, x, [xq](const unsigned char* wb, Index b) { return q8_lanes(wb, xq + 32 * b); },
-      [xq](const unsigned char* wb, Index b) {
-#if KAPPA_QUANT_AVX512
-        return q8_lanes2(wb, xq + 32 * b);
-#else
-        (void)wb, (void)b, (void)xq;
-        return 0;
-#endif
-      });
+      w, x, [xq](const unsigned char* wb, Index b) { return q8_lanes(wb, xq + 32 * b); });
 }
 
 /// dot_q8_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same
 /// result): the 512-bit loop where q4_0_wide() says so, else dot_avx2's.
 inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
-#if KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
   if (q4_0_wide()) return dot_q8_0_wide(w, x);
 #endif
   return dot_q8_0_narrow(w, x);
@@ -838,7 +824,7 @@ inline float dot_q4_0_vnni(const unsigned char* w, const Q8Row& x) {
 }
 #endif
 
-#if KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
 /// dot_q4_0_portable with two blocks per 512-bit vector (dot_wide; bit for
 /// bit the same result).
 inline float dot_q4_0_wide(const unsigned char* w, const Q8Row& x) {
@@ -880,7 +866,7 @@ inline bool q4_0_wide() {
 /// result): the 512-bit loop where q4_0_wide() says so, else VNNI's
 /// 256-bit loop (dot_q4_0_vnni) where the build has VNNI, else dot_avx2's.
 inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
-#if KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
   if (q4_0_wide()) return dot_q4_0_wide(w, x);
 #endif
 #if !KAPPA_QUANT_AVX512 && \
@@ -890,17 +876,8 @@ inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
   const std::int8_t* xq = x.q.data();
   const std::int32_t* off = x.offset.data();
   return dot_avx2<static_cast<Index>(quant::kBytesQ4_0)>(
-      w, x,
-      [xq, off](const unsigned char* wb, Index b) {
+      w, x, [xq, off](const unsigned char* wb, Index b) {
         return q4_lanes(wb, xq + 32 * b, off + 8 * b);
-      },
-      [xq, off](const unsigned char* wb, Index b) {
-#if KAPPA_QUANT_AVX512
-        return q4_lanes2(wb, xq + 32 * b, off + 8 * b);
-#else
-        (void)wb, (void)b, (void)xq, (void)off;
-        return 0;
-#endif
       });
 #endif
 }
