@@ -145,7 +145,7 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
   std::uniform_int_distribution<int> xbyte(-127, 127);
   std::uniform_int_distribution<int> exponent(5, 20);  // fp16 scales 2^-10 .. 2^5
   std::cout << "block dot products: " << kappa::detail::kQuantDotIsa
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
             << (kappa::detail::q4_0_wide() ? " (Q8_0, Q4_0: 512-bit)" : " (Q8_0, Q4_0: 256-bit)")
 #endif
             << "\n";
@@ -177,7 +177,7 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
       EXPECT_EQ(fast, portable) << "nb " << nb << " trial " << trial;
       // The loops chosen at run time: each one, whichever this CPU takes.
       if constexpr (std::is_same_v<F, Q8_0Weights>) {
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
         EXPECT_EQ(kappa::detail::dot_q8_0_wide(w.data(), row), portable) << "nb " << nb;
 #endif
 #if KAPPA_QUANT_AVX2
@@ -185,7 +185,7 @@ TYPED_TEST(QuantWeights, BlockDotIsExactAndEqualsPortable) {
 #endif
       }
       if constexpr (std::is_same_v<F, Q4_0Weights>) {
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
         EXPECT_EQ(kappa::detail::dot_q4_0_wide(w.data(), row), portable) << "nb " << nb;
 #endif
 #if !KAPPA_QUANT_AVX512 && KAPPA_QUANT_AVX2 && \

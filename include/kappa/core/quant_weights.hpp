@@ -182,6 +182,14 @@
 #else
 #define KAPPA_QUANT_Q4_0_WIDE 0
 #endif
+// Whether the 512-bit loops of Q8_0 and Q4_0 (detail::dot_wide) are built:
+// where the run-time choice can take them, or where KAPPA_QUANT_AVX512 always
+// does (q4_0_wide() is then true).
+#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#define KAPPA_QUANT_WIDE_LOOPS 1
+#else
+#define KAPPA_QUANT_WIDE_LOOPS 0
+#endif
 // Q8_0's and Q4_0's loops take the scales of 8 blocks at once
 // (detail::scales8: permutes of wide loads) where AVX-512BW and VL are, and
 // each block's scale on its own elsewhere (detail::dot_avx2 says why).
@@ -615,7 +623,7 @@ inline void lanes_add_avx2(__m256& acc, __m256 d, __m256i s) {
 #endif
 }
 
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
 /// acc + (u8 a times s8 b, summed four by four into 16 int32 lanes).
 inline __m512i lane_dot_u8s8_512(__m512i acc, __m512i a, __m512i b) {
 #if defined(__AVX512VNNI__)
@@ -648,7 +656,7 @@ inline __m512i q4_lanes2(const unsigned char* w, const std::int8_t* xq, const st
 }
 #endif
 
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
 /// dot_avx2's loop with two blocks per 512-bit vector (block b's lanes in
 /// 0..7, which are set 0's, block b + 1's in 8..15, set 1's), groups of 8
 /// blocks with their scales from scales8, then the last blocks one by one.
@@ -732,7 +740,7 @@ inline float dot_avx2(const unsigned char* w, const Q8Row& x, Lanes lanes) {
   return lanes_total_avx2(acc0, acc1);
 }
 
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
 inline bool q4_0_wide();  // (below)
 /// dot_q8_0_portable with two blocks per 512-bit vector (dot_wide; bit for
 /// bit the same result).
@@ -754,7 +762,7 @@ inline float dot_q8_0_narrow(const unsigned char* w, const Q8Row& x) {
 /// dot_q8_0_portable with AVX2 / AVX-512 / VNNI (bit for bit the same
 /// result): the 512-bit loop where q4_0_wide() says so, else dot_avx2's.
 inline float dot_q8_0_avx2(const unsigned char* w, const Q8Row& x) {
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
   if (q4_0_wide()) return dot_q8_0_wide(w, x);
 #endif
   return dot_q8_0_narrow(w, x);
@@ -824,7 +832,7 @@ inline float dot_q4_0_vnni(const unsigned char* w, const Q8Row& x) {
 }
 #endif
 
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
 /// dot_q4_0_portable with two blocks per 512-bit vector (dot_wide; bit for
 /// bit the same result).
 inline float dot_q4_0_wide(const unsigned char* w, const Q8Row& x) {
@@ -866,7 +874,7 @@ inline bool q4_0_wide() {
 /// result): the 512-bit loop where q4_0_wide() says so, else VNNI's
 /// 256-bit loop (dot_q4_0_vnni) where the build has VNNI, else dot_avx2's.
 inline float dot_q4_0_avx2(const unsigned char* w, const Q8Row& x) {
-#if KAPPA_QUANT_AVX512 || KAPPA_QUANT_Q4_0_WIDE
+#if KAPPA_QUANT_WIDE_LOOPS
   if (q4_0_wide()) return dot_q4_0_wide(w, x);
 #endif
 #if !KAPPA_QUANT_AVX512 && \
