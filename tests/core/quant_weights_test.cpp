@@ -442,6 +442,148 @@ TYPED_TEST(QuantWeights, ShapeErrors) {
 }
 
 // The storage policies fit the concept, and bytes() is the packed size.
+// ---- Q4_0 rows interleaved by eights (WeightMatrix::interleaved) -----------------------
+
+/// Random Q4_0 rows (n rows of nb blocks) from a normal W.
+std::vector<unsigned char> qw_q4_0_rows(Index n, Index nb, std::mt19937_64& g) {
+  const RowMatrix<float> w = qw_random(n, 32 * nb, g, 0.05f);
+  std::vector<unsigned char> out(static_cast<std::size_t>(n * nb) * q::kBytesQ4_0);
+  for (Index r = 0; r < n; ++r)
+    q::quantize_row_q4_0(w.row(r).data(), out.data() + static_cast<std::size_t>(r * nb) * 18,
+                         32 * nb);
+  return out;
+}
+
+// The layout as documented: group g, block b at (8 g nb + 8 b) 18 bytes: the
+// 8 scales, then the 8 rows' 16 bytes of nibbles; the rows after the last
+// whole group unchanged; every row read back as it was.
+TEST(QuantWeightsInterleaved, LayoutAsDocumentedAndRowsReadBack) {
+  std::mt19937_64 g(21);
+  for (Index n : {1, 7, 8, 13, 24}) {
+    const Index nb = 3;
+    const std::vector<unsigned char> rows = qw_q4_0_rows(n, nb, g);
+    std::vector<unsigned char> il(rows.size());
+    q::interleave_q4_0(rows.data(), n, nb, il.data());
+    const auto at = [nb](Index j, Index b) { return static_cast<std::size_t>(j * nb + b) * 18; };
+    for (Index j = 0; j < n; ++j) {
+      for (Index b = 0; b < nb; ++b) {
+        if (j < n / 8 * 8) {
+          const std::size_t base = at(j / 8 * 8, 0) + static_cast<std::size_t>(b) * 144;
+          const auto r = static_cast<std::size_t>(j % 8);
+          EXPECT_EQ(0, std::memcmp(il.data() + base + 2 * r, rows.data() + at(j, b), 2)) << j;
+          EXPECT_EQ(0, std::memcmp(il.data() + base + 16 + 16 * r, rows.data() + at(j, b) + 2, 16))
+              << j;
+        } else {
+          EXPECT_EQ(0, std::memcmp(il.data() + at(j, b), rows.data() + at(j, b), 18)) << j;
+        }
+      }
+      std::vector<unsigned char> back(static_cast<std::size_t>(nb) * 18);
+      q::deinterleave_row_q4_0(il.data(), n, nb, j, back.data());
+      EXPECT_EQ(0, std::memcmp(back.data(), rows.data() + at(j, 0), back.size()))
+          << "row " << j << " of " << n;
+    }
+  }
+}
+
+// dot8_q4_0 (AVX2 / VNNI where built) equals dot8_q4_0_portable bit for bit,
+// and both are the exact block sums up to the float summation in block
+// order: |dot - ref| <= nb 2^-24 sum |terms|. The extremes (every nibble 0
+// or 15, x at +-127) reach the largest int16 pairs of the maddubs path.
+TEST(QuantWeightsInterleaved, Dot8IsExactAndEqualsPortable) {
+  std::mt19937_64 g(22);
+  for (Index nb : {1, 2, 7, 8, 9, 33}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      std::vector<unsigned char> rows = qw_q4_0_rows(8, nb, g);
+      RowMatrix<float> x = qw_random(1, 32 * nb, g, 1.0f);
+      if (trial == 0) {  // extremes
+        for (std::size_t i = 0; i < rows.size(); i += 18)
+          std::memset(rows.data() + i + 2, (i / 18) % 2 ? 0xFF : 0x00, 16);
+        for (Index t = 0; t < x.cols(); ++t) x(0, t) = t % 3 ? 1.0f : -1.0f;
+      }
+      const std::vector<unsigned char> xq = qw_quantize_x(x, 0);
+      const kappa::detail::Q8Row row(xq.data(), nb);
+      std::vector<unsigned char> il(rows.size());
+      q::interleave_q4_0(rows.data(), 8, nb, il.data());
+      float fast[8], portable[8];
+      kappa::detail::dot8_q4_0(il.data(), row, fast);
+      kappa::detail::dot8_q4_0_portable(il.data(), row, portable);
+      for (int r = 0; r < 8; ++r) {
+        EXPECT_EQ(fast[r], portable[r]) << "nb " << nb << " trial " << trial << " row " << r;
+        double abs_sum = 0;
+        const double ref = qw_ref_dot<Q4_0Weights>(
+            rows.data() + static_cast<std::size_t>(r * nb) * 18, xq.data(), nb, abs_sum);
+        EXPECT_LE(std::fabs(portable[r] - ref), static_cast<double>(nb) * std::ldexp(abs_sum, -24))
+            << "nb " << nb << " trial " << trial << " row " << r;
+      }
+    }
+  }
+}
+
+// A whole matrix: decode (both layouts of P, 1..8 rows of X, 25 groups and 3
+// rows after them) within the block reference's bound, the same bits for
+// 1..3 threads; prefill, the cross-layout product, dense() and the rows
+// exactly as the matrix before interleaving gives them.
+TEST(QuantWeightsInterleaved, MatrixProductsMatchTheRows) {
+  QwThreadsGuard guard;
+  std::mt19937_64 g(23);
+  const Index k = 352, m = 203;
+  const RowMatrix<float> w = qw_random(k, m, g, 0.05f);
+  const WeightMatrix<float, Q4_0Weights> proj(w);
+  const WeightMatrix<float, Q4_0Weights> head(RowMatrix<float>(w.transpose()), BlocksAlong::kCols);
+  const WeightMatrix<float, Q4_0Weights> proj8 = proj.interleaved(), head8 = head.interleaved();
+  EXPECT_FALSE(proj.is_interleaved());
+  ASSERT_TRUE(proj8.is_interleaved() && head8.is_interleaved());
+  EXPECT_EQ(proj8.bytes(), proj.bytes());
+  EXPECT_TRUE(proj8.interleaved().is_interleaved());
+  EXPECT_TRUE(proj8.dense() == proj.dense());
+  std::vector<unsigned char> scratch;
+  for (Index j = 0; j < m; ++j) {
+    const unsigned char* a = proj8.row_blocks(j, scratch);
+    EXPECT_EQ(0,
+              std::memcmp(a, proj.blocks().data() + static_cast<std::size_t>(j) * 11 * 18, 11 * 18))
+        << "row " << j;
+  }
+  double worst = 0;
+  for (Index n = 1; n <= 8; ++n) {
+    const RowMatrix<float> x = qw_random(n, k, g, 1.0f);
+    RowMatrix<float> one(n, m), one_t(n, m);
+    kappa::set_num_threads(1);
+    proj8.multiply(x, one);
+    head8.multiply_transposed(x, one_t);
+    EXPECT_TRUE(one == one_t) << n << " rows";
+    double rel = 0;
+    qw_check_decode<Q4_0Weights>(proj, w, x, one, rel);  // the reference reads proj's rows
+    worst = std::max(worst, rel);
+#ifdef _OPENMP
+    for (int threads : {2, 3}) {
+      kappa::set_num_threads(threads);
+      RowMatrix<float> many(n, m), many_t(n, m);
+      proj8.multiply(x, many);
+      head8.multiply_transposed(x, many_t);
+      EXPECT_TRUE(many == one) << n << " rows, " << threads << " threads";
+      EXPECT_TRUE(many_t == one) << n << " rows, " << threads << " threads";
+    }
+    kappa::set_num_threads(1);
+#endif
+  }
+  std::cout << "q4_0 interleaved decode: relative error against X W (Frobenius) at most " << worst
+            << "\n";
+  for (Index n : {9, 40}) {  // prefill: the same rows, the same products
+    const RowMatrix<float> x = qw_random(n, k, g, 1.0f);
+    RowMatrix<float> a(n, m), b(n, m);
+    proj.multiply(x, a);
+    proj8.multiply(x, b);
+    EXPECT_TRUE(a == b) << n << " rows";
+  }
+  for (Index n : {1, 12}) {  // cross layout: X W^T with W packed along its rows
+    const RowMatrix<float> x = qw_random(n, m, g, 1.0f);
+    RowMatrix<float> a(n, k), b(n, k);
+    proj.multiply_transposed(x, a);
+    proj8.multiply_transposed(x, b);
+    EXPECT_TRUE(a == b) << n << " rows";
+  }
+}
+
 TEST(QuantWeightsPolicy, ConceptAndBytes) {
   static_assert(kappa::WeightStoragePolicy<Q8_0Weights>);
   static_assert(kappa::WeightStoragePolicy<Q4_0Weights>);

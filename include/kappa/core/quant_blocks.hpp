@@ -253,6 +253,57 @@ inline void quantize_row_q4_0(const float* x, unsigned char* out, std::int64_t k
   }
 }
 
+// ---- Q4_0 rows interleaved by eights ------------------------------------------------------
+
+/// Rows of Q4_0 blocks interleaved by groups of kInterleave (8): for group
+/// g (rows 8 g .. 8 g + 7) and block b, the 8 rows' fp16 scales (16 bytes),
+/// then their 16 bytes of nibbles, row by row (128 bytes): 144 bytes, the
+/// same as 8 blocks, so a group takes the bytes its 8 rows took and the rows
+/// after the last whole group (fewer than 8) stay as they were, at the same
+/// offsets. One load then gives 8 rows' scales, and a decode loop sums 8
+/// rows at once (kappa::detail::dot8_q4_0). The same idea as llama.cpp's
+/// "q4_0_8x8" repacking; the byte order is ours.
+inline constexpr std::int64_t kInterleave = 8;
+inline constexpr std::size_t kBytesQ4_0x8 = kInterleave * kBytesQ4_0;
+
+/// `n_rows` rows of `nb` Q4_0 blocks at `rows` (one after another) into the
+/// interleaved layout at `out` (the same size; not overlapping `rows`).
+inline void interleave_q4_0(const unsigned char* rows, std::int64_t n_rows, std::int64_t nb,
+                            unsigned char* out) {
+  const auto row_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0;
+  const std::int64_t groups = n_rows / kInterleave;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const unsigned char* in = rows + static_cast<std::size_t>(g * kInterleave) * row_bytes;
+    unsigned char* o = out + static_cast<std::size_t>(g * kInterleave) * row_bytes;
+    for (std::int64_t b = 0; b < nb; ++b, o += kBytesQ4_0x8) {
+      for (std::size_t r = 0; r < kInterleave; ++r) {
+        const unsigned char* block = in + r * row_bytes + static_cast<std::size_t>(b) * kBytesQ4_0;
+        std::memcpy(o + 2 * r, block, 2);
+        std::memcpy(o + 16 + 16 * r, block + 2, 16);
+      }
+    }
+  }
+  const std::size_t done = static_cast<std::size_t>(groups * kInterleave) * row_bytes;
+  std::memcpy(out + done, rows + done, static_cast<std::size_t>(n_rows) * row_bytes - done);
+}
+
+/// Row j of `n_rows` interleaved rows of `nb` Q4_0 blocks (interleave_q4_0's
+/// layout at `data`) back in GGUF's layout, nb blocks at `out`.
+inline void deinterleave_row_q4_0(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
+                                  std::int64_t j, unsigned char* out) {
+  const auto row_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0;
+  if (j >= n_rows / kInterleave * kInterleave) {
+    std::memcpy(out, data + static_cast<std::size_t>(j) * row_bytes, row_bytes);
+    return;
+  }
+  const auto r = static_cast<std::size_t>(j % kInterleave);
+  const unsigned char* group = data + static_cast<std::size_t>(j - j % kInterleave) * row_bytes;
+  for (std::int64_t b = 0; b < nb; ++b, group += kBytesQ4_0x8, out += kBytesQ4_0) {
+    std::memcpy(out, group + 2 * r, 2);
+    std::memcpy(out + 2, group + 16 + 16 * r, 16);
+  }
+}
+
 // ---- dequantize ---------------------------------------------------------------------------
 
 /// y[0..k) from k / 32 Q8_0 blocks: y_j = d q_j.

@@ -1289,6 +1289,85 @@ inline float dot_q6_k(const unsigned char* w, const Q8Row& x) {
 #endif
 }
 
+/// The decode of 8 interleaved Q4_0 rows (quant::interleave_q4_0's layout:
+/// a group of 8 rows of P at `g`) against X's row `x`: out[r] for row r of
+/// the group. Each block b gives row r the exact int32 sum
+/// S_rb = sum_j q_j x_j - 8 sum_j x_j, and the row's float is
+/// acc_r = lane_fma(d_w d_x, S_rb, acc_r) in block order (one float per
+/// row, not lanes_add's 16): another order than dot_q4_0's, the same in
+/// the AVX2 loop and here. The summation adds at most (k / 32) 2^-24 sum
+/// |terms| to the exact sum of the block terms.
+inline void dot8_q4_0_portable(const unsigned char* g, const Q8Row& x, float* out) {
+  float acc[8] = {};
+  for (Index b = 0; b < x.nb; ++b, g += quant::kBytesQ4_0x8) {
+    const std::int8_t* xq = x.q.data() + 32 * b;
+    const auto at = static_cast<std::size_t>(2 * b);
+    const std::int32_t offset = -8 * (std::int32_t{x.sum16[at]} + std::int32_t{x.sum16[at + 1]});
+    const float dx = x.d[static_cast<std::size_t>(b)];
+    for (int r = 0; r < 8; ++r) {
+      const unsigned char* q = g + 16 + 16 * r;
+      std::int32_t sum = offset;
+      for (int j = 0; j < 16; ++j)
+        sum += std::int32_t{q[j] & 0x0F} * xq[j] + std::int32_t{q[j] >> 4} * xq[j + 16];
+      acc[r] = lane_fma(block_scale(g + 2 * r) * dx, static_cast<float>(sum), acc[r]);
+    }
+  }
+  for (int r = 0; r < 8; ++r) out[r] = acc[r];
+}
+
+#if KAPPA_QUANT_AVX2
+/// One row's nibbles of an interleaved block (16 bytes at q) times X's
+/// block xv: eight int32 lane sums (the offset is added later, per block).
+inline __m256i q4_row_lanes(const unsigned char* q, __m256i xv) {
+  const __m256i t =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m256i n = _mm256_and_si256(_mm256_srlv_epi64(t, _mm256_setr_epi64x(0, 0, 4, 4)),
+                                     _mm256_set1_epi8(0x0F));
+  return lane_dot_u8s8(_mm256_setzero_si256(), n, xv);
+}
+
+/// dot8_q4_0_portable with AVX2 (bit for bit the same result): per block,
+/// the 8 rows' lane sums reduced by three levels of horizontal adds into
+/// one vector of the 8 rows' S_rb, the 8 scales widened by one F16C
+/// convert, one multiply-add for the 8 rows. About 7 vector instructions
+/// per block and row where dot_avx2 takes about 15.
+inline void dot8_q4_0_avx2(const unsigned char* g, const Q8Row& x, float* out) {
+  __m256 acc = _mm256_setzero_ps();
+  const std::int8_t* xq = x.q.data();
+  const std::int16_t* sums = x.sum16.data();
+  const float* xd = x.d.data();
+  for (Index b = 0; b < x.nb; ++b, g += quant::kBytesQ4_0x8) {
+    prefetch_ahead<quant::kBytesQ4_0x8>(g);
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
+    const __m256i h01 = _mm256_hadd_epi32(q4_row_lanes(g + 16, xv), q4_row_lanes(g + 32, xv));
+    const __m256i h23 = _mm256_hadd_epi32(q4_row_lanes(g + 48, xv), q4_row_lanes(g + 64, xv));
+    const __m256i h45 = _mm256_hadd_epi32(q4_row_lanes(g + 80, xv), q4_row_lanes(g + 96, xv));
+    const __m256i h67 = _mm256_hadd_epi32(q4_row_lanes(g + 112, xv), q4_row_lanes(g + 128, xv));
+    // rows 0..3 (then 4..7): lanes 0..3 their sums over x's lanes 0..3,
+    // lanes 4..7 over x's lanes 4..7; the halves added give S_rb
+    const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+    const std::int32_t offset = -8 * (std::int32_t{sums[2 * b]} + std::int32_t{sums[2 * b + 1]});
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                                                        _mm256_permute2x128_si256(lo, hi, 0x31)),
+                                       _mm256_set1_epi32(offset));
+    const __m256 d =
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))),
+                      _mm256_broadcast_ss(xd + b));
+    lanes_add_avx2(acc, d, s);
+  }
+  _mm256_storeu_ps(out, acc);
+}
+#endif
+
+/// dot8_q4_0_portable, with AVX2 where the build has it.
+inline void dot8_q4_0(const unsigned char* g, const Q8Row& x, float* out) {
+#if KAPPA_QUANT_AVX2
+  dot8_q4_0_avx2(g, x, out);
+#else
+  dot8_q4_0_portable(g, x, out);
+#endif
+}
+
 /// The smallest fp16 value not below v >= 0 (for scales that must cover a
 /// range); stays at the largest finite fp16 value for v beyond it.
 inline std::uint16_t fp16_not_below(float v) {
@@ -1535,16 +1614,30 @@ class BlockWeightMatrix {
   [[nodiscard]] BlocksAlong blocks_along() const { return along_; }
   /// The packed size: rows of P times blocks per row times bytes per block.
   [[nodiscard]] std::size_t bytes() const { return packed_bytes(); }
-  /// The packed blocks (rows of P one after another, GGUF's layout).
+  /// The packed blocks as held: rows of P one after another (GGUF's
+  /// layout), or Q4_0 rows interleaved by eights (is_interleaved()).
   [[nodiscard]] std::span<const unsigned char> blocks() const { return {data_, packed_bytes()}; }
+
+  /// Row j of P in GGUF's layout (k / B blocks): a pointer into blocks(),
+  /// or for interleaved rows `scratch`, which it fills.
+  const unsigned char* row_blocks(Index j, std::vector<unsigned char>& scratch) const {
+    if (!interleaved_) return packed_row(j);
+    scratch.resize(row_bytes());
+    quant::deinterleave_row_q4_0(data_, n_p_, nb_, j, scratch.data());
+    return scratch.data();
+  }
+
+  /// Whether the rows of P are interleaved by eights (interleaved()).
+  [[nodiscard]] bool is_interleaved() const { return interleaved_; }
 
   /// W dequantized to T (rows x cols; allocates the whole matrix: for tests
   /// and inspection, never used by the products).
   [[nodiscard]] RowMatrix<T> dense() const {
     RowMatrix<T> w(rows_, cols_);
     std::vector<float> row(static_cast<std::size_t>(k_));
+    std::vector<unsigned char> scratch;
     for (Index j = 0; j < n_p_; ++j) {
-      Ops::dequantize(packed_row(j), row.data(), k_);
+      Ops::dequantize(row_blocks(j, scratch), row.data(), k_);
       for (Index t = 0; t < k_; ++t) {
         const T v = static_cast<T>(row[static_cast<std::size_t>(t)]);
         if (along_ == BlocksAlong::kRows)
@@ -1574,6 +1667,18 @@ class BlockWeightMatrix {
       product_p_transposed(x, out);
     else
       product_p(x, out);
+  }
+
+ protected:
+  /// Q4_0 only: the rows of P interleaved by eights into new memory
+  /// (WeightMatrix<T, Q4_0Weights>::interleaved()).
+  void interleave() requires std::same_as<Format, Q4_0Weights> {
+    if (interleaved_) return;
+    auto owned = std::make_shared<std::vector<unsigned char>>(packed_bytes());
+    quant::interleave_q4_0(data_, n_p_, nb_, owned->data());
+    data_ = owned->data();
+    owner_ = std::move(owned);
+    interleaved_ = true;
   }
 
  private:
@@ -1616,11 +1721,12 @@ class BlockWeightMatrix {
 
   /// Rows r0 .. r0 + nr - 1 of P dequantized into `panel` (nr x k).
   void dequantize_panel(Index r0, Index nr, RowMatrix<T>& panel, std::vector<float>& row) const {
+    std::vector<unsigned char> scratch;
     for (Index i = 0; i < nr; ++i) {
       if constexpr (std::is_same_v<T, float>) {
-        Ops::dequantize(packed_row(r0 + i), panel.row(i).data(), k_);
+        Ops::dequantize(row_blocks(r0 + i, scratch), panel.row(i).data(), k_);
       } else {
-        Ops::dequantize(packed_row(r0 + i), row.data(), k_);
+        Ops::dequantize(row_blocks(r0 + i, scratch), row.data(), k_);
         for (Index t = 0; t < k_; ++t)
           panel(i, t) = static_cast<T>(row[static_cast<std::size_t>(t)]);
       }
@@ -1684,6 +1790,9 @@ class BlockWeightMatrix {
   /// Piece p of `parts` of the decode product out = X P^T: a block of P's
   /// rows, each row's block dot products with X's rows in Q8_0.
   void dots_piece(const std::vector<Q8Row>& xs, MatrixRef<T>& out, int p, int parts) const {
+    if constexpr (std::same_as<Format, Q4_0Weights>) {
+      if (interleaved_) return dots8_piece(xs, out, p, parts);
+    }
     Index lo = 0, hi = 0;
     detail::block_range(n_p_, parts, p, lo, hi);
     for (Index j = lo; j < hi; ++j) {
@@ -1692,6 +1801,28 @@ class BlockWeightMatrix {
       for (std::size_t r = 0; r < xs.size(); ++r)
         out(static_cast<Index>(r), j) = static_cast<T>(Ops::dot(w, xs[r]));
     }
+  }
+
+  /// dots_piece for interleaved rows: the pieces split the groups of 8
+  /// rows (the last piece also takes the rows after them, row by row).
+  void dots8_piece(const std::vector<Q8Row>& xs, MatrixRef<T>& out, int p, int parts) const {
+    const Index groups = n_p_ / quant::kInterleave;
+    Index lo = 0, hi = 0;
+    detail::block_range(groups, parts, p, lo, hi);
+    const std::size_t group_bytes = quant::kInterleave * row_bytes();
+    float sums[quant::kInterleave];
+    for (Index g = lo; g < hi; ++g) {
+      const unsigned char* w = data_ + static_cast<std::size_t>(g) * group_bytes;
+      for (std::size_t r = 0; r < xs.size(); ++r) {
+        dot8_q4_0(w, xs[r], sums);
+        for (Index i = 0; i < quant::kInterleave; ++i)
+          out(static_cast<Index>(r), g * quant::kInterleave + i) = static_cast<T>(sums[i]);
+      }
+    }
+    if (p != parts - 1) return;
+    for (Index j = groups * quant::kInterleave; j < n_p_; ++j)
+      for (std::size_t r = 0; r < xs.size(); ++r)
+        out(static_cast<Index>(r), j) = static_cast<T>(Ops::dot(packed_row(j), xs[r]));
   }
 
   /// out = X P^T for many rows of X in 8-bit integers (quant_gemm.hpp):
@@ -1727,12 +1858,14 @@ class BlockWeightMatrix {
       quant::CodePanel panel;
       panel.resize(k_, Ops::kGroup, Ops::kCodeBits);
       std::array<const unsigned char*, quant::kPanelRows> rows{};
+      std::array<std::vector<unsigned char>, quant::kPanelRows> scratch;
       const std::size_t bytes256 = row_bytes() * 256 / static_cast<std::size_t>(k_);
       for (Index pi = lo; pi < hi; ++pi) {
         const Index r0 = pi * quant::kPanelRows;
         const Index cols = std::min(quant::kPanelRows, n_p_ - r0);
         for (Index r = 0; r < quant::kPanelRows; ++r)
-          rows[static_cast<std::size_t>(r)] = r < cols ? packed_row(r0 + r) : nullptr;
+          rows[static_cast<std::size_t>(r)] =
+              r < cols ? row_blocks(r0 + r, scratch[static_cast<std::size_t>(r)]) : nullptr;
         panel.pack(rows.data(), bytes256, &Ops::codes);
         // out is row-major with unit inner stride (Eigen::Ref of a RowMatrix).
         quant::panel_product(panel, xq, 0, n, out.data() + r0, out.outerStride(), cols);
@@ -1760,6 +1893,7 @@ class BlockWeightMatrix {
   Index k_ = 0, n_p_ = 0, nb_ = 0;
   const unsigned char* data_ = nullptr;
   std::shared_ptr<const void> owner_;
+  bool interleaved_ = false;  // Q4_0 rows interleaved by eights (interleaved())
 };
 
 }  // namespace detail
@@ -1781,6 +1915,22 @@ template <Scalar T>
 class WeightMatrix<T, Q4_0Weights> : public detail::BlockWeightMatrix<T, Q4_0Weights> {
  public:
   using detail::BlockWeightMatrix<T, Q4_0Weights>::BlockWeightMatrix;
+
+  /// A copy of W with the rows of P interleaved by groups of 8
+  /// (quant::interleave_q4_0; the rows after the last whole group stay as
+  /// they are), the same size in new memory. Its decode product sums 8 rows
+  /// at once (detail::dot8_q4_0): faster where the CPU takes the 256-bit
+  /// loop (AVX2 alone: 1.2-2x per product), slower than the 512-bit loop
+  /// that AMD's AVX-512 CPUs take (benchmarks/README.md, "Q4_0 rows
+  /// interleaved by eights"). Its float order differs from the rows'
+  /// (detail::dot8_q4_0_portable), so decode results differ from this
+  /// matrix's by float rounding; prefill and the other products read the
+  /// rows back and give the same bits.
+  [[nodiscard]] WeightMatrix interleaved() const {
+    WeightMatrix m(*this);
+    m.interleave();
+    return m;
+  }
 };
 
 /// W in Q4_K super-blocks (4.5 bits per weight). Layout, products and

@@ -441,11 +441,10 @@ class WeightMatrix<T, AsStoredWeights> {
       }
     } else if constexpr (requires { F::kBlockBytes; }) {
       if (m.blocks_along() != BlocksAlong::kCols) not_readable();
-      const std::size_t row_bytes = m.blocks().size() / static_cast<std::size_t>(m.rows());
       std::vector<float> row(static_cast<std::size_t>(m.cols()));
+      std::vector<unsigned char> scratch;
       for (std::size_t j = 0; j < ids.size(); ++j) {
-        detail::BlockFormatOps<F>::dequantize(
-            m.blocks().data() + static_cast<std::size_t>(ids[j]) * row_bytes, row.data(), m.cols());
+        detail::BlockFormatOps<F>::dequantize(m.row_blocks(ids[j], scratch), row.data(), m.cols());
         for (Index c = 0; c < m.cols(); ++c)
           out(static_cast<Index>(j), c) = static_cast<T>(row[static_cast<std::size_t>(c)]);
       }
