@@ -1,6 +1,7 @@
 // bench_quant: the weight products of a decode step with weights stored as
 // float, bfloat16, fp16 (F16View: a GGUF F16 tensor viewed as stored,
-// kappa/core/stored_weights.hpp; F32View likewise for F32), Q8_0, Q4_0, Q4_K and Q6_K
+// kappa/core/stored_weights.hpp; F32View likewise for F32), Q8_0, Q4_0
+// (also Q4_0Interleaved: its rows interleaved by eights), Q4_K and Q6_K
 // (kappa/core/weight_storage.hpp, kappa/core/quant_weights.hpp), beside a
 // plain read of as many bytes (fp16 takes bfloat16's).
 //
@@ -134,6 +135,24 @@ const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F32View>(Index
     return std::make_unique<W>(kappa::detail::MappedDense<float>(
         hd ? mm : kk, hd ? kk : mm, hd ? kappa::BlocksAlong::kCols : kappa::BlocksAlong::kRows,
         data, std::move(p)));
+  });
+}
+
+/// Q4_0 with the rows of P interleaved by eights
+/// (WeightMatrix<float, Q4_0Weights>::interleaved()), built once.
+struct Q4_0Interleaved {
+  static constexpr const char* kName = "q4_0 interleaved";
+};
+template <>
+struct Held<Q4_0Interleaved> {
+  using type = kappa::WeightMatrix<float, kappa::Q4_0Weights>;
+};
+template <>
+const kappa::WeightMatrix<float, kappa::Q4_0Weights>& weights<Q4_0Interleaved>(Index k, Index m,
+                                                                               bool head) {
+  using W = kappa::WeightMatrix<float, kappa::Q4_0Weights>;
+  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
+    return std::make_unique<W>(weights<kappa::Q4_0Weights>(kk, mm, hd).interleaved());
   });
 }
 
@@ -305,6 +324,7 @@ BENCHMARK_TEMPLATE(BM_Decode, kappa::Bf16Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, F16View)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q8_0Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_0Weights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, Q4_0Interleaved)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_KWeights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q6_KWeights)->Apply(decode_shapes);
 BENCHMARK(BM_PlainRead)->Apply(read_sizes);

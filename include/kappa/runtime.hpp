@@ -108,6 +108,13 @@ struct LoadOptions {
     kMapped,     ///< mapped: pages shared with the page cache, read on touch
   };
   FileMemory file_memory = FileMemory::kHugePages;
+  /// A GGUF file's Q4_0 weights interleaved by eights at load
+  /// (WeightMatrix<T, Q4_0Weights>::interleaved()): faster generation where
+  /// the CPU has AVX2 but not AVX-512 (benchmarks/README.md, "Q4_0 rows
+  /// interleaved by eights"), slower on AMD's AVX-512 CPUs. Costs a copy
+  /// of those tensors beside the file's bytes; the logits differ from the
+  /// rows' by float rounding (another summation order).
+  bool interleave_q4_0 = false;
 };
 
 /// A causal language model of any architecture kappa loads (GPT-2, LLaMA,

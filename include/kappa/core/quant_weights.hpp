@@ -81,6 +81,17 @@
 //   - more rows otherwise: panels of 64 rows of P are dequantized into a
 //     buffer in T and multiplied with Eigen's GEMM (X is not quantized, so
 //     prefill is as exact as the weights allow; decode adds X's Q8_0 error).
+//   - Q4_0 rows interleaved by eights (WeightMatrix<T, Q4_0Weights>::
+//     interleaved(), quant::interleave_q4_0: a copy the user asks for, or
+//     LoadOptions::interleave_q4_0 at load), up to kFewRows rows: each group
+//     of 8 rows of P is summed at once (detail::dot8_q4_0), block b giving
+//     row r the exact int32 S_rb, added in block order into one float per
+//     row: acc_r = lane_fma(d_w d_x, S_rb, acc_r). The same in the AVX2 and
+//     portable loops and for every thread count (the threads split whole
+//     groups; the rows after the last group take dot_q4_0), but another
+//     order than the rows' lanes: within (k / 32) 2^-24 sum |terms| of the
+//     exact sum, and different bits from the same matrix not interleaved.
+//     Prefill and the other products read the rows back (the same bits).
 // A product along the other dimension (multiply() of a kCols matrix,
 // multiply_transposed() of a kRows one) is supported but slow: panels of P
 // are dequantized and accumulated with Eigen's GEMM for any number of rows.

@@ -145,9 +145,11 @@ Loaded load_as(const std::filesystem::path& path, const LoadOptions& o) {
       throw std::invalid_argument("kappa: runtime::Model::load: " + path.string() +
                                   " is a GGUF file; LoadOptions::weights_file (" + o.weights_file +
                                   ") names a file in a model directory");
-    auto g = gguf::load<float, S>(path, o.file_memory == LoadOptions::FileMemory::kMapped
-                                            ? io::Residence::kMapped
-                                            : io::Residence::kHugePages);
+    auto g = gguf::load<float, S>(path,
+                                  o.file_memory == LoadOptions::FileMemory::kMapped
+                                      ? io::Residence::kMapped
+                                      : io::Residence::kHugePages,
+                                  o.interleave_q4_0);
     if (g.eos_id) out.options.eos_ids = std::vector<TokenId>{*g.eos_id};
     out.model = std::make_unique<ModelBackendOf<S>>(std::move(g.model));
     out.tokenizer = std::make_unique<TokenizerImpl>(std::move(g.tokenizer));

@@ -232,9 +232,16 @@ class GgufTensors {
   /// `n_head`, `n_kv`: the head counts (for kLlama's permutation).
   /// `mapping`: what keeps `f` (its mapping) alive, for weight matrices that
   /// view the file's blocks (stored_weight()); null: they copy the blocks.
+  /// `interleave_q4_0`: Q4_0 weight matrices held interleaved by eights
+  /// (WeightMatrix<T, Q4_0Weights>::interleaved(), a copy).
   GgufTensors(const io::GgufFile& f, GgufLayout layout, Index n_head, Index n_kv,
-              std::shared_ptr<const void> mapping = nullptr)
-      : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv), mapping_(std::move(mapping)) {}
+              std::shared_ptr<const void> mapping = nullptr, bool interleave_q4_0 = false)
+      : f_(f),
+        layout_(layout),
+        n_head_(n_head),
+        n_kv_(n_kv),
+        mapping_(std::move(mapping)),
+        interleave_q4_0_(interleave_q4_0) {}
 
   /// llama.cpp's name of Hugging Face tensor `hf` in `layout`, or "" if it
   /// has none.
@@ -490,6 +497,9 @@ class GgufTensors {
     };
     const auto held = [&]<class F>() -> std::optional<WeightMatrix<T, S>> {
       auto m = blocks.template operator()<F>();
+      if constexpr (std::same_as<F, Q4_0Weights>) {
+        if (interleave_q4_0_) m = m->interleaved();
+      }
       if constexpr (requires { S::kPerMatrix; })
         return WeightMatrix<T, S>(std::move(*m));
       else
@@ -672,6 +682,7 @@ class GgufTensors {
   GgufLayout layout_ = GgufLayout::kLlama;
   Index n_head_ = 1, n_kv_ = 1;
   std::shared_ptr<const void> mapping_;
+  bool interleave_q4_0_ = false;
 };
 
 /// The sizes of a llama-layout GGUF file (llama, qwen2) from its metadata,
@@ -930,7 +941,8 @@ using CausalLM = hf::CausalLM<T, S>;
 
 namespace detail {
 template <Scalar T, WeightStoragePolicy S>
-CausalLM<T, S> load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping);
+CausalLM<T, S> load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping,
+                              bool interleave_q4_0);
 }  // namespace detail
 
 /// The model of an open GGUF file (see the file comment). Weight matrices
@@ -938,27 +950,33 @@ CausalLM<T, S> load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void>
 /// tensor's type) copy their blocks: the model does not need `f` afterwards.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 CausalLM<T, S> load_causal_lm(const io::GgufFile& f) {
-  return detail::load_causal_lm<T, S>(f, nullptr);
+  return detail::load_causal_lm<T, S>(f, nullptr, false);
 }
 
 /// As above for a file shared with the model: weight matrices kept in the
 /// file's format view its mapping (no copy), and keep `f` alive.
+/// `interleave_q4_0`: Q4_0 matrices are copied, interleaved by eights
+/// (WeightMatrix<T, Q4_0Weights>::interleaved()).
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-CausalLM<T, S> load_causal_lm(std::shared_ptr<const io::GgufFile> f) {
+CausalLM<T, S> load_causal_lm(std::shared_ptr<const io::GgufFile> f, bool interleave_q4_0 = false) {
   const io::GgufFile& file = *f;
-  return detail::load_causal_lm<T, S>(file, std::move(f));
+  return detail::load_causal_lm<T, S>(file, std::move(f), interleave_q4_0);
 }
 
 template <Scalar T, WeightStoragePolicy S>
-CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping) {
+CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping,
+                                      bool interleave_q4_0) {
   const std::string arch = detail::string(f, "general.architecture");
   if (arch == "gpt2")
     return CausalLM<T, S>(
-        hf::load_gpt2<T, S>(gpt2_config(f), GgufTensors(f, GgufLayout::kGpt2, 1, 1)), arch);
+        hf::load_gpt2<T, S>(gpt2_config(f),
+                            GgufTensors(f, GgufLayout::kGpt2, 1, 1, nullptr, interleave_q4_0)),
+        arch);
   if (arch == "deepseek2") {
     const hf::Config c = deepseek2_config(f);
     const Index n_head = c.integer("num_attention_heads");
-    const GgufTensors tensors(f, GgufLayout::kDeepSeek, n_head, n_head, std::move(mapping));
+    const GgufTensors tensors(f, GgufLayout::kDeepSeek, n_head, n_head, std::move(mapping),
+                              interleave_q4_0);
     if (c.has("n_routed_experts"))
       return CausalLM<T, S>(hf::load_deepseek_moe<T, S>(c, tensors), arch);
     return CausalLM<T, S>(hf::load_deepseek_v2<T, S>(c, tensors), arch);
@@ -969,7 +987,7 @@ CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<con
                         std::string(kSupportedArchitectures) + ")");
   const hf::LlamaSizes s = llama_sizes(f, arch);
   const GgufTensors tensors(f, arch == "llama" ? GgufLayout::kLlama : GgufLayout::kNeox, s.n_head,
-                            s.n_kv, std::move(mapping));
+                            s.n_kv, std::move(mapping), interleave_q4_0);
   if (arch == "qwen3") return CausalLM<T, S>(hf::detail::build_qwen3<T, S>(s, tensors), arch);
   if (const std::optional<hf::MoeSizes> m = moe_sizes(f, arch, s.n_layer))
     return CausalLM<T, S>(hf::detail::build_llama_moe<T, S>(s, *m, tensors), arch);
@@ -1283,13 +1301,14 @@ struct LoadedCausalLM {
 
 /// One call: the model and the tokenizer of GGUF file `path` (as
 /// hf::load for a directory). \throws as load_causal_lm() and
-/// load_tokenizer().
+/// load_tokenizer(). `interleave_q4_0`: as load_causal_lm's.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 LoadedCausalLM<T, S> load(const std::filesystem::path& path,
-                          io::Residence residence = io::Residence::kMapped) {
+                          io::Residence residence = io::Residence::kMapped,
+                          bool interleave_q4_0 = false) {
   const auto shared = std::make_shared<const io::GgufFile>(path.string(), residence);
   const io::GgufFile& f = *shared;
-  CausalLM<T, S> model = load_causal_lm<T, S>(shared);
+  CausalLM<T, S> model = load_causal_lm<T, S>(shared, interleave_q4_0);
   tokenize::HfTokenizer tok = load_tokenizer(f);
   std::optional<TokenId> eos;
   if (f.has("tokenizer.ggml.eos_token_id"))
