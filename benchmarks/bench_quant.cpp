@@ -140,9 +140,7 @@ const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F32View>(Index
 
 /// Q4_0 with the rows of P interleaved by eights
 /// (WeightMatrix<float, Q4_0Weights>::interleaved()), built once.
-struct Q4_0Interleaved {
-  static constexpr const char* kName = "q4_0 interleaved";
-};
+struct Q4_0Interleaved {};
 template <>
 struct Held<Q4_0Interleaved> {
   using type = kappa::WeightMatrix<float, kappa::Q4_0Weights>;

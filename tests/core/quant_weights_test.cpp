@@ -283,16 +283,15 @@ void qw_check_decode(const WeightMatrix<float, F>& wq, const RowMatrix<float>& w
   rel_err = std::sqrt(err2 / ref2);
 }
 
-// Decode: 1..8 rows, both products, odd output widths, thread counts 1..3
-// (bit-identical), against the block reference and the format's bound.
-TYPED_TEST(QuantWeights, DecodeMatchesReferenceAndBound) {
-  using F = TypeParam;
-  QwThreadsGuard guard;
-  std::mt19937_64 g(5);
-  const Index k = 352, m = 203;  // 11 blocks (a group of 8 and 3), an odd number of outputs
-  const RowMatrix<float> w = qw_random(k, m, g, 0.05f);
-  const WeightMatrix<float, F> proj(w);  // out = X W
-  const WeightMatrix<float, F> head(RowMatrix<float>(w.transpose()), BlocksAlong::kCols);  // X E^T
+/// Decodes 1..8 random rows of X with `proj` (out = X W) and `head` (X E^T,
+/// E = W^T): the two agree bit for bit, give the same bits on 1..3 threads,
+/// and pass qw_check_decode, whose block reference reads the rows of
+/// `rows` (the same W). Returns the worst relative error against X W.
+template <class F>
+double qw_check_decodes(const WeightMatrix<float, F>& proj, const WeightMatrix<float, F>& head,
+                        const WeightMatrix<float, F>& rows, const RowMatrix<float>& w,
+                        std::mt19937_64& g) {
+  const Index k = w.rows(), m = w.cols();
   double worst = 0;
   for (Index n = 1; n <= 8; ++n) {
     const RowMatrix<float> x = qw_random(n, k, g, 1.0f);
@@ -302,7 +301,7 @@ TYPED_TEST(QuantWeights, DecodeMatchesReferenceAndBound) {
     head.multiply_transposed(x, one_t);
     EXPECT_TRUE(one == one_t) << n << " rows";
     double rel = 0;
-    qw_check_decode<F>(proj, w, x, one, rel);
+    qw_check_decode<F>(rows, w, x, one, rel);
     worst = std::max(worst, rel);
 #ifdef _OPENMP
     for (int threads : {2, 3}) {
@@ -313,10 +312,24 @@ TYPED_TEST(QuantWeights, DecodeMatchesReferenceAndBound) {
       EXPECT_TRUE(many == one) << n << " rows, " << threads << " threads";
       EXPECT_TRUE(many_t == one) << n << " rows, " << threads << " threads";
     }
+    kappa::set_num_threads(1);
 #endif
   }
-  std::cout << F::kName << " decode: relative error against X W (Frobenius) at most " << worst
-            << "\n";
+  return worst;
+}
+
+// Decode: 1..8 rows, both products, odd output widths, thread counts 1..3
+// (bit-identical), against the block reference and the format's bound.
+TYPED_TEST(QuantWeights, DecodeMatchesReferenceAndBound) {
+  using F = TypeParam;
+  QwThreadsGuard guard;
+  std::mt19937_64 g(5);
+  const Index k = 352, m = 203;  // 11 blocks (a group of 8 and 3), an odd number of outputs
+  const RowMatrix<float> w = qw_random(k, m, g, 0.05f);
+  const WeightMatrix<float, F> proj(w);  // out = X W
+  const WeightMatrix<float, F> head(RowMatrix<float>(w.transpose()), BlocksAlong::kCols);  // X E^T
+  std::cout << F::kName << " decode: relative error against X W (Frobenius) at most "
+            << qw_check_decodes(proj, head, proj, w, g) << "\n";
 }
 
 /// |out - X deq(W)| <= k 2^-23 sum |x| |w| against double.
@@ -543,31 +556,9 @@ TEST(QuantWeightsInterleaved, MatrixProductsMatchTheRows) {
               std::memcmp(a, proj.blocks().data() + static_cast<std::size_t>(j) * 11 * 18, 11 * 18))
         << "row " << j;
   }
-  double worst = 0;
-  for (Index n = 1; n <= 8; ++n) {
-    const RowMatrix<float> x = qw_random(n, k, g, 1.0f);
-    RowMatrix<float> one(n, m), one_t(n, m);
-    kappa::set_num_threads(1);
-    proj8.multiply(x, one);
-    head8.multiply_transposed(x, one_t);
-    EXPECT_TRUE(one == one_t) << n << " rows";
-    double rel = 0;
-    qw_check_decode<Q4_0Weights>(proj, w, x, one, rel);  // the reference reads proj's rows
-    worst = std::max(worst, rel);
-#ifdef _OPENMP
-    for (int threads : {2, 3}) {
-      kappa::set_num_threads(threads);
-      RowMatrix<float> many(n, m), many_t(n, m);
-      proj8.multiply(x, many);
-      head8.multiply_transposed(x, many_t);
-      EXPECT_TRUE(many == one) << n << " rows, " << threads << " threads";
-      EXPECT_TRUE(many_t == one) << n << " rows, " << threads << " threads";
-    }
-    kappa::set_num_threads(1);
-#endif
-  }
-  std::cout << "q4_0 interleaved decode: relative error against X W (Frobenius) at most " << worst
-            << "\n";
+  // (the block reference reads proj's rows)
+  std::cout << "q4_0 interleaved decode: relative error against X W (Frobenius) at most "
+            << qw_check_decodes(proj8, head8, proj, w, g) << "\n";
   for (Index n : {9, 40}) {  // prefill: the same rows, the same products
     const RowMatrix<float> x = qw_random(n, k, g, 1.0f);
     RowMatrix<float> a(n, m), b(n, m);
