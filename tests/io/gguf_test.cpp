@@ -17,8 +17,10 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -400,6 +402,37 @@ TEST(GgufFile, Alignment64FileEqualsGgmlsReading) {
 }
 TEST(GgufFile, SmallFileEqualsGgmlsReading) {
   check_reference_file("small");
+}
+
+TEST(HugePageArena, PiecesAreAlignedApartAndLiveWithTheirOwners) {
+  // The memory of Q4_0 matrices interleaved at load: 64-byte aligned
+  // pieces of chunks on 2 MB boundaries; a piece larger than the chunk size
+  // gets a chunk of its own; a piece outlives the arena while its owner
+  // lives (written and read back after the arena is gone).
+  std::vector<std::pair<unsigned char*, std::shared_ptr<const void>>> pieces;
+  {
+    kappa::io::detail::HugePageArena arena(1000);
+    for (const std::size_t n : {100, 1, 64, 2000, 300, 900}) pieces.push_back(arena.allocate(n));
+  }
+  const std::size_t sizes[] = {100, 1, 64, 2000, 300, 900};
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const auto at = reinterpret_cast<std::uintptr_t>(pieces[i].first);
+    EXPECT_EQ(at % 64, 0u) << i;
+    std::memset(pieces[i].first, static_cast<int>(i + 1), sizes[i]);
+  }
+  // The first three share a chunk (164 -> 256 bytes of 1000) starting on a
+  // 2 MB boundary; the 2000-byte piece (2048) fills a chunk of its own; 300
+  // (320) starts a new chunk, and 900 (960) does not fit in its 680 left.
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pieces[0].first) % (std::uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(pieces[1].first, pieces[0].first + 128);
+  EXPECT_EQ(pieces[2].first, pieces[0].first + 192);
+  EXPECT_EQ(pieces[0].second, pieces[2].second);
+  EXPECT_NE(pieces[3].second, pieces[2].second);
+  EXPECT_NE(pieces[4].second, pieces[3].second);
+  EXPECT_NE(pieces[5].second, pieces[4].second);
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    for (std::size_t j = 0; j < sizes[i]; ++j)
+      ASSERT_EQ(pieces[i].first[j], static_cast<unsigned char>(i + 1)) << i << " " << j;
 }
 
 TEST(GgufFile, ReadIntoHugePagesHoldsTheSameBytes) {

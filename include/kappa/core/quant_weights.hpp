@@ -1683,12 +1683,19 @@ class BlockWeightMatrix {
  protected:
   /// Q4_0 only: the rows of P interleaved by eights into new memory
   /// (WeightMatrix<T, Q4_0Weights>::interleaved()).
-  void interleave() requires std::same_as<Format, Q4_0Weights> {
+  /// Into `into` (bytes() of them, not overlapping blocks()), kept alive
+  /// by `owner`; null: into new memory of its own.
+  void interleave(unsigned char* into,
+                  std::shared_ptr<const void> owner) requires std::same_as<Format, Q4_0Weights> {
     if (interleaved_) return;
-    auto owned = std::make_shared<std::vector<unsigned char>>(packed_bytes());
-    quant::interleave_q4_0(data_, n_p_, nb_, owned->data());
-    data_ = owned->data();
-    owner_ = std::move(owned);
+    if (into == nullptr) {
+      auto owned = std::make_shared<std::vector<unsigned char>>(packed_bytes());
+      into = owned->data();
+      owner = std::move(owned);
+    }
+    quant::interleave_q4_0(data_, n_p_, nb_, into);
+    data_ = into;
+    owner_ = std::move(owner);
     interleaved_ = true;
   }
 
@@ -1937,9 +1944,16 @@ class WeightMatrix<T, Q4_0Weights> : public detail::BlockWeightMatrix<T, Q4_0Wei
   /// (detail::dot8_q4_0_portable), so decode results differ from this
   /// matrix's by float rounding; prefill and the other products read the
   /// rows back and give the same bits.
-  [[nodiscard]] WeightMatrix interleaved() const {
+  [[nodiscard]] WeightMatrix interleaved() const { return interleaved(nullptr, nullptr); }
+
+  /// As interleaved(), into memory of the caller's: bytes() bytes at `into`
+  /// (any alignment; not overlapping blocks()), kept alive by `owner`,
+  /// which the copy and its copies hold (a loader's huge pages). Returns a
+  /// copy of *this when it is interleaved already.
+  [[nodiscard]] WeightMatrix interleaved(unsigned char* into,
+                                         std::shared_ptr<const void> owner) const {
     WeightMatrix m(*this);
-    m.interleave();
+    m.interleave(into, std::move(owner));
     return m;
   }
 };

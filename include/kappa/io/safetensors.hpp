@@ -57,6 +57,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -440,6 +442,56 @@ class MappedFile {
   std::size_t size_ = 0;
   void* base_ = nullptr;  // kHugePages: the anonymous mapping (length_ bytes)
   std::size_t length_ = 0;
+};
+
+/// Memory for copies a loader makes of a file's weights (Q4_0 rows
+/// interleaved at load): chunks of anonymous memory on 2 MB boundaries,
+/// advised for huge pages as Residence::kHugePages' copy is (a decode step
+/// streams them as it streams the file's blocks), handed out in 64-byte
+/// aligned pieces. Each piece comes with the owner of its chunk, so a chunk
+/// lives as long as any piece of it is used. \throws std::bad_alloc when
+/// the kernel gives no memory.
+class HugePageArena {
+ public:
+  /// Chunks of at least `chunk_bytes` (a larger piece gets a chunk of its
+  /// own size).
+  explicit HugePageArena(std::size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
+
+  /// `n` bytes and what keeps them alive.
+  std::pair<unsigned char*, std::shared_ptr<const void>> allocate(std::size_t n) {
+    n = (n + 63) / 64 * 64;
+    if (!chunk_ || chunk_->size - used_ < n) {
+      chunk_ = std::make_shared<const Chunk>(std::max(n, chunk_bytes_));
+      used_ = 0;
+    }
+    unsigned char* p = chunk_->data + used_;
+    used_ += n;
+    return {p, chunk_};
+  }
+
+ private:
+  struct Chunk {
+    explicit Chunk(std::size_t bytes) {
+      constexpr std::size_t kHuge = std::size_t{2} << 20;
+      length = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;
+      base = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) throw std::bad_alloc();
+      const auto at = reinterpret_cast<std::uintptr_t>(base);
+      data = static_cast<unsigned char*>(base) + (kHuge - at % kHuge) % kHuge;
+      size = bytes;
+      (void)::madvise(data, size, MADV_HUGEPAGE);  // advice: without THP, 4 KB pages
+    }
+    ~Chunk() { ::munmap(base, length); }
+    Chunk(const Chunk&) = delete;
+    Chunk& operator=(const Chunk&) = delete;
+    void* base = nullptr;
+    std::size_t length = 0;
+    unsigned char* data = nullptr;
+    std::size_t size = 0;
+  };
+  std::size_t chunk_bytes_;
+  std::shared_ptr<const Chunk> chunk_;
+  std::size_t used_ = 0;
 };
 
 /// Byte offsets (relative to the header text) of the keys of the top-level

@@ -236,12 +236,14 @@ class GgufTensors {
   /// (WeightMatrix<T, Q4_0Weights>::interleaved(), a copy).
   GgufTensors(const io::GgufFile& f, GgufLayout layout, Index n_head, Index n_kv,
               std::shared_ptr<const void> mapping = nullptr, bool interleave_q4_0 = false)
-      : f_(f),
-        layout_(layout),
-        n_head_(n_head),
-        n_kv_(n_kv),
-        mapping_(std::move(mapping)),
-        interleave_q4_0_(interleave_q4_0) {}
+      : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv), mapping_(std::move(mapping)) {
+    if (!interleave_q4_0) return;
+    // One chunk of huge pages for every Q4_0 tensor's interleaved copy.
+    std::size_t bytes = 0;
+    for (const io::GgufTensorInfo& t : f.tensors())
+      if (t.type == io::GgmlType::kQ4_0) bytes += static_cast<std::size_t>(t.bytes) + 64;
+    arena_ = std::make_shared<io::detail::HugePageArena>(bytes);
+  }
 
   /// llama.cpp's name of Hugging Face tensor `hf` in `layout`, or "" if it
   /// has none.
@@ -498,7 +500,10 @@ class GgufTensors {
     const auto held = [&]<class F>() -> std::optional<WeightMatrix<T, S>> {
       auto m = blocks.template operator()<F>();
       if constexpr (std::same_as<F, Q4_0Weights>) {
-        if (interleave_q4_0_) m = m->interleaved();
+        if (arena_) {
+          auto [into, owner] = arena_->allocate(m->bytes());
+          m = m->interleaved(into, std::move(owner));
+        }
       }
       if constexpr (requires { S::kPerMatrix; })
         return WeightMatrix<T, S>(std::move(*m));
@@ -682,7 +687,8 @@ class GgufTensors {
   GgufLayout layout_ = GgufLayout::kLlama;
   Index n_head_ = 1, n_kv_ = 1;
   std::shared_ptr<const void> mapping_;
-  bool interleave_q4_0_ = false;
+  // Memory for the Q4_0 matrices interleaved at load (null: none are).
+  std::shared_ptr<io::detail::HugePageArena> arena_;
 };
 
 /// The sizes of a llama-layout GGUF file (llama, qwen2) from its metadata,
