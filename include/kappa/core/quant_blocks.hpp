@@ -304,6 +304,28 @@ inline void deinterleave_row_q4_0(const unsigned char* data, std::int64_t n_rows
   }
 }
 
+/// Rows j0 .. j0 + count - 1 (j0 a multiple of 8) of `n_rows` interleaved
+/// rows of `nb` Q4_0 blocks back in GGUF's layout, one after another at
+/// `out`: whole groups in one pass over their blocks each.
+inline void deinterleave_rows_q4_0(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
+                                   std::int64_t j0, std::int64_t count, unsigned char* out) {
+  const auto row_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0;
+  const std::int64_t grouped = n_rows / kInterleave * kInterleave;
+  std::int64_t j = j0;
+  for (; j + kInterleave <= j0 + count && j < grouped; j += kInterleave) {
+    const unsigned char* group = data + static_cast<std::size_t>(j) * row_bytes;
+    unsigned char* o = out + static_cast<std::size_t>(j - j0) * row_bytes;
+    for (std::int64_t b = 0; b < nb; ++b, group += kBytesQ4_0x8, o += kBytesQ4_0) {
+      for (std::size_t r = 0; r < kInterleave; ++r) {
+        std::memcpy(o + r * row_bytes, group + 2 * r, 2);
+        std::memcpy(o + r * row_bytes + 2, group + 16 + 16 * r, 16);
+      }
+    }
+  }
+  for (; j < j0 + count; ++j)
+    deinterleave_row_q4_0(data, n_rows, nb, j, out + static_cast<std::size_t>(j - j0) * row_bytes);
+}
+
 // ---- dequantize ---------------------------------------------------------------------------
 
 /// y[0..k) from k / 32 Q8_0 blocks: y_j = d q_j.

@@ -1876,14 +1876,21 @@ class BlockWeightMatrix {
       quant::CodePanel panel;
       panel.resize(k_, Ops::kGroup, Ops::kCodeBits);
       std::array<const unsigned char*, quant::kPanelRows> rows{};
-      std::array<std::vector<unsigned char>, quant::kPanelRows> scratch;
+      // interleaved rows: the panel's rows read back, group by group
+      static_assert(quant::kPanelRows % quant::kInterleave == 0);  // panels of whole groups
+      std::vector<unsigned char> read_back(
+          interleaved_ ? static_cast<std::size_t>(quant::kPanelRows) * row_bytes() : 0);
       const std::size_t bytes256 = row_bytes() * 256 / static_cast<std::size_t>(k_);
       for (Index pi = lo; pi < hi; ++pi) {
         const Index r0 = pi * quant::kPanelRows;
         const Index cols = std::min(quant::kPanelRows, n_p_ - r0);
+        if (interleaved_)
+          quant::deinterleave_rows_q4_0(data_, n_p_, nb_, r0, cols, read_back.data());
         for (Index r = 0; r < quant::kPanelRows; ++r)
           rows[static_cast<std::size_t>(r)] =
-              r < cols ? row_blocks(r0 + r, scratch[static_cast<std::size_t>(r)]) : nullptr;
+              r >= cols      ? nullptr
+              : interleaved_ ? read_back.data() + static_cast<std::size_t>(r) * row_bytes()
+                             : packed_row(r0 + r);
         panel.pack(rows.data(), bytes256, &Ops::codes);
         // out is row-major with unit inner stride (Eigen::Ref of a RowMatrix).
         quant::panel_product(panel, xq, 0, n, out.data() + r0, out.outerStride(), cols);
