@@ -152,8 +152,8 @@ std::optional<Args> parse(int argc, char** argv) {
            "page cache; decode of block weights up to 1.3x slower)",
            [&] { a.mmap = true; });
   cli.flag("Model", "--interleave-q4",
-           "hold a GGUF file's Q4_0 weights interleaved by eights (a copy of them): faster "
-           "generation on CPUs with AVX2 but not AVX-512, slower on AMD's AVX-512 CPUs",
+           "hold a GGUF file's Q4_0 weights interleaved by eights (a copy of them): "
+           "generation 1.2-1.4x faster with AVX2 alone, 1.03-1.08x with AVX-512",
            [&] { a.interleave_q4 = true; });
   // Prompt
   cli.value("Prompt", "--prompt", "TEXT", "the prompt, encoded with the model's tokenizer",

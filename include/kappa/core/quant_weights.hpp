@@ -1944,13 +1944,12 @@ class WeightMatrix<T, Q4_0Weights> : public detail::BlockWeightMatrix<T, Q4_0Wei
   /// A copy of W with the rows of P interleaved by groups of 8
   /// (quant::interleave_q4_0; the rows after the last whole group stay as
   /// they are), the same size in new memory. Its decode product sums 8 rows
-  /// at once (detail::dot8_q4_0): faster where the CPU takes the 256-bit
-  /// loop (AVX2 alone: 1.2-2x per product), slower than the 512-bit loop
-  /// that AMD's AVX-512 CPUs take (benchmarks/README.md, "Q4_0 rows
-  /// interleaved by eights"). Its float order differs from the rows'
-  /// (detail::dot8_q4_0_portable), so decode results differ from this
-  /// matrix's by float rounding; prefill and the other products read the
-  /// rows back and give the same bits.
+  /// at once (detail::dot8_q4_0): 1.22-1.29x the row loop per product with
+  /// AVX2 alone, 1.01-1.07x the 512-bit loop AMD's AVX-512 CPUs take
+  /// (benchmarks/README.md, "Q4_0 rows interleaved by eights"). Its float
+  /// order differs from the rows' (detail::dot8_q4_0_portable), so decode
+  /// results differ from this matrix's by float rounding; prefill and the
+  /// other products read the rows back and give the same bits.
   [[nodiscard]] WeightMatrix interleaved() const { return interleaved(nullptr, nullptr); }
 
   /// As interleaved(), into memory of the caller's: bytes() bytes at `into`
