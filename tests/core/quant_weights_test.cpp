@@ -473,11 +473,11 @@ std::vector<unsigned char> qw_q4_0_rows(Index n, Index nb, std::mt19937_64& g) {
 TEST(QuantWeightsInterleaved, LayoutAsDocumentedAndRowsReadBack) {
   std::mt19937_64 g(21);
   for (Index n : {1, 7, 8, 13, 24}) {
-    const Index nb = 3;
+    constexpr Index nb = 3;
     const std::vector<unsigned char> rows = qw_q4_0_rows(n, nb, g);
     std::vector<unsigned char> il(rows.size());
     q::interleave_q4_0(rows.data(), n, nb, il.data());
-    const auto at = [nb](Index j, Index b) { return static_cast<std::size_t>(j * nb + b) * 18; };
+    const auto at = [](Index j, Index b) { return static_cast<std::size_t>(j * nb + b) * 18; };
     for (Index j = 0; j < n; ++j) {
       for (Index b = 0; b < nb; ++b) {
         if (j < n / 8 * 8) {

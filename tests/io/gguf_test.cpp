@@ -409,12 +409,12 @@ TEST(HugePageArena, PiecesAreAlignedApartAndLiveWithTheirOwners) {
   // pieces of chunks on 2 MB boundaries; a piece larger than the chunk size
   // gets a chunk of its own; a piece outlives the arena while its owner
   // lives (written and read back after the arena is gone).
+  const std::vector<std::size_t> sizes = {100, 1, 64, 2000, 300, 900};
   std::vector<std::pair<unsigned char*, std::shared_ptr<const void>>> pieces;
   {
     kappa::io::detail::HugePageArena arena(1000);
-    for (const std::size_t n : {100, 1, 64, 2000, 300, 900}) pieces.push_back(arena.allocate(n));
+    for (const std::size_t n : sizes) pieces.push_back(arena.allocate(n));
   }
-  const std::size_t sizes[] = {100, 1, 64, 2000, 300, 900};
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const auto at = reinterpret_cast<std::uintptr_t>(pieces[i].first);
     EXPECT_EQ(at % 64, 0u) << i;
