@@ -1315,7 +1315,7 @@ inline void dot8_q4_0_portable(const unsigned char* g, const Q8Row& x, float* ou
     const auto at = static_cast<std::size_t>(2 * b);
     const std::int32_t offset = -8 * (std::int32_t{x.sum16[at]} + std::int32_t{x.sum16[at + 1]});
     const float dx = x.d[static_cast<std::size_t>(b)];
-    for (int r = 0; r < 8; ++r) {
+    for (Index r = 0; r < 8; ++r) {
       const unsigned char* q = g + 16 + 16 * r;
       std::int32_t sum = offset;
       for (int j = 0; j < 16; ++j)
