@@ -495,7 +495,7 @@ TEST(QuantWeightsInterleaved, LayoutAsDocumentedAndRowsReadBack) {
       EXPECT_EQ(0, std::memcmp(back.data(), rows.data() + at(j, 0), back.size()))
           << "row " << j << " of " << n;
     }
-    for (Index j0 = 0; j0 < n; j0 += 8) {  // runs of rows from a group's start
+    for (Index j0 = 0; j0 < n; ++j0) {  // runs of rows, from a group's start or not
       for (Index count = 1; j0 + count <= n; ++count) {
         std::vector<unsigned char> run(static_cast<std::size_t>(count * nb) * 18);
         q::deinterleave_rows_q4_0(il.data(), n, nb, j0, count, run.data());

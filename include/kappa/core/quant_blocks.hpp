@@ -266,6 +266,22 @@ inline void quantize_row_q4_0(const float* x, unsigned char* out, std::int64_t k
 inline constexpr std::int64_t kInterleave = 8;
 inline constexpr std::size_t kBytesQ4_0x8 = kInterleave * kBytesQ4_0;
 
+namespace detail {
+/// Row r's (0..7) Q4_0 block (18 bytes at `block`) into its slots of a
+/// group's interleaved block (kBytesQ4_0x8 bytes at `group_block`): the
+/// scale at 2 r, the nibbles at 16 + 16 r.
+inline void block_to_group(const unsigned char* block, std::size_t r, unsigned char* group_block) {
+  std::memcpy(group_block + 2 * r, block, 2);
+  std::memcpy(group_block + 16 + 16 * r, block + 2, 16);
+}
+/// block_to_group's inverse: row r's block out of a group's block.
+inline void block_from_group(const unsigned char* group_block, std::size_t r,
+                             unsigned char* block) {
+  std::memcpy(block, group_block + 2 * r, 2);
+  std::memcpy(block + 2, group_block + 16 + 16 * r, 16);
+}
+}  // namespace detail
+
 /// `n_rows` rows of `nb` Q4_0 blocks at `rows` (one after another) into the
 /// interleaved layout at `out` (the same size; not overlapping `rows`).
 inline void interleave_q4_0(const unsigned char* rows, std::int64_t n_rows, std::int64_t nb,
@@ -276,11 +292,8 @@ inline void interleave_q4_0(const unsigned char* rows, std::int64_t n_rows, std:
     const unsigned char* in = rows + static_cast<std::size_t>(g * kInterleave) * row_bytes;
     unsigned char* o = out + static_cast<std::size_t>(g * kInterleave) * row_bytes;
     for (std::int64_t b = 0; b < nb; ++b, o += kBytesQ4_0x8) {
-      for (std::size_t r = 0; r < kInterleave; ++r) {
-        const unsigned char* block = in + r * row_bytes + static_cast<std::size_t>(b) * kBytesQ4_0;
-        std::memcpy(o + 2 * r, block, 2);
-        std::memcpy(o + 16 + 16 * r, block + 2, 16);
-      }
+      for (std::size_t r = 0; r < kInterleave; ++r)
+        detail::block_to_group(in + r * row_bytes + static_cast<std::size_t>(b) * kBytesQ4_0, r, o);
     }
   }
   const std::size_t done = static_cast<std::size_t>(groups * kInterleave) * row_bytes;
@@ -298,28 +311,26 @@ inline void deinterleave_row_q4_0(const unsigned char* data, std::int64_t n_rows
   }
   const auto r = static_cast<std::size_t>(j % kInterleave);
   const unsigned char* group = data + static_cast<std::size_t>(j - j % kInterleave) * row_bytes;
-  for (std::int64_t b = 0; b < nb; ++b, group += kBytesQ4_0x8, out += kBytesQ4_0) {
-    std::memcpy(out, group + 2 * r, 2);
-    std::memcpy(out + 2, group + 16 + 16 * r, 16);
-  }
+  for (std::int64_t b = 0; b < nb; ++b, group += kBytesQ4_0x8, out += kBytesQ4_0)
+    detail::block_from_group(group, r, out);
 }
 
-/// Rows j0 .. j0 + count - 1 (j0 a multiple of 8) of `n_rows` interleaved
-/// rows of `nb` Q4_0 blocks back in GGUF's layout, one after another at
-/// `out`: whole groups in one pass over their blocks each.
+/// Rows j0 .. j0 + count - 1 of `n_rows` interleaved rows of `nb` Q4_0
+/// blocks back in GGUF's layout, one after another at `out`: whole groups
+/// in one pass over their blocks each, other rows one by one.
 inline void deinterleave_rows_q4_0(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
                                    std::int64_t j0, std::int64_t count, unsigned char* out) {
   const auto row_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0;
   const std::int64_t grouped = n_rows / kInterleave * kInterleave;
   std::int64_t j = j0;
+  for (; j % kInterleave != 0 && j < j0 + count; ++j)
+    deinterleave_row_q4_0(data, n_rows, nb, j, out + static_cast<std::size_t>(j - j0) * row_bytes);
   for (; j + kInterleave <= j0 + count && j < grouped; j += kInterleave) {
     const unsigned char* group = data + static_cast<std::size_t>(j) * row_bytes;
     unsigned char* o = out + static_cast<std::size_t>(j - j0) * row_bytes;
     for (std::int64_t b = 0; b < nb; ++b, group += kBytesQ4_0x8, o += kBytesQ4_0) {
-      for (std::size_t r = 0; r < kInterleave; ++r) {
-        std::memcpy(o + r * row_bytes, group + 2 * r, 2);
-        std::memcpy(o + r * row_bytes + 2, group + 16 + 16 * r, 16);
-      }
+      for (std::size_t r = 0; r < kInterleave; ++r)
+        detail::block_from_group(group, r, o + r * row_bytes);
     }
   }
   for (; j < j0 + count; ++j)

@@ -277,14 +277,16 @@ inline float block_scale(const unsigned char* block) {
 /// quants x_j contiguous, the scales as float (exact), and per block and
 /// lane l (elements 4 l .. 4 l + 3) the offset -8 sum x_j that Q4_0's
 /// w = d (q - 8) needs (and the same with lanes 4..7 times 16 for the VNNI
-/// loop of Q4_0, q4_lanes16), and per 16 elements the sum of x_j (|sum| <= 2048)
-/// that Q4_K's mins and Q6_K's q - 32 need.
+/// loop of Q4_0, q4_lanes16), the same offset per block (-8 sum x_j over
+/// its 32, for the 8-row loop dot8_q4_0), and per 16 elements the sum of
+/// x_j (|sum| <= 2048) that Q4_K's mins and Q6_K's q - 32 need.
 struct Q8Row {
   Index nb = 0;
   std::vector<std::int8_t> q;
   std::vector<float> d;
   std::vector<std::int32_t> offset;
-  std::vector<std::int32_t> offset16;  // offset, lanes 4..7 times 16 (see q4_lanes16)
+  std::vector<std::int32_t> offset16;      // offset, lanes 4..7 times 16 (see q4_lanes16)
+  std::vector<std::int32_t> block_offset;  // -8 sum x_j per block (dot8_q4_0)
   std::vector<std::int16_t> sum16;
 
   Q8Row() = default;
@@ -297,6 +299,7 @@ struct Q8Row {
     d.resize(n);
     offset.resize(8 * n);
     offset16.resize(8 * n);
+    block_offset.resize(n);
     sum16.resize(2 * n);
     for (std::size_t b = 0; b < n; ++b, blocks += quant::kBytesQ8_0) {
       d[b] = block_scale(blocks);
@@ -311,6 +314,7 @@ struct Q8Row {
       }
       sum16[2 * b] = static_cast<std::int16_t>(half[0]);
       sum16[2 * b + 1] = static_cast<std::int16_t>(half[1]);
+      block_offset[b] = -8 * (half[0] + half[1]);
     }
   }
 };
@@ -1312,12 +1316,10 @@ inline void dot8_q4_0_portable(const unsigned char* g, const Q8Row& x, float* ou
   float acc[8] = {};
   for (Index b = 0; b < x.nb; ++b, g += quant::kBytesQ4_0x8) {
     const std::int8_t* xq = x.q.data() + 32 * b;
-    const auto at = static_cast<std::size_t>(2 * b);
-    const std::int32_t offset = -8 * (std::int32_t{x.sum16[at]} + std::int32_t{x.sum16[at + 1]});
     const float dx = x.d[static_cast<std::size_t>(b)];
     for (Index r = 0; r < 8; ++r) {
       const unsigned char* q = g + 16 + 16 * r;
-      std::int32_t sum = offset;
+      std::int32_t sum = x.block_offset[static_cast<std::size_t>(b)];
       for (int j = 0; j < 16; ++j)
         sum += std::int32_t{q[j] & 0x0F} * xq[j] + std::int32_t{q[j] >> 4} * xq[j + 16];
       acc[r] = lane_fma(block_scale(g + 2 * r) * dx, static_cast<float>(sum), acc[r]);
@@ -1345,7 +1347,7 @@ inline __m256i q4_row_lanes(const unsigned char* q, __m256i xv) {
 inline void dot8_q4_0_avx2(const unsigned char* g, const Q8Row& x, float* out) {
   __m256 acc = _mm256_setzero_ps();
   const std::int8_t* xq = x.q.data();
-  const std::int16_t* sums = x.sum16.data();
+  const std::int32_t* offsets = x.block_offset.data();
   const float* xd = x.d.data();
   for (Index b = 0; b < x.nb; ++b, g += quant::kBytesQ4_0x8) {
     prefetch_ahead<quant::kBytesQ4_0x8>(g);
@@ -1357,10 +1359,9 @@ inline void dot8_q4_0_avx2(const unsigned char* g, const Q8Row& x, float* out) {
     // rows 0..3 (then 4..7): lanes 0..3 their sums over x's lanes 0..3,
     // lanes 4..7 over x's lanes 4..7; the halves added give S_rb
     const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
-    const std::int32_t offset = -8 * (std::int32_t{sums[2 * b]} + std::int32_t{sums[2 * b + 1]});
     const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
                                                         _mm256_permute2x128_si256(lo, hi, 0x31)),
-                                       _mm256_set1_epi32(offset));
+                                       _mm256_set1_epi32(offsets[b]));
     const __m256 d =
         _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))),
                       _mm256_broadcast_ss(xd + b));
@@ -1737,14 +1738,23 @@ class BlockWeightMatrix {
     return data_ + static_cast<std::size_t>(j) * row_bytes();
   }
 
-  /// Rows r0 .. r0 + nr - 1 of P dequantized into `panel` (nr x k).
+  /// Rows r0 .. r0 + nr - 1 of P dequantized into `panel` (nr x k);
+  /// interleaved rows are read back first, group by group.
   void dequantize_panel(Index r0, Index nr, RowMatrix<T>& panel, std::vector<float>& row) const {
-    std::vector<unsigned char> scratch;
+    std::vector<unsigned char> read_back;
+    if (interleaved_) {
+      read_back.resize(static_cast<std::size_t>(nr) * row_bytes());
+      quant::deinterleave_rows_q4_0(data_, n_p_, nb_, r0, nr, read_back.data());
+    }
+    const auto row_of = [&](Index i) {
+      return interleaved_ ? read_back.data() + static_cast<std::size_t>(i) * row_bytes()
+                          : packed_row(r0 + i);
+    };
     for (Index i = 0; i < nr; ++i) {
       if constexpr (std::is_same_v<T, float>) {
-        Ops::dequantize(row_blocks(r0 + i, scratch), panel.row(i).data(), k_);
+        Ops::dequantize(row_of(i), panel.row(i).data(), k_);
       } else {
-        Ops::dequantize(row_blocks(r0 + i, scratch), row.data(), k_);
+        Ops::dequantize(row_of(i), row.data(), k_);
         for (Index t = 0; t < k_; ++t)
           panel(i, t) = static_cast<T>(row[static_cast<std::size_t>(t)]);
       }
