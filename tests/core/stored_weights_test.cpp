@@ -26,6 +26,7 @@
 #include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/stored_weights.hpp"
 #include "kappa/core/threading.hpp"
+#include "kappa/heads/multi_head_attention.hpp"
 #include "support/expect_error.hpp"
 
 namespace {
@@ -315,6 +316,65 @@ TEST(MultiplyEach, SharedInputServesOneX) {
   EXPECT_EQ(&shared.q8_rows<float>(x), &q8);  // made once
   EXPECT_THROW((void)shared.q8_rows<float>(other), std::logic_error);
   EXPECT_THROW((void)shared.q8_rows<float>(x.topRows(1)), std::logic_error);
+}
+
+// WeightMatrix::zeros (the placeholders of a fresh layer, in untouched zero
+// pages): exactly zero in every storage that has it, through dense(), the
+// decode and the prefill products, at the packed size of the format; and a
+// fresh attention layer with such storage still outputs exactly zero (the
+// documented start), with the shapes set_weights expects.
+template <class W>
+void expect_zero_matrix(const W& w, Index rows, Index cols, std::size_t bytes, const char* name) {
+  EXPECT_EQ(w.rows(), rows) << name;
+  EXPECT_EQ(w.cols(), cols) << name;
+  EXPECT_EQ(w.bytes(), bytes) << name;
+  EXPECT_TRUE(w.dense().isZero(0)) << name;
+  std::mt19937_64 g(5);
+  for (const Index n : {Index{1}, Index{3}, Index{40}}) {  // decode and prefill
+    const RowMatrix<float> x = normal_matrix(n, rows, g);
+    RowMatrix<float> out = RowMatrix<float>::Constant(n, cols, 1.0f);
+    w.multiply(x, out);
+    EXPECT_TRUE(out.isZero(0)) << name << ", " << n << " rows";
+  }
+}
+
+TEST(ZeroWeights, ExactlyZeroInEveryStorageThatHasThem) {
+  constexpr Index k = 256, m = 40;  // k: a whole Q4_K / Q6_K super-block
+  constexpr auto km = static_cast<std::size_t>(k * m);
+  expect_zero_matrix(Stored::zeros(k, m), k, m, 4 * km, "as stored");
+  expect_zero_matrix(kappa::WeightMatrix<float, kappa::Bf16Weights>::zeros(k, m), k, m, 2 * km,
+                     "bf16");
+  expect_zero_matrix(kappa::WeightMatrix<float, kappa::Q8_0Weights>::zeros(k, m), k, m,
+                     km / 32 * q::kBytesQ8_0, "q8_0");
+  expect_zero_matrix(kappa::WeightMatrix<float, kappa::Q4_0Weights>::zeros(k, m), k, m,
+                     km / 32 * q::kBytesQ4_0, "q4_0");
+  expect_zero_matrix(kappa::WeightMatrix<float, kappa::Q4_KWeights>::zeros(k, m), k, m,
+                     km / 256 * q::kBytesQ4_K, "q4_k");
+  expect_zero_matrix(kappa::WeightMatrix<float, kappa::Q6_KWeights>::zeros(k, m), k, m,
+                     km / 256 * q::kBytesQ6_K, "q6_k");
+  // The block dimension must hold whole blocks, as for the constructor from W.
+  expect_error<kappa::ShapeError>(
+      [] { (void)kappa::WeightMatrix<float, kappa::Q4_KWeights>::zeros(96, 8); }, {"256"});
+}
+
+template <class Storage>
+void expect_fresh_layer_zero() {
+  using Attn = kappa::MultiHeadAttention<float, kappa::kernels::Softmax, kappa::GroupedQuery,
+                                         kappa::NoPosition, Storage>;
+  const kappa::HeadsConfig c{.d_in = 64, .n_heads = 4, .d_head = 16, .n_kv_heads = 2};
+  Attn a(c);
+  std::mt19937_64 g(8);
+  const RowMatrix<float> x = normal_matrix(5, 64, g);
+  EXPECT_TRUE(a.forward(x).isZero(0)) << Storage::kName;
+  // The placeholders have the shapes the setters check against.
+  const RowMatrix<float> w_q = normal_matrix(64, 64, g), w_kv = normal_matrix(64, 32, g);
+  a.set_weights(w_q, w_kv, w_kv, w_q);
+  EXPECT_FALSE(a.forward(x).isZero(0)) << Storage::kName;
+}
+
+TEST(ZeroWeights, FreshAttentionLayerOutputsZero) {
+  expect_fresh_layer_zero<kappa::AsStoredWeights>();
+  expect_fresh_layer_zero<kappa::Q4_0Weights>();
 }
 
 }  // namespace

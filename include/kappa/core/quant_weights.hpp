@@ -1620,6 +1620,18 @@ class BlockWeightMatrix {
     owner_ = std::move(owner);
   }
 
+  /// W = 0 (rows x cols, blocks along `along`) in untouched zero pages
+  /// (detail::zero_pages): all-zero bytes are blocks of scale 0 in every
+  /// format, so the matrix is exactly zero and costs nothing until read.
+  /// \throws ShapeError as the constructor from W.
+  template <class Self = WeightMatrix<T, Format>>
+  static Self zeros(Index rows, Index cols, BlocksAlong along = BlocksAlong::kRows) {
+    const std::size_t n = BlockWeightMatrix(rows, cols, along).packed_bytes();
+    auto owner = detail::zero_pages(n);
+    const auto* p = static_cast<const unsigned char*>(owner.get());
+    return Self(rows, cols, along, p, n, std::move(owner));
+  }
+
   [[nodiscard]] Index rows() const { return rows_; }
   [[nodiscard]] Index cols() const { return cols_; }
   /// The dimension the blocks run along.

@@ -336,6 +336,16 @@ class WeightMatrix<T, AsStoredWeights> {
   explicit WeightMatrix(detail::MappedDense<T> w) : m_(std::move(w)) {}
   /// fp16 values viewed where they are (a GGUF file's F16 tensor).
   explicit WeightMatrix(detail::MappedF16<T> w) : m_(std::move(w)) {}
+  /// W = 0 (rows x cols), dense, in untouched zero pages
+  /// (detail::zero_pages): a layer's placeholder until its loader sets the
+  /// file's matrix, at no cost in time or resident memory.
+  static WeightMatrix zeros(Index rows, Index cols) {
+    auto owner = detail::zero_pages(sizeof(T) * static_cast<std::size_t>(rows) *
+                                    static_cast<std::size_t>(cols));
+    const auto* p = static_cast<const T*>(owner.get());
+    return WeightMatrix(
+        detail::MappedDense<T>(rows, cols, BlocksAlong::kRows, p, std::move(owner)));
+  }
 
   [[nodiscard]] Index rows() const {
     return std::visit([](const auto& m) { return m.rows(); }, m_);

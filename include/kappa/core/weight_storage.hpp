@@ -25,8 +25,10 @@
 #include <bit>
 #include <concepts>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -38,6 +40,13 @@
 #include "kappa/core/matrix.hpp"
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/core/threading.hpp"
+
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#define KAPPA_HAS_MMAP 1
+#else
+#define KAPPA_HAS_MMAP 0
+#endif
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -87,6 +96,26 @@ inline float bf16_to_float_exact(std::uint16_t b) {
 }
 
 namespace detail {
+/// `bytes` zero bytes, owned by the pointer returned, in memory that is
+/// not touched until read: from 64 KiB up, fresh anonymous pages of the
+/// kernel's zeros (mmap; calloc would clear reused heap memory, which
+/// malloc hands out for sizes up to 32 MiB once such blocks were freed),
+/// else calloc. The placeholders a layer holds until a loader sets its
+/// weights (MultiHeadAttention's zero_weights) take no time and no resident
+/// memory this way. \throws std::bad_alloc.
+inline std::shared_ptr<const void> zero_pages(std::size_t bytes) {
+#if KAPPA_HAS_MMAP
+  if (bytes >= (std::size_t{1} << 16)) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return {p, [bytes](void* q) { ::munmap(q, bytes); }};
+  }
+#endif
+  void* p = std::calloc(std::max<std::size_t>(bytes, 1), 1);
+  if (p == nullptr) throw std::bad_alloc();
+  return {p, [](void* q) { std::free(q); }};
+}
+
 /// \throws ShapeError unless out = X W (transposed: out = X W^T) is defined
 /// for a W of rows x cols; `storage` names W's storage in the message ("bf16",
 /// "q8_0", ...). The message is built only when the shapes do not fit.
@@ -194,6 +223,15 @@ class WeightMatrix<T, Bf16Weights> {
         transposed_(stored_transposed),
         p_(p),
         owner_(std::move(owner)) {}
+
+  /// W = 0 (rows x cols) in untouched zero pages (detail::zero_pages):
+  /// costs nothing until read.
+  static WeightMatrix zeros(Index rows, Index cols) {
+    auto owner = detail::zero_pages(sizeof(std::uint16_t) * static_cast<std::size_t>(rows) *
+                                    static_cast<std::size_t>(cols));
+    const auto* p = static_cast<const std::uint16_t*>(owner.get());
+    return WeightMatrix(rows, cols, true, p, std::move(owner));
+  }
 
   [[nodiscard]] Index rows() const { return rows_; }
   [[nodiscard]] Index cols() const { return cols_; }

@@ -683,10 +683,20 @@ class MultiHeadAttention {
                          "build it");
       }
     }
-    w_q_ = store(RowMatrix<T>::Zero(config_.d_in, config_.n_heads * config_.d_head));
-    w_k_ = store(RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_head));
-    w_v_ = store(RowMatrix<T>::Zero(config_.d_kv_in, config_.n_kv_heads * config_.d_v));
-    w_o_ = store(RowMatrix<T>::Zero(config_.n_heads * config_.d_v, config_.d_out));
+    w_q_ = zero_weights(config_.d_in, config_.n_heads * config_.d_head);
+    w_k_ = zero_weights(config_.d_kv_in, config_.n_kv_heads * config_.d_head);
+    w_v_ = zero_weights(config_.d_kv_in, config_.n_kv_heads * config_.d_v);
+    w_o_ = zero_weights(config_.n_heads * config_.d_v, config_.d_out);
+  }
+  /// W = 0 in the layer's storage: in untouched zero pages where the storage
+  /// has them (WeightMatrix::zeros), so the placeholders a loader replaces at
+  /// once cost nothing (they took most of a GGUF load's time); else W = 0
+  /// stored as store() stores it.
+  static WeightMatrix<T, Storage> zero_weights(Index rows, Index cols) {
+    if constexpr (requires { WeightMatrix<T, Storage>::zeros(rows, cols); })
+      return WeightMatrix<T, Storage>::zeros(rows, cols);
+    else
+      return store(RowMatrix<T>::Zero(rows, cols));
   }
 
   static HeadsConfig resolve(HeadsConfig c) {
