@@ -1,6 +1,7 @@
 // kappa/kappa.hpp - umbrella header: everything kappa offers.
 #pragma once
 
+#include "kappa/core/allocator.hpp"
 #include "kappa/core/checked.hpp"
 #include "kappa/core/concepts.hpp"
 #include "kappa/core/decompositions.hpp"

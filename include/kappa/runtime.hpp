@@ -117,6 +117,13 @@ struct LoadOptions {
   /// logits differ from the rows' by float rounding (another summation
   /// order).
   bool interleave_q4_0 = false;
+  /// Has the C library's allocator keep the memory each layer of a forward
+  /// pass frees for the next (kappa::retain_freed_memory(), core/
+  /// allocator.hpp; glibc only): without it a prompt's pass faults in fresh
+  /// pages layer after layer, which halved prefill on a 246 M LLaMA. A
+  /// process-wide setting, made when the model is loaded; false leaves the
+  /// allocator as it is.
+  bool retain_freed_memory = true;
 };
 
 /// A causal language model of any architecture kappa loads (GPT-2, LLaMA,

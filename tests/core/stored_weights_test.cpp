@@ -14,6 +14,10 @@
 // names both shapes.
 #include <gtest/gtest.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +27,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kappa/core/allocator.hpp"
 #include "kappa/core/quant_blocks.hpp"
 #include "kappa/core/stored_weights.hpp"
 #include "kappa/core/threading.hpp"
@@ -375,6 +380,29 @@ void expect_fresh_layer_zero() {
 TEST(ZeroWeights, FreshAttentionLayerOutputsZero) {
   expect_fresh_layer_zero<kappa::AsStoredWeights>();
   expect_fresh_layer_zero<kappa::Q4_0Weights>();
+}
+
+// retain_freed_memory(): a layer's worth of activations (four 3 MiB blocks)
+// comes from malloc's heap, not from mappings of their own, and stays there
+// once freed, for the next layer. (AddressSanitizer's allocator replaces
+// glibc's, whose statistics are then not the memory the test allocates.)
+TEST(RetainFreedMemory, KeepsALayersActivationsOnTheHeapForTheNext) {
+#if defined(__GLIBC__)
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's allocator is not glibc's";
+#else
+  ASSERT_TRUE(kappa::retain_freed_memory());
+  constexpr std::size_t kBlock = std::size_t{3} << 20;
+  const struct mallinfo2 before = mallinfo2();
+  std::vector<std::vector<char>> blocks;
+  for (int i = 0; i < 4; ++i) blocks.emplace_back(kBlock, static_cast<char>(i + 1));
+  EXPECT_EQ(mallinfo2().hblks, before.hblks) << "blocks of 3 MiB served from the heap";
+  blocks.clear();
+  EXPECT_GE(mallinfo2().fordblks, 4 * kBlock) << "the freed blocks kept for reuse";
+#endif
+#else
+  EXPECT_FALSE(kappa::retain_freed_memory());
+#endif
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "kappa/core/allocator.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/io/gguf.hpp"
 #include "kappa/runtime.hpp"
@@ -77,6 +78,7 @@ Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
 Model Model::load(const std::filesystem::path& path, const LoadOptions& options) {
+  if (options.retain_freed_memory) (void)kappa::retain_freed_memory();
   detail::Loaded l = options.weights == LoadOptions::Weights::kBf16
                          ? detail::load_bf16(path, options)
                          : detail::load_as_stored(path, options);
