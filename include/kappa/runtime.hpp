@@ -110,8 +110,8 @@ struct LoadOptions {
   FileMemory file_memory = FileMemory::kHugePages;
   /// A GGUF file's Q4_0 weights interleaved by eights at load
   /// (WeightMatrix<T, Q4_0Weights>::interleaved()): generation 1.22-1.37x
-  /// faster with AVX2 alone, 1.03-1.08x with AMD's AVX-512, prompt
-  /// processing up to 10 % slower (benchmarks/README.md, "Q4_0 rows
+  /// faster with AVX2 alone, 1.01-1.17x with AMD's AVX-512, prompt
+  /// processing as fast as the rows' (benchmarks/README.md, "Q4_0 rows
   /// interleaved by eights"). Costs a copy of those tensors in huge pages
   /// (the file's bytes are released once nothing else views them); the
   /// logits differ from the rows' by float rounding (another summation
