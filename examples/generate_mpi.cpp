@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli_options.hpp"
+#include "kappa/core/allocator.hpp"
 #include "kappa/core/threading.hpp"
 #include "kappa/dist/communicator.hpp"
 #include "kappa/dist/tensor_parallel.hpp"
@@ -241,6 +242,9 @@ int main(int argc, char** argv) {
   try {
     const std::optional<Args> a = parse(argc, argv);
     if (!a) return 0;
+    // As runtime::Model::load does for kappa-generate: each layer of a
+    // prompt's pass reuses the memory the previous one freed.
+    (void)kappa::retain_freed_memory();
     return run(*a);
   } catch (const UsageError& e) {
     if (root) std::fprintf(stderr, "%s: %s (see %s --help)\n", kProgram, e.what(), kProgram);

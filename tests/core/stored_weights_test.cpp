@@ -33,6 +33,7 @@
 #include "kappa/core/threading.hpp"
 #include "kappa/heads/multi_head_attention.hpp"
 #include "support/expect_error.hpp"
+#include "support/sanitized.hpp"
 
 namespace {
 
@@ -385,12 +386,11 @@ TEST(ZeroWeights, FreshAttentionLayerOutputsZero) {
 // retain_freed_memory(): a layer's worth of activations (four 3 MiB blocks)
 // comes from malloc's heap, not from mappings of their own, and stays there
 // once freed, for the next layer. (AddressSanitizer's allocator replaces
-// glibc's, whose statistics are then not the memory the test allocates.)
+// glibc's: it ignores mallopt, and glibc's statistics are not the memory the
+// test allocates.)
 TEST(RetainFreedMemory, KeepsALayersActivationsOnTheHeapForTheNext) {
 #if defined(__GLIBC__)
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer's allocator is not glibc's";
-#else
+  if (kappa::testing::kSanitized) GTEST_SKIP() << "AddressSanitizer's allocator is not glibc's";
   ASSERT_TRUE(kappa::retain_freed_memory());
   constexpr std::size_t kBlock = std::size_t{3} << 20;
   const struct mallinfo2 before = mallinfo2();
@@ -399,7 +399,6 @@ TEST(RetainFreedMemory, KeepsALayersActivationsOnTheHeapForTheNext) {
   EXPECT_EQ(mallinfo2().hblks, before.hblks) << "blocks of 3 MiB served from the heap";
   blocks.clear();
   EXPECT_GE(mallinfo2().fordblks, 4 * kBlock) << "the freed blocks kept for reuse";
-#endif
 #else
   EXPECT_FALSE(kappa::retain_freed_memory());
 #endif

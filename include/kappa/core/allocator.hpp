@@ -39,7 +39,8 @@ inline constexpr std::size_t kRetainedFreeBytes = std::size_t{64} << 20;
 /// mallopt(M_MMAP_THRESHOLD, kRetainedAllocationBytes) and
 /// mallopt(M_TRIM_THRESHOLD, kRetainedFreeBytes). A process-wide setting;
 /// the process then holds up to kRetainedFreeBytes more than it uses.
-/// \returns whether the allocator took both settings (false without glibc).
+/// \returns whether the allocator took both settings (false without glibc,
+/// and under AddressSanitizer, whose allocator ignores them).
 inline bool retain_freed_memory() noexcept {
 #if defined(__GLIBC__)
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kRetainedAllocationBytes)) == 1;
