@@ -1645,9 +1645,16 @@ class BlockWeightMatrix {
   /// Row j of P in GGUF's layout (k / B blocks): a pointer into blocks(),
   /// or for interleaved rows `scratch`, which it fills.
   const unsigned char* row_blocks(Index j, std::vector<unsigned char>& scratch) const {
-    if (!interleaved_) return packed_row(j);
-    scratch.resize(row_bytes());
-    quant::deinterleave_row_q4_0(data_, n_p_, nb_, j, scratch.data());
+    return rows_blocks(j, 1, scratch);
+  }
+  /// Rows j0 .. j0 + count - 1 of P in GGUF's layout, one after another: a
+  /// pointer into blocks(), or for interleaved rows `scratch`, which it
+  /// fills (whole groups in one pass each, quant::deinterleave_rows_q4_0).
+  const unsigned char* rows_blocks(Index j0, Index count,
+                                   std::vector<unsigned char>& scratch) const {
+    if (!interleaved_) return packed_row(j0);
+    scratch.resize(static_cast<std::size_t>(count) * row_bytes());
+    quant::deinterleave_rows_q4_0(data_, n_p_, nb_, j0, count, scratch.data());
     return scratch.data();
   }
 
@@ -1754,19 +1761,13 @@ class BlockWeightMatrix {
   /// interleaved rows are read back first, group by group.
   void dequantize_panel(Index r0, Index nr, RowMatrix<T>& panel, std::vector<float>& row) const {
     std::vector<unsigned char> read_back;
-    if (interleaved_) {
-      read_back.resize(static_cast<std::size_t>(nr) * row_bytes());
-      quant::deinterleave_rows_q4_0(data_, n_p_, nb_, r0, nr, read_back.data());
-    }
-    const auto row_of = [&](Index i) {
-      return interleaved_ ? read_back.data() + static_cast<std::size_t>(i) * row_bytes()
-                          : packed_row(r0 + i);
-    };
+    const unsigned char* rows = rows_blocks(r0, nr, read_back);
     for (Index i = 0; i < nr; ++i) {
+      const unsigned char* w = rows + static_cast<std::size_t>(i) * row_bytes();
       if constexpr (std::is_same_v<T, float>) {
-        Ops::dequantize(row_of(i), panel.row(i).data(), k_);
+        Ops::dequantize(w, panel.row(i).data(), k_);
       } else {
-        Ops::dequantize(row_of(i), row.data(), k_);
+        Ops::dequantize(w, row.data(), k_);
         for (Index t = 0; t < k_; ++t)
           panel(i, t) = static_cast<T>(row[static_cast<std::size_t>(t)]);
       }
@@ -1898,21 +1899,15 @@ class BlockWeightMatrix {
       quant::CodePanel panel;
       panel.resize(k_, Ops::kGroup, Ops::kCodeBits);
       std::array<const unsigned char*, quant::kPanelRows> rows{};
-      // interleaved rows: the panel's rows read back, group by group
-      static_assert(quant::kPanelRows % quant::kInterleave == 0);  // panels of whole groups
-      std::vector<unsigned char> read_back(
-          interleaved_ ? static_cast<std::size_t>(quant::kPanelRows) * row_bytes() : 0);
+      std::vector<unsigned char> read_back;  // interleaved rows, read back
       const std::size_t bytes256 = row_bytes() * 256 / static_cast<std::size_t>(k_);
       for (Index pi = lo; pi < hi; ++pi) {
         const Index r0 = pi * quant::kPanelRows;
         const Index cols = std::min(quant::kPanelRows, n_p_ - r0);
-        if (interleaved_)
-          quant::deinterleave_rows_q4_0(data_, n_p_, nb_, r0, cols, read_back.data());
+        const unsigned char* first = rows_blocks(r0, cols, read_back);
         for (Index r = 0; r < quant::kPanelRows; ++r)
           rows[static_cast<std::size_t>(r)] =
-              r >= cols      ? nullptr
-              : interleaved_ ? read_back.data() + static_cast<std::size_t>(r) * row_bytes()
-                             : packed_row(r0 + r);
+              r < cols ? first + static_cast<std::size_t>(r) * row_bytes() : nullptr;
         panel.pack(rows.data(), bytes256, &Ops::codes);
         // out is row-major with unit inner stride (Eigen::Ref of a RowMatrix).
         quant::panel_product(panel, xq, 0, n, out.data() + r0, out.outerStride(), cols);
