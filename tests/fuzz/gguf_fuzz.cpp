@@ -92,6 +92,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                      "alignment not a power of two");
     check_metadata(f);
     check_tensors(f);
+    // Its Q4_0 tensors interleaved in place read back as the same floats.
+    const kappa::io::GgufFile il(in.path(), kappa::io::Residence::kMapped, true);
+    for (const kappa::io::GgufTensorInfo& t : il.tensors()) {
+      const kappa::RowMatrix<float> a = f.dequantize(t.name), b = il.dequantize(t.name);
+      KAPPA_FUZZ_CHECK(a.size() == 0 || std::memcmp(a.data(), b.data(),
+                                                    static_cast<std::size_t>(a.size()) * 4) == 0,
+                       "interleaved Q4_0 reads back otherwise: " + t.name);
+    }
   } catch (const kappa::FormatError&) {
   }
   return 0;

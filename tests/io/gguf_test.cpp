@@ -404,37 +404,6 @@ TEST(GgufFile, SmallFileEqualsGgmlsReading) {
   check_reference_file("small");
 }
 
-TEST(HugePageArena, PiecesAreAlignedApartAndLiveWithTheirOwners) {
-  // The memory of Q4_0 matrices interleaved at load: 64-byte aligned
-  // pieces of chunks on 2 MB boundaries; a piece larger than the chunk size
-  // gets a chunk of its own; a piece outlives the arena while its owner
-  // lives (written and read back after the arena is gone).
-  const std::vector<std::size_t> sizes = {100, 1, 64, 2000, 300, 900};
-  std::vector<std::pair<unsigned char*, std::shared_ptr<const void>>> pieces;
-  {
-    kappa::io::detail::HugePageArena arena(1000);
-    for (const std::size_t n : sizes) pieces.push_back(arena.allocate(n));
-  }
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const auto at = reinterpret_cast<std::uintptr_t>(pieces[i].first);
-    EXPECT_EQ(at % 64, 0u) << i;
-    std::memset(pieces[i].first, static_cast<int>(i + 1), sizes[i]);
-  }
-  // The first three share a chunk (164 -> 256 bytes of 1000) starting on a
-  // 2 MB boundary; the 2000-byte piece (2048) fills a chunk of its own; 300
-  // (320) starts a new chunk, and 900 (960) does not fit in its 680 left.
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pieces[0].first) % (std::uintptr_t{2} << 20), 0u);
-  EXPECT_EQ(pieces[1].first, pieces[0].first + 128);
-  EXPECT_EQ(pieces[2].first, pieces[0].first + 192);
-  EXPECT_EQ(pieces[0].second, pieces[2].second);
-  EXPECT_NE(pieces[3].second, pieces[2].second);
-  EXPECT_NE(pieces[4].second, pieces[3].second);
-  EXPECT_NE(pieces[5].second, pieces[4].second);
-  for (std::size_t i = 0; i < pieces.size(); ++i)
-    for (std::size_t j = 0; j < sizes[i]; ++j)
-      ASSERT_EQ(pieces[i].first[j], static_cast<unsigned char>(i + 1)) << i << " " << j;
-}
-
 TEST(GgufFile, ReadIntoHugePagesHoldsTheSameBytes) {
   // Residence::kHugePages: the file read whole into anonymous memory on a
   // 2 MB boundary; every tensor's bytes and the metadata as the mapping's,
@@ -802,6 +771,85 @@ TEST(GgufHostile, NotARegularFile) {
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot open the file"), std::string::npos) << e.what();
   }
+}
+
+/// Matrix m's Q4_0 rows (`rows` of `nb` blocks each, GGUF's layout at
+/// `plain`) as quant::interleave_q4_0 documents its layout, written out
+/// here from that description: per whole group of 8 rows and per block, the
+/// 8 rows' 2-byte scales, then their 16 bytes of nibbles row by row; the
+/// rows after the last whole group as they were.
+std::string interleaved_by_hand(const unsigned char* plain, std::int64_t matrices,
+                                std::int64_t rows, std::int64_t nb) {
+  const std::size_t row_bytes = static_cast<std::size_t>(nb) * 18;
+  const std::size_t matrix_bytes = static_cast<std::size_t>(rows) * row_bytes;
+  std::string out(reinterpret_cast<const char*>(plain),
+                  static_cast<std::size_t>(matrices) * matrix_bytes);
+  for (std::int64_t m = 0; m < matrices; ++m)
+    for (std::int64_t g = 0; g < rows / 8; ++g)
+      for (std::int64_t b = 0; b < nb; ++b)
+        for (std::int64_t r = 0; r < 8; ++r) {
+          const unsigned char* block = plain + static_cast<std::size_t>(m) * matrix_bytes +
+                                       static_cast<std::size_t>(8 * g + r) * row_bytes +
+                                       static_cast<std::size_t>(b) * 18;
+          const std::size_t group_block = static_cast<std::size_t>(m) * matrix_bytes +
+                                          static_cast<std::size_t>(8 * g) * row_bytes +
+                                          static_cast<std::size_t>(b) * 144;
+          out.replace(group_block + 2 * static_cast<std::size_t>(r), 2,
+                      reinterpret_cast<const char*>(block), 2);
+          out.replace(group_block + 16 + 16 * static_cast<std::size_t>(r), 16,
+                      reinterpret_cast<const char*>(block + 2), 16);
+        }
+  return out;
+}
+
+void expect_interleaved_reading(const std::string& path) {
+  const GgufFile plain(path);
+  for (const auto residence : {kappa::io::Residence::kMapped, kappa::io::Residence::kHugePages}) {
+    SCOPED_TRACE(residence == kappa::io::Residence::kMapped ? "mapped" : "huge pages");
+    const GgufFile held(path, residence, /*interleave_q4_0=*/true);
+    ASSERT_EQ(held.tensors().size(), plain.tensors().size());
+    int interleaved = 0;
+    for (const auto& t : held.tensors()) {
+      SCOPED_TRACE(t.name);
+      const auto a = plain.raw(t.name), b = held.raw(t.name);
+      ASSERT_EQ(a.size(), b.size());
+      const bool want = t.type == GgmlType::kQ4_0 && t.dims.size() >= 2;
+      EXPECT_EQ(t.interleaved, want);
+      EXPECT_FALSE(plain.tensor(t.name).interleaved);
+      const std::string expected =
+          want ? interleaved_by_hand(a.data(), t.n_rows / t.dims[1], t.dims[1], t.dims[0] / 32)
+               : std::string(reinterpret_cast<const char*>(a.data()), a.size());
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(b.data()), b.size()), expected);
+      // read back in rows: the same floats, bit for bit
+      const kappa::RowMatrix<float> x = plain.dequantize(t.name), y = held.dequantize(t.name);
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), sizeof(float) * static_cast<std::size_t>(x.size())),
+                0);
+      interleaved += t.interleaved ? 1 : 0;
+    }
+    EXPECT_GT(interleaved, 0);
+  }
+}
+
+TEST(GgufFile, InterleavedQ4_0IsRearrangedInPlaceAndReadsBackInRows) {
+  // llama.cpp's Q4_0 file (its Q4_0 matrices; a Q6_K head and F32 norms
+  // untouched), opened with interleave_q4_0 in both residences.
+  expect_interleaved_reading(std::string(KAPPA_TEST_DATA_DIR) +
+                             "/models/llama-gguf/llama-256-q4_0.gguf");
+  // A merged [2][9][64] Q4_0 tensor: each 9-row matrix on its own (one group
+  // of 8 and a row left as it was), random bytes so that no two blocks agree.
+  const std::int64_t nb = 2, rows = 9, matrices = 2;
+  const std::size_t bytes = static_cast<std::size_t>(matrices * rows * nb) * 18;
+  std::string file = gguf_file({kv_str("general.architecture", "llama")},
+                               {{"experts", {32 * nb, rows, matrices}, 2, 0}}, bytes);
+  std::uint32_t state = 12345;
+  for (std::size_t i = file.size() - bytes; i < file.size(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    file[i] = static_cast<char>(state >> 24);
+  }
+  const std::string path = gguf_temp_path("experts_q4_0.gguf");
+  write_bytes(path, file);
+  expect_interleaved_reading(path);
+  fs::remove(path);
 }
 
 }  // namespace gguf_test

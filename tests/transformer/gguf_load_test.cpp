@@ -278,7 +278,8 @@ TEST(GgufLoad, LlamaQuantizeFilesRunAsStored) {
     const auto rows_lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(
         std::make_shared<const io::GgufFile>(path.string()));
     const auto il_lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(
-        std::make_shared<const io::GgufFile>(path.string()), /*interleave_q4_0=*/true);
+        std::make_shared<const io::GgufFile>(path.string(), io::Residence::kMapped,
+                                             /*interleave_q4_0=*/true));
     EXPECT_TRUE(il_lm.forward(ids) == rows_lm.forward(ids));
     auto rows_cache = rows_lm.make_cache();
     auto il_cache = il_lm.make_cache();
@@ -292,6 +293,14 @@ TEST(GgufLoad, LlamaQuantizeFilesRunAsStored) {
     EXPECT_LE(diff, 0.005);
     EXPECT_GT(diff, 0.0);  // the interleaved loop really ran
     EXPECT_LE(scaled_error(b, ref), 0.04);
+    // The file in huge pages, its blocks copied out by the loader (no
+    // mapping shared): the same interleaved matrices, the same bits.
+    const io::GgufFile huge(path.string(), io::Residence::kHugePages, /*interleave_q4_0=*/true);
+    const auto copied_lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(huge);
+    auto copied_cache = copied_lm.make_cache();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      EXPECT_TRUE(copied_lm.forward_cached(ids[i], copied_cache) == b.row(static_cast<Index>(i)))
+          << i;
   }
   // The Q4_K_M file's mix, matrix by matrix as llama-quantize wrote it.
   const auto lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(model_dir("llama-gguf") /

@@ -166,7 +166,7 @@ endif()
 foreach(group Model Prompt Sampling Output Performance)
   expect_match("${help}" "\n${group}:\n" "--help's group ${group}")
 endforeach()
-foreach(opt --model --weights --bf16 --mmap --interleave-q4 --prompt --prompt-ids
+foreach(opt --model --weights --bf16 --mmap --interleave-q4 --no-interleave-q4 --prompt --prompt-ids
             --max-new-tokens --greedy --temperature --top-k --top-p --min-p --repeat-penalty
             --seed --stop --ignore-eos --json --logits
             --threads --bench --bench-prompt --bench-gen --reps --cache-type --logprobs --chat

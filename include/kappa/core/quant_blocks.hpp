@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 namespace kappa::quant {
 
@@ -298,6 +299,19 @@ inline void interleave_q4_0(const unsigned char* rows, std::int64_t n_rows, std:
   }
   const std::size_t done = static_cast<std::size_t>(groups * kInterleave) * row_bytes;
   std::memcpy(out + done, rows + done, static_cast<std::size_t>(n_rows) * row_bytes - done);
+}
+
+/// interleave_q4_0 where the rows are (the same bytes, at `rows`): each
+/// group's 8 rows are copied aside (8 nb 18 bytes) and written back
+/// interleaved, so no second copy of the matrix is ever held.
+inline void interleave_q4_0_in_place(unsigned char* rows, std::int64_t n_rows, std::int64_t nb) {
+  const std::size_t group_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0x8;
+  std::vector<unsigned char> aside(group_bytes);
+  for (std::int64_t g = 0; g < n_rows / kInterleave; ++g) {
+    unsigned char* group = rows + static_cast<std::size_t>(g) * group_bytes;
+    std::memcpy(aside.data(), group, group_bytes);
+    interleave_q4_0(aside.data(), kInterleave, nb, group);
+  }
 }
 
 /// Row j of `n_rows` interleaved rows of `nb` Q4_0 blocks (interleave_q4_0's

@@ -82,8 +82,10 @@
 //     buffer in T and multiplied with Eigen's GEMM (X is not quantized, so
 //     prefill is as exact as the weights allow; decode adds X's Q8_0 error).
 //   - Q4_0 rows interleaved by eights (WeightMatrix<T, Q4_0Weights>::
-//     interleaved(), quant::interleave_q4_0: a copy the user asks for, or
-//     LoadOptions::interleave_q4_0 at load), up to kFewRows rows: each group
+//     interleaved(), quant::interleave_q4_0: a copy the user asks for; a
+//     GGUF file opened with interleave_q4_0 holds its Q4_0 tensors so,
+//     rearranged in place, as runtime::Model::load does by default), up to
+//     kFewRows rows: each group
 //     of 8 rows of P is summed at once (detail::dot8_q4_0), block b giving
 //     row r the exact int32 S_rb, added in block order into one float per
 //     row: acc_r = lane_fma(d_w d_x, S_rb, acc_r). The same in the AVX2 and
@@ -1718,6 +1720,9 @@ class BlockWeightMatrix {
     owner_ = std::move(owner);
     interleaved_ = true;
   }
+  /// Q4_0 only: the blocks held are in quant::interleave_q4_0's layout
+  /// already (WeightMatrix<T, Q4_0Weights>::already_interleaved()).
+  void held_interleaved() requires std::same_as<Format, Q4_0Weights> { interleaved_ = true; }
 
  private:
   /// Shapes only; validates that k is a multiple of the block.
@@ -1977,6 +1982,15 @@ class WeightMatrix<T, Q4_0Weights> : public detail::BlockWeightMatrix<T, Q4_0Wei
                                          std::shared_ptr<const void> owner) const {
     WeightMatrix m(*this);
     m.interleave(into, std::move(owner));
+    return m;
+  }
+
+  /// `m`, built (viewed or copied) from blocks that are in
+  /// quant::interleave_q4_0's layout already, read as such: a GGUF file
+  /// opened with interleave_q4_0 holds its Q4_0 rows so (io::GgufFile,
+  /// GgufTensorInfo::interleaved), and the loaders view them with this.
+  [[nodiscard]] static WeightMatrix already_interleaved(WeightMatrix m) {
+    m.held_interleaved();
     return m;
   }
 };

@@ -228,6 +228,11 @@ struct GgufTensorInfo {
   std::int64_t numel = 0;         ///< product of dims
   std::int64_t n_rows = 0;        ///< product of dims[1..]
   std::uint64_t byte = 0;         ///< where the entry (its name's length) starts
+  /// Q4_0 only: the rows are held interleaved by eights
+  /// (quant::interleave_q4_0), each matrix of dims[1] rows on its own (a
+  /// merged [n_expert][out][in] tensor: each expert's). A GgufFile opened
+  /// with interleave_q4_0 holds every Q4_0 tensor of 2 or more dimensions so.
+  bool interleaved = false;
 
   /// Row-major shape (outermost first): dims reversed.
   [[nodiscard]] std::vector<std::int64_t> shape() const { return {dims.rbegin(), dims.rend()}; }
@@ -514,9 +519,21 @@ class GgufFile {
   /// Throws FormatError "kappa: PATH: byte N: WHAT" for a file that is not a
   /// regular file (directory, FIFO, ...), or that breaks any rule of the
   /// format.
-  explicit GgufFile(const std::string& path, Residence residence = Residence::kMapped)
-      : path_(path), file_(open_regular(path, residence)) {
+  ///
+  /// `interleave_q4_0`: every Q4_0 tensor of 2 or more dimensions is then
+  /// held with its rows interleaved by eights (quant::interleave_q4_0, each
+  /// matrix of dims[1] rows on its own; GgufTensorInfo::interleaved), the
+  /// layout whose decode product sums 8 rows at once. The rows are
+  /// rearranged where they are, before the bytes are made read-only: no
+  /// second copy (Residence::kMapped: the pages of those tensors become
+  /// private copies, the rest stay the file's). raw() gives the bytes as
+  /// held; dequantize() reads them back in rows, as without it.
+  explicit GgufFile(const std::string& path, Residence residence = Residence::kMapped,
+                    bool interleave_q4_0 = false)
+      : path_(path), file_(open_regular(path, residence, interleave_q4_0)) {
     parse();
+    if (interleave_q4_0) interleave_q4_0_tensors();
+    file_.seal();
   }
 
   /// The path as given.
@@ -609,7 +626,8 @@ class GgufFile {
     return tensors_[it->second];
   }
   /// The stored bytes of tensor `name` (inside the mapping; valid while this
-  /// object lives).
+  /// object lives), as held: a Q4_0 tensor's rows interleaved when its
+  /// GgufTensorInfo::interleaved says so.
   [[nodiscard]] std::span<const unsigned char> raw(std::string_view name) const {
     const GgufTensorInfo& t = tensor(name);
     return {file_.data() + t.file_offset, static_cast<std::size_t>(t.bytes)};
@@ -647,7 +665,10 @@ class GgufFile {
         quant::dequantize_row_q8_0(p, out, n);
         break;
       case GgmlType::kQ4_0:
-        quant::dequantize_row_q4_0(p, out, n);
+        if (t.interleaved)
+          dequantize_interleaved_q4_0(t, p, out);
+        else
+          quant::dequantize_row_q4_0(p, out, n);
         break;
       case GgmlType::kQ4_K:
         quant::dequantize_row_q4_K(p, out, n);
@@ -661,14 +682,45 @@ class GgufFile {
  private:
   /// The mapping of `path`, after checking (without opening it: a FIFO must
   /// not block) that it is a regular file.
-  static detail::MappedFile open_regular(const std::string& path, Residence residence) {
+  static detail::MappedFile open_regular(const std::string& path, Residence residence,
+                                         bool writable) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0)
       detail::gguf_fail(path, 0, std::string("cannot open the file: ") + std::strerror(errno));
     if (S_ISDIR(st.st_mode)) detail::gguf_fail(path, 0, "is a directory, expected a GGUF file");
     if (!S_ISREG(st.st_mode))
       detail::gguf_fail(path, 0, "not a regular file (a FIFO, socket or device?)");
-    return detail::MappedFile(path, residence);
+    return detail::MappedFile(path, residence, writable);
+  }
+
+  /// Each Q4_0 tensor of 2+ dimensions, matrix by matrix of dims[1] rows,
+  /// interleaved by eights where it is (the bytes are still writable).
+  void interleave_q4_0_tensors() {
+    unsigned char* const data = file_.writable_data();
+    if (data == nullptr) return;  // an empty file: no tensors
+    for (GgufTensorInfo& t : tensors_) {
+      if (t.type != GgmlType::kQ4_0 || t.dims.size() < 2 || t.numel == 0) continue;
+      const std::int64_t rows = t.dims[1], nb = t.dims[0] / quant::kBlock32;
+      const auto matrix_bytes = static_cast<std::size_t>(rows * nb) * quant::kBytesQ4_0;
+      for (std::int64_t m = 0; m < t.n_rows / rows; ++m)
+        quant::interleave_q4_0_in_place(
+            data + t.file_offset + static_cast<std::size_t>(m) * matrix_bytes, rows, nb);
+      t.interleaved = true;
+    }
+  }
+
+  /// An interleaved Q4_0 tensor `t` (or one matrix of it, an expert's
+  /// slice: its dims[1] rows are each matrix's) at `p` as floats in rows.
+  static void dequantize_interleaved_q4_0(const GgufTensorInfo& t, const unsigned char* p,
+                                          float* out) {
+    const std::int64_t rows = t.dims[1], nb = t.dims[0] / quant::kBlock32;
+    const auto matrix_bytes = static_cast<std::size_t>(rows * nb) * quant::kBytesQ4_0;
+    std::vector<unsigned char> in_rows(matrix_bytes);
+    for (std::int64_t m = 0; m < t.n_rows / rows; ++m) {
+      quant::deinterleave_rows_q4_0(p + static_cast<std::size_t>(m) * matrix_bytes, rows, nb, 0,
+                                    rows, in_rows.data());
+      quant::dequantize_row_q4_0(in_rows.data(), out + m * rows * t.dims[0], rows * t.dims[0]);
+    }
   }
 
   const GgufKeyValue* find_entry(std::string_view key) const {

@@ -341,13 +341,18 @@ namespace detail {
 
 /// A whole file, read-only: a private mapping (Residence::kMapped) or a
 /// copy in anonymous huge pages (kHugePages); released on destruction.
+/// Opened `writable`, its bytes may be changed in this process only
+/// (writable_data(); a private mapping copies the pages written) until
+/// seal() makes them read-only: GgufFile repacks its Q4_0 tensors so.
 /// Regular files only, after following symbolic links: a directory, FIFO,
 /// socket or device is a FormatError, and opening never blocks (O_NONBLOCK:
 /// a FIFO without a writer would otherwise wait forever in open()).
 class MappedFile {
  public:
   MappedFile() = default;
-  explicit MappedFile(const std::string& path, Residence residence = Residence::kMapped) {
+  explicit MappedFile(const std::string& path, Residence residence = Residence::kMapped,
+                      bool writable = false)
+      : writable_(writable) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) st_fail(path, 0, "", std::string("cannot open the file: ") + std::strerror(errno));
     struct stat st {};
@@ -361,7 +366,8 @@ class MappedFile {
       read_into_huge_pages(fd, path);
       ::close(fd);
     } else if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      void* p =
+          ::mmap(nullptr, size_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_PRIVATE, fd, 0);
       const int err = errno;
       ::close(fd);
       if (p == MAP_FAILED) st_fail(path, 0, "", std::string("mmap failed: ") + std::strerror(err));
@@ -376,7 +382,8 @@ class MappedFile {
       : data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         base_(std::exchange(o.base_, nullptr)),
-        length_(std::exchange(o.length_, 0)) {}
+        length_(std::exchange(o.length_, 0)),
+        writable_(std::exchange(o.writable_, false)) {}
   MappedFile& operator=(MappedFile&& o) noexcept {
     if (this != &o) {
       unmap();
@@ -384,6 +391,7 @@ class MappedFile {
       size_ = std::exchange(o.size_, 0);
       base_ = std::exchange(o.base_, nullptr);
       length_ = std::exchange(o.length_, 0);
+      writable_ = std::exchange(o.writable_, false);
     }
     return *this;
   }
@@ -391,6 +399,20 @@ class MappedFile {
 
   [[nodiscard]] const unsigned char* data() const { return data_; }
   [[nodiscard]] std::size_t size() const { return size_; }
+
+  /// The bytes, writable: opened `writable` and not sealed yet; else null.
+  [[nodiscard]] unsigned char* writable_data() {
+    return writable_ ? const_cast<unsigned char*>(data_) : nullptr;
+  }
+  /// Makes the bytes read-only (once writable; nothing otherwise).
+  void seal() {
+    if (!writable_) return;
+    writable_ = false;
+    if (base_ != nullptr)
+      (void)::mprotect(base_, length_, PROT_READ);
+    else if (data_)
+      (void)::mprotect(const_cast<unsigned char*>(data_), size_, PROT_READ);
+  }
 
  private:
   // The file's bytes into anonymous memory starting on a 2 MB boundary,
@@ -425,7 +447,7 @@ class MappedFile {
       }
       done += static_cast<std::size_t>(n);
     }
-    (void)::mprotect(base_, length_, PROT_READ);
+    if (!writable_) (void)::mprotect(base_, length_, PROT_READ);
     data_ = dst;
   }
   void unmap() {
@@ -442,56 +464,7 @@ class MappedFile {
   std::size_t size_ = 0;
   void* base_ = nullptr;  // kHugePages: the anonymous mapping (length_ bytes)
   std::size_t length_ = 0;
-};
-
-/// Memory for copies a loader makes of a file's weights (Q4_0 rows
-/// interleaved at load): chunks of anonymous memory on 2 MB boundaries,
-/// advised for huge pages as Residence::kHugePages' copy is (a decode step
-/// streams them as it streams the file's blocks), handed out in 64-byte
-/// aligned pieces. Each piece comes with the owner of its chunk, so a chunk
-/// lives as long as any piece of it is used. \throws std::bad_alloc when
-/// the kernel gives no memory.
-class HugePageArena {
- public:
-  /// Chunks of at least `chunk_bytes` (a larger piece gets a chunk of its
-  /// own size).
-  explicit HugePageArena(std::size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
-
-  /// `n` bytes and what keeps them alive.
-  std::pair<unsigned char*, std::shared_ptr<const void>> allocate(std::size_t n) {
-    n = (n + 63) / 64 * 64;
-    if (!chunk_ || chunk_->size - used_ < n) {
-      chunk_ = std::make_shared<const Chunk>(std::max(n, chunk_bytes_));
-      used_ = 0;
-    }
-    unsigned char* p = chunk_->data + used_;
-    used_ += n;
-    return {p, chunk_};
-  }
-
- private:
-  struct Chunk {
-    explicit Chunk(std::size_t bytes) {
-      constexpr std::size_t kHuge = std::size_t{2} << 20;
-      length = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;
-      base = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (base == MAP_FAILED) throw std::bad_alloc();
-      const auto at = reinterpret_cast<std::uintptr_t>(base);
-      data = static_cast<unsigned char*>(base) + (kHuge - at % kHuge) % kHuge;
-      size = bytes;
-      (void)::madvise(data, size, MADV_HUGEPAGE);  // advice: without THP, 4 KB pages
-    }
-    ~Chunk() { ::munmap(base, length); }
-    Chunk(const Chunk&) = delete;
-    Chunk& operator=(const Chunk&) = delete;
-    void* base = nullptr;
-    std::size_t length = 0;
-    unsigned char* data = nullptr;
-    std::size_t size = 0;
-  };
-  std::size_t chunk_bytes_;
-  std::shared_ptr<const Chunk> chunk_;
-  std::size_t used_ = 0;
+  bool writable_ = false;  // until seal()
 };
 
 /// Byte offsets (relative to the header text) of the keys of the top-level

@@ -232,18 +232,11 @@ class GgufTensors {
   /// `n_head`, `n_kv`: the head counts (for kLlama's permutation).
   /// `mapping`: what keeps `f` (its mapping) alive, for weight matrices that
   /// view the file's blocks (stored_weight()); null: they copy the blocks.
-  /// `interleave_q4_0`: Q4_0 weight matrices held interleaved by eights
-  /// (WeightMatrix<T, Q4_0Weights>::interleaved(), a copy).
+  /// Q4_0 weight matrices are held as `f` holds them: interleaved by eights
+  /// when it was opened so (io::GgufFile's interleave_q4_0).
   GgufTensors(const io::GgufFile& f, GgufLayout layout, Index n_head, Index n_kv,
-              std::shared_ptr<const void> mapping = nullptr, bool interleave_q4_0 = false)
-      : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv), mapping_(std::move(mapping)) {
-    if (!interleave_q4_0) return;
-    // One chunk of huge pages for every Q4_0 tensor's interleaved copy.
-    std::size_t bytes = 0;
-    for (const io::GgufTensorInfo& t : f.tensors())
-      if (t.type == io::GgmlType::kQ4_0) bytes += static_cast<std::size_t>(t.bytes) + 64;
-    arena_ = std::make_shared<io::detail::HugePageArena>(bytes);
-  }
+              std::shared_ptr<const void> mapping = nullptr)
+      : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv), mapping_(std::move(mapping)) {}
 
   /// llama.cpp's name of Hugging Face tensor `hf` in `layout`, or "" if it
   /// has none.
@@ -462,18 +455,28 @@ class GgufTensors {
         f_.raw(t.name).data() + (t.file_offset - f_.tensor(t.name).file_offset);
     const auto size = static_cast<std::size_t>(t.bytes);
     // The tensor's rows (one per output) in HF's order: W^Q / W^K of the
-    // llama layout reordered whole (a copy), else nullptr (use `at`).
+    // llama layout reordered whole (a copy), else nullptr (use `at`). Q4_0
+    // rows held interleaved are read back first and interleaved again after.
     const auto reordered = [&]() -> std::shared_ptr<std::vector<unsigned char>> {
       const Index perm_heads = permuted_heads(hf);
       if (perm_heads == 0) return nullptr;
       const std::size_t row = size / static_cast<std::size_t>(out);
+      const std::int64_t nb = in / quant::kBlock32;
+      std::vector<unsigned char> in_rows;
+      const unsigned char* from = at;
+      if (t.interleaved) {
+        in_rows.resize(size);
+        quant::deinterleave_rows_q4_0(at, out, nb, 0, out, in_rows.data());
+        from = in_rows.data();
+      }
       auto re = std::make_shared<std::vector<unsigned char>>(size);
       const Index width = out / perm_heads, half = width / 2;
       for (Index h = 0; h < perm_heads; ++h)
         for (Index j = 0; j < 2; ++j)
           for (Index i = 0; i < half; ++i)
             std::memcpy(re->data() + static_cast<std::size_t>(h * width + j * half + i) * row,
-                        at + static_cast<std::size_t>(h * width + 2 * i + j) * row, row);
+                        from + static_cast<std::size_t>(h * width + 2 * i + j) * row, row);
+      if (t.interleaved) quant::interleave_q4_0_in_place(re->data(), out, nb);
       return re;
     };
     // A half-precision tensor's (F16, BF16) values to view and their owner:
@@ -500,10 +503,7 @@ class GgufTensors {
     const auto held = [&]<class F>() -> std::optional<WeightMatrix<T, S>> {
       auto m = blocks.template operator()<F>();
       if constexpr (std::same_as<F, Q4_0Weights>) {
-        if (arena_) {
-          auto [into, owner] = arena_->allocate(m->bytes());
-          m = m->interleaved(into, std::move(owner));
-        }
+        if (t.interleaved) m = WeightMatrix<T, F>::already_interleaved(std::move(*m));
       }
       if constexpr (requires { S::kPerMatrix; })
         return WeightMatrix<T, S>(std::move(*m));
@@ -687,8 +687,6 @@ class GgufTensors {
   GgufLayout layout_ = GgufLayout::kLlama;
   Index n_head_ = 1, n_kv_ = 1;
   std::shared_ptr<const void> mapping_;
-  // Memory for the Q4_0 matrices interleaved at load (null: none are).
-  std::shared_ptr<io::detail::HugePageArena> arena_;
 };
 
 /// The sizes of a llama-layout GGUF file (llama, qwen2) from its metadata,
@@ -947,8 +945,7 @@ using CausalLM = hf::CausalLM<T, S>;
 
 namespace detail {
 template <Scalar T, WeightStoragePolicy S>
-CausalLM<T, S> load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping,
-                              bool interleave_q4_0);
+CausalLM<T, S> load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping);
 }  // namespace detail
 
 /// The model of an open GGUF file (see the file comment). Weight matrices
@@ -956,33 +953,31 @@ CausalLM<T, S> load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void>
 /// tensor's type) copy their blocks: the model does not need `f` afterwards.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 CausalLM<T, S> load_causal_lm(const io::GgufFile& f) {
-  return detail::load_causal_lm<T, S>(f, nullptr, false);
+  return detail::load_causal_lm<T, S>(f, nullptr);
 }
 
 /// As above for a file shared with the model: weight matrices kept in the
-/// file's format view its mapping (no copy), and keep `f` alive.
-/// `interleave_q4_0`: Q4_0 matrices are copied, interleaved by eights
-/// (WeightMatrix<T, Q4_0Weights>::interleaved()).
+/// file's format view its mapping (no copy), and keep `f` alive. Q4_0
+/// matrices are read as `f` holds them: interleaved by eights when it was
+/// opened with interleave_q4_0 (io::GgufFile), which their decode product
+/// reads 8 rows at a time.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
-CausalLM<T, S> load_causal_lm(std::shared_ptr<const io::GgufFile> f, bool interleave_q4_0 = false) {
+CausalLM<T, S> load_causal_lm(std::shared_ptr<const io::GgufFile> f) {
   const io::GgufFile& file = *f;
-  return detail::load_causal_lm<T, S>(file, std::move(f), interleave_q4_0);
+  return detail::load_causal_lm<T, S>(file, std::move(f));
 }
 
 template <Scalar T, WeightStoragePolicy S>
-CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping,
-                                      bool interleave_q4_0) {
+CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<const void> mapping) {
   const std::string arch = detail::string(f, "general.architecture");
   if (arch == "gpt2")
     return CausalLM<T, S>(
-        hf::load_gpt2<T, S>(gpt2_config(f),
-                            GgufTensors(f, GgufLayout::kGpt2, 1, 1, nullptr, interleave_q4_0)),
+        hf::load_gpt2<T, S>(gpt2_config(f), GgufTensors(f, GgufLayout::kGpt2, 1, 1, nullptr)),
         arch);
   if (arch == "deepseek2") {
     const hf::Config c = deepseek2_config(f);
     const Index n_head = c.integer("num_attention_heads");
-    const GgufTensors tensors(f, GgufLayout::kDeepSeek, n_head, n_head, std::move(mapping),
-                              interleave_q4_0);
+    const GgufTensors tensors(f, GgufLayout::kDeepSeek, n_head, n_head, std::move(mapping));
     if (c.has("n_routed_experts"))
       return CausalLM<T, S>(hf::load_deepseek_moe<T, S>(c, tensors), arch);
     return CausalLM<T, S>(hf::load_deepseek_v2<T, S>(c, tensors), arch);
@@ -993,7 +988,7 @@ CausalLM<T, S> detail::load_causal_lm(const io::GgufFile& f, std::shared_ptr<con
                         std::string(kSupportedArchitectures) + ")");
   const hf::LlamaSizes s = llama_sizes(f, arch);
   const GgufTensors tensors(f, arch == "llama" ? GgufLayout::kLlama : GgufLayout::kNeox, s.n_head,
-                            s.n_kv, std::move(mapping), interleave_q4_0);
+                            s.n_kv, std::move(mapping));
   if (arch == "qwen3") return CausalLM<T, S>(hf::detail::build_qwen3<T, S>(s, tensors), arch);
   if (const std::optional<hf::MoeSizes> m = moe_sizes(f, arch, s.n_layer))
     return CausalLM<T, S>(hf::detail::build_llama_moe<T, S>(s, *m, tensors), arch);
@@ -1307,14 +1302,17 @@ struct LoadedCausalLM {
 
 /// One call: the model and the tokenizer of GGUF file `path` (as
 /// hf::load for a directory). \throws as load_causal_lm() and
-/// load_tokenizer(). `interleave_q4_0`: as load_causal_lm's.
+/// load_tokenizer(). `interleave_q4_0`: the file's Q4_0 matrices held
+/// interleaved by eights, rearranged in place as it is opened (io::GgufFile;
+/// WeightMatrix<T, Q4_0Weights>::interleaved() says what that buys).
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 LoadedCausalLM<T, S> load(const std::filesystem::path& path,
                           io::Residence residence = io::Residence::kMapped,
                           bool interleave_q4_0 = false) {
-  const auto shared = std::make_shared<const io::GgufFile>(path.string(), residence);
+  const auto shared =
+      std::make_shared<const io::GgufFile>(path.string(), residence, interleave_q4_0);
   const io::GgufFile& f = *shared;
-  CausalLM<T, S> model = load_causal_lm<T, S>(shared, interleave_q4_0);
+  CausalLM<T, S> model = load_causal_lm<T, S>(shared);
   tokenize::HfTokenizer tok = load_tokenizer(f);
   std::optional<TokenId> eos;
   if (f.has("tokenizer.ggml.eos_token_id"))
