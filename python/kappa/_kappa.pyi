@@ -227,7 +227,9 @@ class TextStream(Iterator[str]):
 
 class Model:
     @staticmethod
-    def load(path: str, *, weights: str = "as_stored", weights_file: str = "") -> "Model": ...
+    def load(
+        path: str, *, weights: str = "as_stored", weights_file: str = "", interleave_q4_0: bool = True
+    ) -> "Model": ...
     model_type: str
     architecture: str
     vocab_size: int

@@ -289,8 +289,10 @@ Qwen2/3, Gemma 2/3, Phi-3, DeepSeek-V2, mixtures of experts), with its tokenizer
 Model.load(path): a Hugging Face directory or a llama.cpp .gguf file. float32.)doc")
       .def_static(
           "load",
-          [](const std::string& path, const std::string& weights, const std::string& weights_file) {
+          [](const std::string& path, const std::string& weights, const std::string& weights_file,
+             bool interleave_q4_0) {
             runtime::LoadOptions o;
+            o.interleave_q4_0 = interleave_q4_0;
             if (weights == "bf16")
               o.weights = runtime::LoadOptions::Weights::kBf16;
             else if (weights != "as_stored")
@@ -301,7 +303,7 @@ Model.load(path): a Hugging Face directory or a llama.cpp .gguf file. float32.)d
             return runtime::Model::load(path, o);
           },
           py::arg("path"), py::kw_only(), py::arg("weights") = "as_stored",
-          py::arg("weights_file") = "")
+          py::arg("weights_file") = "", py::arg("interleave_q4_0") = true)
       .def_property_readonly("model_type", &runtime::Model::model_type)
       .def_property_readonly(
           "architecture", [](const runtime::Model& lm) { return std::string(lm.architecture()); })

@@ -75,6 +75,18 @@ def test_gguf_file_matches_reference():
     assert lm.architecture == "Llama"
 
 
+def test_gguf_q4_0_interleaved_by_default():
+    # llama.cpp's Q4_0 file: its Q4_0 rows interleaved by eights unless asked
+    # otherwise. Prefill reads them back in rows (the same floats); the
+    # greedy tokens of this tiny model are the same either way.
+    path = os.path.join(MODELS, "llama-gguf", "llama-256-q4_0.gguf")
+    il = kappa.Model.load(path)
+    rows = kappa.Model.load(path, interleave_q4_0=False)
+    ids = ref("llama-256", "input_ids.npy")
+    assert np.array_equal(il.forward(ids), rows.forward(ids))
+    assert il.weight_bytes == rows.weight_bytes
+
+
 def test_model_properties_and_errors(gpt2):
     assert gpt2.model_type == "gpt2" and gpt2.architecture == "Gpt2"
     assert gpt2.vocab_size == 297 and gpt2.num_layers == 2 and gpt2.context_length == 32

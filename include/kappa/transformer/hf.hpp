@@ -1136,14 +1136,21 @@ DecoderLM<T, Layer, NoAbsolutePositions, S> build_deepseek(const Config& c, cons
 }
 }  // namespace detail
 
+namespace detail {
+/// The expert layout of a DeepSeek config (its model_type, deepseek_v2 by
+/// default, and num_hidden_layers).
+inline MoeSizes deepseek_moe_sizes(const Config& c) {
+  return moe_sizes(c, c.string("model_type", "deepseek_v2"), c.layer_count("num_hidden_layers", 0));
+}
+}  // namespace detail
+
 /// DeepSeek-V2 with dense feed-forward layers only. \throws FormatError
 /// naming n_routed_experts for a config with expert layers (load those with
 /// load_deepseek_moe; load_causal_lm picks the right one).
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
           class Source = io::Checkpoint>
 DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const Source& ckpt) {
-  const MoeSizes m =
-      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.layer_count("num_hidden_layers", 0));
+  const MoeSizes m = detail::deepseek_moe_sizes(c);
   if (m.any_sparse())
     c.fail("n_routed_experts",
            "is set and some layers are mixtures of experts: use load_deepseek_moe");
@@ -1161,8 +1168,7 @@ DeepSeekV2<T, S, Path> load_deepseek_v2(const Config& c, const Source& ckpt) {
 template <Scalar T, WeightStoragePolicy S = DenseWeights, LatentPath Path = AbsorbedLatent,
           class Source = io::Checkpoint>
 DeepSeekMoe<T, S, Path> load_deepseek_moe(const Config& c, const Source& ckpt) {
-  const MoeSizes m =
-      moe_sizes(c, c.string("model_type", "deepseek_v2"), c.layer_count("num_hidden_layers", 0));
+  const MoeSizes m = detail::deepseek_moe_sizes(c);
   return detail::build_deepseek<T, S, Path, DeepSeekMoeLayer<T, S, Path>>(
       c, ckpt, [&m](const auto& w, Index i, const std::string& p, Index d, Index d_ff) {
         return detail::read_ffn<T, S>(w, i, p, d, d_ff, m);
