@@ -802,6 +802,24 @@ std::string interleaved_by_hand(const unsigned char* plain, std::int64_t matrice
   return out;
 }
 
+/// The permissions ("r--p", "rw-p", ...) of this process's mapping that
+/// holds address `p`, from /proc/self/maps; "" if none does.
+std::string mapping_permissions(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms;
+    in >> range >> perms;
+    const std::size_t dash = range.find('-');
+    const std::uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const std::uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (lo <= at && at < hi) return perms;
+  }
+  return "";
+}
+
 void expect_interleaved_reading(const std::string& path) {
   const GgufFile plain(path);
   for (const auto residence : {kappa::io::Residence::kMapped, kappa::io::Residence::kHugePages}) {
@@ -827,6 +845,14 @@ void expect_interleaved_reading(const std::string& path) {
       interleaved += t.interleaved ? 1 : 0;
     }
     EXPECT_GT(interleaved, 0);
+    // Rearranged, then made read-only like any file's bytes: every tensor's
+    // first and last byte are in a read-only private mapping.
+    for (const auto& t : held.tensors()) {
+      const auto b = held.raw(t.name);
+      if (b.empty()) continue;
+      EXPECT_EQ(mapping_permissions(b.data()), "r--p") << t.name;
+      EXPECT_EQ(mapping_permissions(b.data() + b.size() - 1), "r--p") << t.name;
+    }
   }
 }
 
