@@ -456,26 +456,26 @@ class GgufTensors {
     const auto size = static_cast<std::size_t>(t.bytes);
     // The tensor's rows (one per output) in HF's order: W^Q / W^K of the
     // llama layout reordered whole (a copy), else nullptr (use `at`). Q4_0
-    // rows held interleaved are read back first and interleaved again after.
+    // rows held interleaved are read back row by row as they move, and the
+    // copy is interleaved again.
     const auto reordered = [&]() -> std::shared_ptr<std::vector<unsigned char>> {
       const Index perm_heads = permuted_heads(hf);
       if (perm_heads == 0) return nullptr;
       const std::size_t row = size / static_cast<std::size_t>(out);
       const std::int64_t nb = in / quant::kBlock32;
-      std::vector<unsigned char> in_rows;
-      const unsigned char* from = at;
-      if (t.interleaved) {
-        in_rows.resize(size);
-        quant::deinterleave_rows_q4_0(at, out, nb, 0, out, in_rows.data());
-        from = in_rows.data();
-      }
       auto re = std::make_shared<std::vector<unsigned char>>(size);
       const Index width = out / perm_heads, half = width / 2;
       for (Index h = 0; h < perm_heads; ++h)
         for (Index j = 0; j < 2; ++j)
-          for (Index i = 0; i < half; ++i)
-            std::memcpy(re->data() + static_cast<std::size_t>(h * width + j * half + i) * row,
-                        from + static_cast<std::size_t>(h * width + 2 * i + j) * row, row);
+          for (Index i = 0; i < half; ++i) {
+            unsigned char* to =
+                re->data() + static_cast<std::size_t>(h * width + j * half + i) * row;
+            const Index from = h * width + 2 * i + j;
+            if (t.interleaved)
+              quant::deinterleave_row_q4_0(at, out, nb, from, to);
+            else
+              std::memcpy(to, at + static_cast<std::size_t>(from) * row, row);
+          }
       if (t.interleaved) quant::interleave_q4_0_in_place(re->data(), out, nb);
       return re;
     };
