@@ -48,9 +48,7 @@
 // POSIX only (mmap); the file must not be truncated while it is mapped.
 #pragma once
 
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -704,18 +702,7 @@ class GgufFile {
       if (t.type != GgmlType::kQ4_0 || t.dims.size() < 2 || t.numel == 0) continue;
       const std::int64_t rows = t.dims[1], nb = t.dims[0] / quant::kBlock32;
       const auto matrix_bytes = static_cast<std::size_t>(rows * nb) * quant::kBytesQ4_0;
-#ifdef MADV_POPULATE_WRITE
-      // A private mapping's pages are copied on write: all of the tensor's
-      // in one call rather than one fault per 4 KB page (a 139 MB Q4_0 file:
-      // 0.64 -> 0.23 s; a kernel before 5.14 refuses it, and the faults
-      // then do it). The huge-page copy's pages are present: nothing to do.
-      {
-        unsigned char* const first = data + t.file_offset;
-        const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-        const std::size_t lead = reinterpret_cast<std::uintptr_t>(first) % page;  // to a page
-        (void)::madvise(first - lead, t.bytes + lead, MADV_POPULATE_WRITE);
-      }
-#endif
+      file_.populate_for_writing(t.file_offset, t.bytes);  // one call, not a fault per page
       for (std::int64_t m = 0; m < t.n_rows / rows; ++m)
         quant::interleave_q4_0_in_place(
             data + t.file_offset + static_cast<std::size_t>(m) * matrix_bytes, rows, nb);

@@ -404,6 +404,22 @@ class MappedFile {
   [[nodiscard]] unsigned char* writable_data() {
     return writable_ ? const_cast<unsigned char*>(data_) : nullptr;
   }
+  /// Readies bytes [offset, offset + bytes) (within size()) for writing in
+  /// one call where the kernel can: a private mapping's pages are then
+  /// copied at once (MADV_POPULATE_WRITE) rather than one fault per 4 KB
+  /// page (a 139 MB Q4_0 file repacked: 0.64 -> 0.23 s). A kernel before
+  /// 5.14 refuses the advice, and the faults then do the same; the huge-page
+  /// copy's pages are present already. Nothing unless writable.
+  void populate_for_writing([[maybe_unused]] std::size_t offset,
+                            [[maybe_unused]] std::size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+    if (!writable_ || base_ != nullptr || data_ == nullptr || bytes == 0) return;
+    unsigned char* const first = const_cast<unsigned char*>(data_) + offset;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const std::size_t lead = reinterpret_cast<std::uintptr_t>(first) % page;  // to a page
+    (void)::madvise(first - lead, bytes + lead, MADV_POPULATE_WRITE);
+#endif
+  }
   /// Makes the bytes read-only (once writable; nothing otherwise).
   void seal() {
     if (!writable_) return;
