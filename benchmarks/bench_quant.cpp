@@ -1,7 +1,8 @@
 // bench_quant: the weight products of a decode step with weights stored as
 // float, bfloat16, fp16 (F16View: a GGUF F16 tensor viewed as stored,
 // kappa/core/stored_weights.hpp; F32View likewise for F32), Q8_0, Q4_0
-// (also Q4_0Interleaved: its rows interleaved by eights), Q4_K and Q6_K
+// (also Q4_0Interleaved: its rows interleaved by eights), Q4_K (and
+// Q4_KInterleaved: X in Q8_K) and Q6_K
 // (kappa/core/weight_storage.hpp, kappa/core/quant_weights.hpp), beside a
 // plain read of as many bytes (fp16 takes bfloat16's).
 //
@@ -151,6 +152,22 @@ const kappa::WeightMatrix<float, kappa::Q4_0Weights>& weights<Q4_0Interleaved>(I
   using W = kappa::WeightMatrix<float, kappa::Q4_0Weights>;
   return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
     return std::make_unique<W>(weights<kappa::Q4_0Weights>(kk, mm, hd).interleaved());
+  });
+}
+
+/// Q4_K with the rows of P interleaved by eights
+/// (WeightMatrix<float, Q4_KWeights>::interleaved(); X in Q8_K), built once.
+struct Q4_KInterleaved {};
+template <>
+struct Held<Q4_KInterleaved> {
+  using type = kappa::WeightMatrix<float, kappa::Q4_KWeights>;
+};
+template <>
+const kappa::WeightMatrix<float, kappa::Q4_KWeights>& weights<Q4_KInterleaved>(Index k, Index m,
+                                                                               bool head) {
+  using W = kappa::WeightMatrix<float, kappa::Q4_KWeights>;
+  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
+    return std::make_unique<W>(weights<kappa::Q4_KWeights>(kk, mm, hd).interleaved());
   });
 }
 
@@ -324,6 +341,7 @@ BENCHMARK_TEMPLATE(BM_Decode, kappa::Q8_0Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_0Weights)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, Q4_0Interleaved)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q4_KWeights)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode, Q4_KInterleaved)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode, kappa::Q6_KWeights)->Apply(decode_shapes);
 BENCHMARK(BM_PlainRead)->Apply(read_sizes);
 BENCHMARK_TEMPLATE(BM_Prefill, kappa::DenseWeights)->Apply(prefill_shapes);

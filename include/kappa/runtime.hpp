@@ -108,15 +108,17 @@ struct LoadOptions {
     kMapped,     ///< mapped: pages shared with the page cache, read on touch
   };
   FileMemory file_memory = FileMemory::kHugePages;
-  /// A GGUF file's Q4_0 weights held with their rows interleaved by eights
-  /// (io::GgufFile's interleave_q4_0, as llama.cpp repacks Q4_0 for its CPU
-  /// kernels): generation 1.22-1.38x faster with AVX2 alone, 1.01-1.17x
-  /// with AMD's AVX-512, prompt processing as fast as the rows'
-  /// (benchmarks/README.md, "Q4_0 rows interleaved by eights"). The rows are
-  /// rearranged where the file's bytes are (no copy: the same peak memory);
-  /// the logits differ from the rows' by float rounding (another summation
-  /// order). false keeps the file's rows.
-  bool interleave_q4_0 = true;
+  /// A GGUF file's Q4_0 and Q4_K weights held with their rows interleaved
+  /// by eights (io::GgufFile's interleave_q4, as llama.cpp repacks them for
+  /// its CPU kernels). Q4_0: generation 1.22-1.38x faster with AVX2 alone,
+  /// 1.01-1.17x with AMD's AVX-512 (benchmarks/README.md, "Q4_0 rows
+  /// interleaved by eights"); Q4_K: see "Q4_K rows interleaved by eights"
+  /// there (X in Q8_K for those products). Prompt processing as fast as the
+  /// rows'. The rows are rearranged where the file's bytes are (no copy: the
+  /// same peak memory); the logits differ from the rows' by rounding
+  /// (another summation order, and for Q4_K X's quantization). false keeps
+  /// the file's rows.
+  bool interleave_q4 = true;
   /// Has the C library's allocator keep the memory each layer of a forward
   /// pass frees for the next (kappa::retain_freed_memory(), core/
   /// allocator.hpp; glibc only): without it a prompt's pass faults in fresh

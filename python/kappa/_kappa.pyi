@@ -228,7 +228,7 @@ class TextStream(Iterator[str]):
 class Model:
     @staticmethod
     def load(
-        path: str, *, weights: str = "as_stored", weights_file: str = "", interleave_q4_0: bool = True
+        path: str, *, weights: str = "as_stored", weights_file: str = "", interleave_q4: bool = True
     ) -> "Model": ...
     model_type: str
     architecture: str

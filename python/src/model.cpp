@@ -290,9 +290,9 @@ Model.load(path): a Hugging Face directory or a llama.cpp .gguf file. float32.)d
       .def_static(
           "load",
           [](const std::string& path, const std::string& weights, const std::string& weights_file,
-             bool interleave_q4_0) {
+             bool interleave_q4) {
             runtime::LoadOptions o;
-            o.interleave_q4_0 = interleave_q4_0;
+            o.interleave_q4 = interleave_q4;
             if (weights == "bf16")
               o.weights = runtime::LoadOptions::Weights::kBf16;
             else if (weights != "as_stored")
@@ -303,7 +303,7 @@ Model.load(path): a Hugging Face directory or a llama.cpp .gguf file. float32.)d
             return runtime::Model::load(path, o);
           },
           py::arg("path"), py::kw_only(), py::arg("weights") = "as_stored",
-          py::arg("weights_file") = "", py::arg("interleave_q4_0") = true)
+          py::arg("weights_file") = "", py::arg("interleave_q4") = true)
       .def_property_readonly("model_type", &runtime::Model::model_type)
       .def_property_readonly(
           "architecture", [](const runtime::Model& lm) { return std::string(lm.architecture()); })

@@ -21,6 +21,8 @@
 //     2^-18 max |x| of its super-block, the step within the stated bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +31,7 @@
 #include <iterator>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -504,6 +507,262 @@ TYPED_TEST(KQuantWeights, ShapeErrors) {
   RowMatrix<float> x2(2, 256), out2(2, 32);
   EXPECT_THROW(ok.multiply(x2, out2), kappa::ShapeError);
   EXPECT_THROW(ok.multiply_transposed(x2, out2), kappa::ShapeError);
+}
+
+// ---- Q4_K rows interleaved by eights, X in Q8_K ----------------------------------------
+
+/// X's row in Q8_K by ggml's definition (quantize_row_q8_K_ref), written
+/// here on its own: per 256, the value of largest magnitude m (the first
+/// on ties), iscale = -127 / m, q = min(127, nearest_int(iscale x)) with
+/// ggml's nearest_int (the float bits of v + 1.5 2^23: ties to even),
+/// d = 1 / iscale; all 0 for a block of zeros.
+void kq_q8k_reference(const float* x, Index k, std::vector<int>& qs, std::vector<float>& ds) {
+  qs.assign(static_cast<std::size_t>(k), 0);
+  ds.assign(static_cast<std::size_t>(k / 256), 0.0f);
+  for (Index i = 0; i < k / 256; ++i) {
+    float m = 0, amax = 0;
+    for (Index j = 256 * i; j < 256 * i + 256; ++j)
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        m = x[j];
+      }
+    if (amax == 0) continue;
+    const float iscale = -127.f / m;
+    for (Index j = 256 * i; j < 256 * i + 256; ++j) {
+      const float v = iscale * x[j] + 12582912.f;
+      std::int32_t bits = 0;
+      std::memcpy(&bits, &v, 4);
+      qs[static_cast<std::size_t>(j)] = std::min(127, (bits & 0x007fffff) - 0x00400000);
+    }
+    ds[static_cast<std::size_t>(i)] = 1 / iscale;
+  }
+}
+
+/// One output of a Q4_K row `w_row` (k weights) against X in Q8_K, from the
+/// format's definition in double: sum_i dx_i (d_i sum_s sc_s sum q x -
+/// dmin_i sum_s m_s sum x). `tol`: (2 n + 3) 2^-24 sum_i |dx_i| (|d_i I_i| +
+/// |dmin_i M_i|) (n super-blocks; dot8_q4_k's bound with a margin for second
+/// order).
+double kq_q8k_dot_ref(const unsigned char* w_row, const std::vector<int>& xq,
+                      const std::vector<float>& xd, Index k, double& tol) {
+  double sum = 0, terms = 0;
+  for (Index i = 0; i < k / 256; ++i) {
+    const unsigned char* b = w_row + static_cast<std::size_t>(i) * q::kBytesQ4_K;
+    double ints = 0, mins = 0;
+    for (int s = 0; s < 8; ++s) {
+      int sc = 0, m = 0;
+      kq_q4k_scale_min(b + 4, s, sc, m);
+      double qx = 0, xs = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int x = xq[static_cast<std::size_t>(256 * i + 32 * s + l)];
+        qx += ((b[16 + 32 * (s / 2) + l] >> (4 * (s & 1))) & 15) * x;
+        xs += x;
+      }
+      ints += sc * qx;
+      mins += m * xs;
+    }
+    const double dx = xd[static_cast<std::size_t>(i)], d = kq_fp16(b), dmin = kq_fp16(b + 2);
+    sum += dx * (d * ints - dmin * mins);
+    terms += std::fabs(dx) * (std::fabs(d * ints) + std::fabs(dmin * mins));
+  }
+  tol = static_cast<double>(2 * (k / 256) + 3) * std::ldexp(terms, -24);
+  return sum;
+}
+
+// Q8KRow: the quants and scales ggml's definition gives, the sums per 32,
+// and `wide` (each run of 4 quants 8 times); a block of zeros, a negative
+// largest value and exact ties (x = 2.5 with m = -127: iscale = 1) included.
+TEST(KQuantInterleaved, Q8KRowAsGgmlDefines) {
+  std::mt19937_64 g(41);
+  RowMatrix<float> x = kq_random(1, 1024, g, 1.0f);
+  for (Index j = 256; j < 512; ++j) x(0, j) = 0;  // block 1: zeros
+  x(0, 600) = -40.0f;                             // block 2: m < 0
+  for (Index j = 768; j < 1024; ++j) x(0, j) = 0.5f * static_cast<float>(j % 9) - 2.0f;
+  x(0, 800) = -127.0f;  // block 3: ties at .5
+  kappa::detail::Q8KRow row;
+  row.assign(x.data(), 1024);
+  std::vector<int> qs;
+  std::vector<float> ds;
+  kq_q8k_reference(x.data(), 1024, qs, ds);
+  ASSERT_EQ(row.nb, 4);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(row.d[i], ds[i]) << "block " << i;
+  EXPECT_EQ(row.d[1], 0.0f);
+  EXPECT_EQ(row.d[3], 1.0f);  // m = -127: iscale 1, so q = nearest(x), ties to even
+  // x(768 + j) = 0.5 ((3 + j) mod 9) - 2
+  EXPECT_EQ(row.q[768 + 0], 0);   // x = -0.5
+  EXPECT_EQ(row.q[768 + 2], 0);   // x = 0.5
+  EXPECT_EQ(row.q[768 + 4], 2);   // x = 1.5
+  EXPECT_EQ(row.q[768 + 7], -2);  // x = -1.5
+  for (std::size_t j = 0; j < 1024; ++j) ASSERT_EQ(row.q[j], qs[j]) << "element " << j;
+  for (std::size_t s = 0; s < 32; ++s) {
+    int sum = 0;
+    for (std::size_t j = 32 * s; j < 32 * s + 32; ++j) sum += qs[j];
+    EXPECT_EQ(row.sum32[s], sum) << "sub-block " << s;
+  }
+  for (std::size_t c = 0; c < 256; ++c)
+    for (std::size_t r = 0; r < 8; ++r)
+      ASSERT_EQ(0, std::memcmp(&row.wide[32 * c + 4 * r], &row.q[4 * c], 4)) << c << " " << r;
+}
+
+// The layout as documented (quant::kBytesQ4_Kx8): for group g and super-block
+// i at (8 g nb + 8 i) 144 bytes: d at 2 r, dmin at 16 + 2 r, word u of the
+// scales at 32 + 32 u + 4 r, nibble piece p at 128 + 32 p + 4 r; the rows
+// after the last whole group unchanged; rows read back as they were; in
+// place the same bytes.
+TEST(KQuantInterleaved, LayoutAsDocumentedAndRowsReadBack) {
+  std::mt19937_64 g(42);
+  using L = q::Q4_KRows8;
+  for (Index n : {1, 7, 8, 13, 24}) {
+    constexpr Index nb = 2;
+    const std::vector<unsigned char> rows =
+        kq_random_blocks<Q4_KWeights>(static_cast<std::size_t>(n * nb), g);
+    std::vector<unsigned char> il(rows.size());
+    q::interleave_rows<L>(rows.data(), n, nb, il.data());
+    std::vector<unsigned char> in_place = rows;
+    q::interleave_rows_in_place<L>(in_place.data(), n, nb);
+    EXPECT_TRUE(in_place == il) << n << " rows";
+    const auto at = [](Index j, Index b) { return static_cast<std::size_t>(j * nb + b) * 144; };
+    for (Index j = 0; j < n; ++j) {
+      for (Index b = 0; b < nb; ++b) {
+        const unsigned char* blk = rows.data() + at(j, b);
+        if (j < n / 8 * 8) {
+          const unsigned char* grp =
+              il.data() + at(j / 8 * 8, 0) + static_cast<std::size_t>(b) * 1152;
+          const auto r = static_cast<std::size_t>(j % 8);
+          EXPECT_EQ(0, std::memcmp(grp + 2 * r, blk, 2)) << j;
+          EXPECT_EQ(0, std::memcmp(grp + 16 + 2 * r, blk + 2, 2)) << j;
+          for (std::size_t u = 0; u < 3; ++u)
+            EXPECT_EQ(0, std::memcmp(grp + 32 + 32 * u + 4 * r, blk + 4 + 4 * u, 4)) << j;
+          for (std::size_t p = 0; p < 32; ++p)
+            EXPECT_EQ(0, std::memcmp(grp + 128 + 32 * p + 4 * r, blk + 16 + 4 * p, 4)) << j;
+        } else {
+          EXPECT_EQ(0, std::memcmp(il.data() + at(j, b), blk, 144)) << j;
+        }
+      }
+      std::vector<unsigned char> back(static_cast<std::size_t>(nb) * 144);
+      q::deinterleave_row<L>(il.data(), n, nb, j, back.data());
+      EXPECT_EQ(0, std::memcmp(back.data(), rows.data() + at(j, 0), back.size())) << j;
+    }
+    for (Index j0 = 0; j0 < n; ++j0)
+      for (Index count = 1; j0 + count <= n; ++count) {
+        std::vector<unsigned char> run(static_cast<std::size_t>(count * nb) * 144);
+        q::deinterleave_rows<L>(il.data(), n, nb, j0, count, run.data());
+        EXPECT_EQ(0, std::memcmp(run.data(), rows.data() + at(j0, 0), run.size()))
+            << "rows " << j0 << " + " << count << " of " << n;
+      }
+  }
+}
+
+// dot8_q4_k (AVX2 where built) equals dot8_q4_k_portable bit for bit, and
+// both are within the stated bound of the double reference. Trial 0 takes
+// the extremes: every nibble 15, every scale and min 63, X at +-127 (the
+// largest int16 sums of the AVX2 loop: 8 x 2 x 15 x 127).
+TEST(KQuantInterleaved, Dot8EqualsPortableAndReference) {
+  std::mt19937_64 g(43);
+  for (Index nb : {1, 2, 5}) {
+    const Index k = 256 * nb;
+    for (int trial = 0; trial < 4; ++trial) {
+      std::vector<unsigned char> rows =
+          kq_random_blocks<Q4_KWeights>(static_cast<std::size_t>(8 * nb), g);
+      RowMatrix<float> x = kq_random(1, k, g, 1.0f);
+      if (trial == 0) {
+        for (std::size_t b = 0; b < rows.size(); b += 144) {
+          std::memset(rows.data() + b + 4, 0xFF, 12);
+          std::memset(rows.data() + b + 16, 0xFF, 128);
+        }
+        for (Index t = 0; t < k; ++t) x(0, t) = t % 3 ? 1.0f : -1.0f;
+      }
+      kappa::detail::Q8KRow row;
+      row.assign(x.data(), k);
+      std::vector<int> xq;
+      std::vector<float> xd;
+      kq_q8k_reference(x.data(), k, xq, xd);
+      std::vector<unsigned char> il(rows.size());
+      q::interleave_rows<q::Q4_KRows8>(rows.data(), 8, nb, il.data());
+      float fast[8], portable[8];
+      kappa::detail::dot8_q4_k(il.data(), row, fast);
+      kappa::detail::dot8_q4_k_portable(il.data(), row, portable);
+      for (int r = 0; r < 8; ++r) {
+        const unsigned char* w = rows.data() + static_cast<std::size_t>(r * nb) * 144;
+        EXPECT_EQ(fast[r], portable[r]) << "nb " << nb << " trial " << trial << " row " << r;
+        EXPECT_EQ(portable[r], kappa::detail::dot_q4_k_q8k(w, row)) << "row " << r;
+        double tol = 0;
+        const double ref = kq_q8k_dot_ref(w, xq, xd, k, tol);
+        EXPECT_LE(std::fabs(static_cast<double>(portable[r]) - ref), tol)
+            << "nb " << nb << " trial " << trial << " row " << r;
+      }
+    }
+  }
+}
+
+// A whole matrix interleaved (25 groups and 3 rows after them): decode of
+// 1..8 rows of X (both layouts of P, 1 and 2 threads bit-identical, through
+// multiply() and through multiply_each's shared X) within the reference's
+// bound; prefill, the cross-layout product, dense() and the rows as the
+// matrix before interleaving gives them, bit for bit.
+TEST(KQuantInterleaved, MatrixProductsMatchReferenceAndRows) {
+  KqThreadsGuard guard;
+  std::mt19937_64 g(44);
+  const Index k = 512, m = 203;
+  const std::vector<unsigned char> packed =
+      kq_random_blocks<Q4_KWeights>(static_cast<std::size_t>(m * k / 256), g);
+  using W = WeightMatrix<float, Q4_KWeights>;
+  const W proj(k, m, BlocksAlong::kRows, std::span<const unsigned char>(packed));
+  const W head(m, k, BlocksAlong::kCols, std::span<const unsigned char>(packed));
+  const W proj8 = proj.interleaved(), head8 = head.interleaved();
+  ASSERT_TRUE(proj8.is_interleaved() && head8.is_interleaved());
+  EXPECT_FALSE(proj.is_interleaved());
+  EXPECT_EQ(proj8.bytes(), proj.bytes());
+  EXPECT_TRUE(proj8.dense() == proj.dense());
+  const W viewed = W::already_interleaved(
+      W(k, m, BlocksAlong::kRows, std::span<const unsigned char>(proj8.blocks())));
+  EXPECT_TRUE(viewed.dense() == proj.dense());
+  const std::size_t row_bytes = 2 * 144;
+  for (Index n = 1; n <= 8; ++n) {
+    const RowMatrix<float> x = kq_random(n, k, g, 1.0f);
+    kappa::set_num_threads(1);
+    RowMatrix<float> out(n, m), out_t(n, m), each(n, m);
+    proj8.multiply(x, out);
+    head8.multiply_transposed(x, out_t);
+    EXPECT_TRUE(out == out_t) << n << " rows";
+    std::array<kappa::MatrixRef<float>, 1> outs{each};
+    kappa::multiply_each<float, W, 1>(x, {&viewed}, outs);
+    EXPECT_TRUE(each == out) << n << " rows, multiply_each";
+    for (Index r = 0; r < n; ++r) {
+      std::vector<int> xq;
+      std::vector<float> xd;
+      kq_q8k_reference(x.row(r).data(), k, xq, xd);
+      for (Index j = 0; j < m; ++j) {
+        double tol = 0;
+        const double ref =
+            kq_q8k_dot_ref(packed.data() + static_cast<std::size_t>(j) * row_bytes, xq, xd, k, tol);
+        ASSERT_LE(std::fabs(static_cast<double>(out(r, j)) - ref), tol)
+            << n << " rows, row " << r << " col " << j;
+      }
+    }
+#ifdef _OPENMP
+    kappa::set_num_threads(2);
+    RowMatrix<float> two(n, m), two_t(n, m);
+    proj8.multiply(x, two);
+    head8.multiply_transposed(x, two_t);
+    EXPECT_TRUE(two == out && two_t == out) << n << " rows, 2 threads";
+    kappa::set_num_threads(1);
+#endif
+  }
+  for (Index n : {9, 40}) {  // prefill: the rows read back, the same products
+    const RowMatrix<float> x = kq_random(n, k, g, 1.0f);
+    RowMatrix<float> a(n, m), b(n, m);
+    proj.multiply(x, a);
+    proj8.multiply(x, b);
+    EXPECT_TRUE(a == b) << n << " rows";
+  }
+  for (Index n : {1, 12}) {  // cross layout: X W^T with W packed along its rows
+    const RowMatrix<float> x = kq_random(n, m, g, 1.0f);
+    RowMatrix<float> a(n, k), b(n, k);
+    proj.multiply_transposed(x, a);
+    proj8.multiply_transposed(x, b);
+    EXPECT_TRUE(a == b) << n << " rows";
+  }
 }
 
 // The policies fit the concept; bytes() is the packed size.

@@ -773,31 +773,45 @@ TEST(GgufHostile, NotARegularFile) {
   }
 }
 
-/// Matrix m's Q4_0 rows (`rows` of `nb` blocks each, GGUF's layout at
-/// `plain`) as quant::interleave_q4_0 documents its layout, written out
-/// here from that description: per whole group of 8 rows and per block, the
-/// 8 rows' 2-byte scales, then their 16 bytes of nibbles row by row; the
-/// rows after the last whole group as they were.
-std::string interleaved_by_hand(const unsigned char* plain, std::int64_t matrices,
+/// A tensor's Q4_0 or Q4_K rows (`matrices` matrices of `rows` rows of `nb`
+/// blocks each, GGUF's layout at `plain`) as the interleaved layouts are
+/// documented (quant::Q4_0Rows8, quant::Q4_KRows8), written out here from
+/// that description: per whole group of 8 rows and per block (8 blocks'
+/// bytes), for row r of the group
+///   Q4_0: its 2-byte scale at 2 r, its 16 bytes of nibbles at 16 + 16 r;
+///   Q4_K: d at 2 r, dmin at 16 + 2 r, the 12 scale bytes as words u = 0..2
+///         at 32 + 32 u + 4 r, the 4-byte pieces p = 0..31 of its 128 bytes
+///         of nibbles at 128 + 32 p + 4 r;
+/// the rows after the last whole group as they were.
+std::string interleaved_by_hand(bool q4_k, const unsigned char* plain, std::int64_t matrices,
                                 std::int64_t rows, std::int64_t nb) {
-  const std::size_t row_bytes = static_cast<std::size_t>(nb) * 18;
+  const std::size_t block = q4_k ? 144 : 18;
+  const std::size_t row_bytes = static_cast<std::size_t>(nb) * block;
   const std::size_t matrix_bytes = static_cast<std::size_t>(rows) * row_bytes;
   std::string out(reinterpret_cast<const char*>(plain),
                   static_cast<std::size_t>(matrices) * matrix_bytes);
+  const auto put = [&out](std::size_t at, const unsigned char* from, std::size_t n) {
+    out.replace(at, n, reinterpret_cast<const char*>(from), n);
+  };
   for (std::int64_t m = 0; m < matrices; ++m)
     for (std::int64_t g = 0; g < rows / 8; ++g)
       for (std::int64_t b = 0; b < nb; ++b)
-        for (std::int64_t r = 0; r < 8; ++r) {
-          const unsigned char* block = plain + static_cast<std::size_t>(m) * matrix_bytes +
-                                       static_cast<std::size_t>(8 * g + r) * row_bytes +
-                                       static_cast<std::size_t>(b) * 18;
-          const std::size_t group_block = static_cast<std::size_t>(m) * matrix_bytes +
-                                          static_cast<std::size_t>(8 * g) * row_bytes +
-                                          static_cast<std::size_t>(b) * 144;
-          out.replace(group_block + 2 * static_cast<std::size_t>(r), 2,
-                      reinterpret_cast<const char*>(block), 2);
-          out.replace(group_block + 16 + 16 * static_cast<std::size_t>(r), 16,
-                      reinterpret_cast<const char*>(block + 2), 16);
+        for (std::size_t r = 0; r < 8; ++r) {
+          const unsigned char* in = plain + static_cast<std::size_t>(m) * matrix_bytes +
+                                    (static_cast<std::size_t>(8 * g) + r) * row_bytes +
+                                    static_cast<std::size_t>(b) * block;
+          const std::size_t at = static_cast<std::size_t>(m) * matrix_bytes +
+                                 static_cast<std::size_t>(8 * g) * row_bytes +
+                                 static_cast<std::size_t>(b) * 8 * block;
+          if (!q4_k) {
+            put(at + 2 * r, in, 2);
+            put(at + 16 + 16 * r, in + 2, 16);
+            continue;
+          }
+          put(at + 2 * r, in, 2);
+          put(at + 16 + 2 * r, in + 2, 2);
+          for (std::size_t u = 0; u < 3; ++u) put(at + 32 + 32 * u + 4 * r, in + 4 + 4 * u, 4);
+          for (std::size_t p = 0; p < 32; ++p) put(at + 128 + 32 * p + 4 * r, in + 16 + 4 * p, 4);
         }
   return out;
 }
@@ -824,18 +838,20 @@ void expect_interleaved_reading(const std::string& path) {
   const GgufFile plain(path);
   for (const auto residence : {kappa::io::Residence::kMapped, kappa::io::Residence::kHugePages}) {
     SCOPED_TRACE(residence == kappa::io::Residence::kMapped ? "mapped" : "huge pages");
-    const GgufFile held(path, residence, /*interleave_q4_0=*/true);
+    const GgufFile held(path, residence, /*interleave_q4=*/true);
     ASSERT_EQ(held.tensors().size(), plain.tensors().size());
     int interleaved = 0;
     for (const auto& t : held.tensors()) {
       SCOPED_TRACE(t.name);
       const auto a = plain.raw(t.name), b = held.raw(t.name);
       ASSERT_EQ(a.size(), b.size());
-      const bool want = t.type == GgmlType::kQ4_0 && t.dims.size() >= 2;
+      const bool q4_k = t.type == GgmlType::kQ4_K;
+      const bool want = (t.type == GgmlType::kQ4_0 || q4_k) && t.dims.size() >= 2;
       EXPECT_EQ(t.interleaved, want);
       EXPECT_FALSE(plain.tensor(t.name).interleaved);
       const std::string expected =
-          want ? interleaved_by_hand(a.data(), t.n_rows / t.dims[1], t.dims[1], t.dims[0] / 32)
+          want ? interleaved_by_hand(q4_k, a.data(), t.n_rows / t.dims[1], t.dims[1],
+                                     t.dims[0] / (q4_k ? 256 : 32))
                : std::string(reinterpret_cast<const char*>(a.data()), a.size());
       EXPECT_EQ(std::string(reinterpret_cast<const char*>(b.data()), b.size()), expected);
       // read back in rows: the same floats, bit for bit
@@ -856,26 +872,32 @@ void expect_interleaved_reading(const std::string& path) {
   }
 }
 
-TEST(GgufFile, InterleavedQ4_0IsRearrangedInPlaceAndReadsBackInRows) {
-  // llama.cpp's Q4_0 file (its Q4_0 matrices; a Q6_K head and F32 norms
-  // untouched), opened with interleave_q4_0 in both residences.
-  expect_interleaved_reading(std::string(KAPPA_TEST_DATA_DIR) +
-                             "/models/llama-gguf/llama-256-q4_0.gguf");
-  // A merged [2][9][64] Q4_0 tensor: each 9-row matrix on its own (one group
-  // of 8 and a row left as it was), random bytes so that no two blocks agree.
-  const std::int64_t nb = 2, rows = 9, matrices = 2;
-  const std::size_t bytes = static_cast<std::size_t>(matrices * rows * nb) * 18;
-  std::string file = gguf_file({kv_str("general.architecture", "llama")},
-                               {{"experts", {32 * nb, rows, matrices}, 2, 0}}, bytes);
-  std::uint32_t state = 12345;
-  for (std::size_t i = file.size() - bytes; i < file.size(); ++i) {
-    state = state * 1664525u + 1013904223u;
-    file[i] = static_cast<char>(state >> 24);
+TEST(GgufFile, InterleavedQ4IsRearrangedInPlaceAndReadsBackInRows) {
+  // llama.cpp's Q4_0 and Q4_K_M files (their Q4_0 / Q4_K matrices; Q6_K,
+  // Q8_0 and F32 tensors untouched), opened with interleave_q4 in both
+  // residences.
+  for (const char* name : {"llama-256-q4_0.gguf", "llama-256-q4_k_m.gguf"})
+    expect_interleaved_reading(std::string(KAPPA_TEST_DATA_DIR) + "/models/llama-gguf/" + name);
+  // Merged [2][9][in] Q4_0 and Q4_K tensors: each 9-row matrix on its own
+  // (one group of 8 and a row left as it was), random bytes so that no two
+  // blocks agree.
+  for (const bool q4_k : {false, true}) {
+    SCOPED_TRACE(q4_k ? "q4_K" : "q4_0");
+    const std::int64_t nb = 2, rows = 9, matrices = 2, block_weights = q4_k ? 256 : 32;
+    const std::size_t bytes = static_cast<std::size_t>(matrices * rows * nb) * (q4_k ? 144 : 18);
+    std::string file =
+        gguf_file({kv_str("general.architecture", "llama")},
+                  {{"experts", {block_weights * nb, rows, matrices}, q4_k ? 12u : 2u, 0}}, bytes);
+    std::uint32_t state = 12345;
+    for (std::size_t i = file.size() - bytes; i < file.size(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      file[i] = static_cast<char>(state >> 24);
+    }
+    const std::string path = gguf_temp_path("experts_q4.gguf");
+    write_bytes(path, file);
+    expect_interleaved_reading(path);
+    fs::remove(path);
   }
-  const std::string path = gguf_temp_path("experts_q4_0.gguf");
-  write_bytes(path, file);
-  expect_interleaved_reading(path);
-  fs::remove(path);
 }
 
 }  // namespace gguf_test

@@ -265,37 +265,44 @@ TEST(GgufLoad, LlamaQuantizeFilesRunAsStored) {
     }
     EXPECT_GE(clear, 6);  // of 12 rows; 6 to 9 by file
   }
-  // The Q4_0 file with its Q4_0 matrices interleaved by eights (the
-  // embedding's lookups, prefill and the Q6_K head read the same bytes as
-  // before): prefill gives the same bits; decoding sums in another order.
-  // A float rounding apart in one product can move an activation across a
-  // rounding boundary of the next product's Q8_0 quantization, so the two
-  // decodes differ by a few activation steps, not by float rounding:
-  // measured 9.0e-4 of the largest logit, against 0.021-0.025 for either
+  // The Q4_0 and Q4_K_M files with their Q4_0 / Q4_K matrices interleaved
+  // by eights (the embedding's lookups, prefill and the Q6_K matrices read
+  // the same values as before): prefill gives the same bits; decoding sums
+  // in another order, and for Q4_K takes X in Q8_K (one scale per 256)
+  // instead of Q8_0. A float rounding apart in one product can move an
+  // activation across a rounding boundary of the next product's
+  // quantization, so the two decodes differ by a few activation steps, not
+  // by float rounding. Measured against the largest logit: Q4_0 9.0e-4,
+  // Q4_K_M 1.3e-2 (X's coarser quantization), against 0.021-0.025 for either
   // decode against the reference (bounded by 0.04 above and below).
-  {
-    const auto path = model_dir("llama-gguf") / "llama-256-q4_0.gguf";
+  for (const auto& [type, apart] :
+       std::vector<std::pair<std::string, double>>{{"q4_0", 0.005}, {"q4_k_m", 0.05}}) {
+    SCOPED_TRACE(type + " interleaved");
+    const auto path = model_dir("llama-gguf") / ("llama-256-" + type + ".gguf");
     const auto rows_lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(
         std::make_shared<const io::GgufFile>(path.string()));
     const auto il_lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(
         std::make_shared<const io::GgufFile>(path.string(), io::Residence::kMapped,
-                                             /*interleave_q4_0=*/true));
+                                             /*interleave_q4=*/true));
     EXPECT_TRUE(il_lm.forward(ids) == rows_lm.forward(ids));
     auto rows_cache = rows_lm.make_cache();
     auto il_cache = il_lm.make_cache();
-    const RowMatrix<double> ref = read_ref("llama-gguf", "llama-256-q4_0_logits");
+    const RowMatrix<double> ref = read_ref("llama-gguf", "llama-256-" + type + "_logits");
     RowMatrix<float> a(static_cast<Index>(ids.size()), ref.cols()), b = a;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       a.row(static_cast<Index>(i)) = rows_lm.forward_cached(ids[i], rows_cache);
       b.row(static_cast<Index>(i)) = il_lm.forward_cached(ids[i], il_cache);
     }
     const double diff = scaled_error(b, a.cast<double>());
-    EXPECT_LE(diff, 0.005);
+    std::cout << type << " decode, of the largest logit: interleaved against the rows' " << diff
+              << ", rows against the reference " << scaled_error(a, ref)
+              << ", interleaved against the reference " << scaled_error(b, ref) << "\n";
+    EXPECT_LE(diff, apart);
     EXPECT_GT(diff, 0.0);  // the interleaved loop really ran
     EXPECT_LE(scaled_error(b, ref), 0.04);
     // The file in huge pages, its blocks copied out by the loader (no
     // mapping shared): the same interleaved matrices, the same bits.
-    const io::GgufFile huge(path.string(), io::Residence::kHugePages, /*interleave_q4_0=*/true);
+    const io::GgufFile huge(path.string(), io::Residence::kHugePages, /*interleave_q4=*/true);
     const auto copied_lm = gguf::load_causal_lm<float, kappa::AsStoredWeights>(huge);
     auto copied_cache = copied_lm.make_cache();
     for (std::size_t i = 0; i < ids.size(); ++i)

@@ -266,89 +266,147 @@ inline void quantize_row_q4_0(const float* x, unsigned char* out, std::int64_t k
 /// "q4_0_8x8" repacking; the byte order is ours.
 inline constexpr std::int64_t kInterleave = 8;
 inline constexpr std::size_t kBytesQ4_0x8 = kInterleave * kBytesQ4_0;
+/// Rows of Q4_K super-blocks interleaved by groups of 8 the same way: for
+/// super-block i of a group, 1152 bytes (8 super-blocks' worth):
+///   bytes 0..15     the 8 rows' d (fp16), row r at 2 r;
+///   bytes 16..31    their dmin, row r at 16 + 2 r;
+///   bytes 32..127   the 12 bytes of packed 6-bit scales and mins as three
+///                   4-byte words u0, u1, u2 (bytes 0..3, 4..7, 8..11):
+///                   word u of row r at 32 + 32 u + 4 r, so each word is
+///                   unpacked for the 8 rows at once;
+///   bytes 128..1151 the nibbles qs (128 bytes a row) in 4-byte pieces:
+///                   qs[32 p + 4 c .. + 4) of row r (p = 0..3 the pair of
+///                   sub-blocks, c = 0..7) at 128 + 32 (8 p + c) + 4 r.
+/// A decode loop then multiplies 4 weights of each of the 8 rows by the
+/// same 4 values of X in one instruction (kappa::detail::dot8_q4_k). The
+/// idea of llama.cpp's "q4_K_8x8" repacking; the byte order is ours.
+inline constexpr std::size_t kBytesQ4_Kx8 = kInterleave * kBytesQ4_K;
 
-namespace detail {
-/// Row r's (0..7) Q4_0 block (18 bytes at `block`) into its slots of a
-/// group's interleaved block (kBytesQ4_0x8 bytes at `group_block`): the
-/// scale at 2 r, the nibbles at 16 + 16 r.
-inline void block_to_group(const unsigned char* block, std::size_t r, unsigned char* group_block) {
-  std::memcpy(group_block + 2 * r, block, 2);
-  std::memcpy(group_block + 16 + 16 * r, block + 2, 16);
-}
-/// block_to_group's inverse: row r's block out of a group's block.
-inline void block_from_group(const unsigned char* group_block, std::size_t r,
-                             unsigned char* block) {
-  std::memcpy(block, group_block + 2 * r, 2);
-  std::memcpy(block + 2, group_block + 16 + 16 * r, 16);
-}
-}  // namespace detail
+/// The two interleaved layouts, as policies of the functions below: the
+/// bytes and weights of one row's block, and where row r's block goes in a
+/// group's block (to_group) and back (from_group).
+struct Q4_0Rows8 {
+  static constexpr std::int64_t kBlockWeights = kBlock32;
+  static constexpr std::size_t kBlockBytes = kBytesQ4_0;
+  static void to_group(const unsigned char* block, std::size_t r, unsigned char* group_block) {
+    std::memcpy(group_block + 2 * r, block, 2);
+    std::memcpy(group_block + 16 + 16 * r, block + 2, 16);
+  }
+  static void from_group(const unsigned char* group_block, std::size_t r, unsigned char* block) {
+    std::memcpy(block, group_block + 2 * r, 2);
+    std::memcpy(block + 2, group_block + 16 + 16 * r, 16);
+  }
+};
+struct Q4_KRows8 {
+  static constexpr std::int64_t kBlockWeights = kBlockK;
+  static constexpr std::size_t kBlockBytes = kBytesQ4_K;
+  static void to_group(const unsigned char* block, std::size_t r, unsigned char* group_block) {
+    std::memcpy(group_block + 2 * r, block, 2);
+    std::memcpy(group_block + 16 + 2 * r, block + 2, 2);
+    for (std::size_t u = 0; u < 3; ++u)
+      std::memcpy(group_block + 32 + 32 * u + 4 * r, block + 4 + 4 * u, 4);
+    for (std::size_t piece = 0; piece < 32; ++piece)
+      std::memcpy(group_block + 128 + 32 * piece + 4 * r, block + 16 + 4 * piece, 4);
+  }
+  static void from_group(const unsigned char* group_block, std::size_t r, unsigned char* block) {
+    std::memcpy(block, group_block + 2 * r, 2);
+    std::memcpy(block + 2, group_block + 16 + 2 * r, 2);
+    for (std::size_t u = 0; u < 3; ++u)
+      std::memcpy(block + 4 + 4 * u, group_block + 32 + 32 * u + 4 * r, 4);
+    for (std::size_t piece = 0; piece < 32; ++piece)
+      std::memcpy(block + 16 + 4 * piece, group_block + 128 + 32 * piece + 4 * r, 4);
+  }
+};
 
-/// `n_rows` rows of `nb` Q4_0 blocks at `rows` (one after another) into the
-/// interleaved layout at `out` (the same size; not overlapping `rows`).
-inline void interleave_q4_0(const unsigned char* rows, std::int64_t n_rows, std::int64_t nb,
-                            unsigned char* out) {
-  const auto row_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0;
+/// `n_rows` rows of `nb` blocks at `rows` (one after another) into layout
+/// L's interleaved form at `out` (the same size; not overlapping `rows`).
+template <class L>
+void interleave_rows(const unsigned char* rows, std::int64_t n_rows, std::int64_t nb,
+                     unsigned char* out) {
+  const auto row_bytes = static_cast<std::size_t>(nb) * L::kBlockBytes;
   const std::int64_t groups = n_rows / kInterleave;
   for (std::int64_t g = 0; g < groups; ++g) {
     const unsigned char* in = rows + static_cast<std::size_t>(g * kInterleave) * row_bytes;
     unsigned char* o = out + static_cast<std::size_t>(g * kInterleave) * row_bytes;
-    for (std::int64_t b = 0; b < nb; ++b, o += kBytesQ4_0x8) {
+    for (std::int64_t b = 0; b < nb; ++b, o += kInterleave * L::kBlockBytes) {
       for (std::size_t r = 0; r < kInterleave; ++r)
-        detail::block_to_group(in + r * row_bytes + static_cast<std::size_t>(b) * kBytesQ4_0, r, o);
+        L::to_group(in + r * row_bytes + static_cast<std::size_t>(b) * L::kBlockBytes, r, o);
     }
   }
   const std::size_t done = static_cast<std::size_t>(groups * kInterleave) * row_bytes;
   std::memcpy(out + done, rows + done, static_cast<std::size_t>(n_rows) * row_bytes - done);
 }
 
-/// interleave_q4_0 where the rows are (the same bytes, at `rows`): each
-/// group's 8 rows are copied aside (8 nb 18 bytes) and written back
-/// interleaved, so no second copy of the matrix is ever held.
-inline void interleave_q4_0_in_place(unsigned char* rows, std::int64_t n_rows, std::int64_t nb) {
-  const std::size_t group_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0x8;
+/// interleave_rows where the rows are (the same bytes, at `rows`): each
+/// group's 8 rows are copied aside and written back interleaved, so no
+/// second copy of the matrix is ever held.
+template <class L>
+void interleave_rows_in_place(unsigned char* rows, std::int64_t n_rows, std::int64_t nb) {
+  const std::size_t group_bytes = static_cast<std::size_t>(nb) * kInterleave * L::kBlockBytes;
   std::vector<unsigned char> aside(group_bytes);
   for (std::int64_t g = 0; g < n_rows / kInterleave; ++g) {
     unsigned char* group = rows + static_cast<std::size_t>(g) * group_bytes;
     std::memcpy(aside.data(), group, group_bytes);
-    interleave_q4_0(aside.data(), kInterleave, nb, group);
+    interleave_rows<L>(aside.data(), kInterleave, nb, group);
   }
 }
 
-/// Row j of `n_rows` interleaved rows of `nb` Q4_0 blocks (interleave_q4_0's
-/// layout at `data`) back in GGUF's layout, nb blocks at `out`.
-inline void deinterleave_row_q4_0(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
-                                  std::int64_t j, unsigned char* out) {
-  const auto row_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0;
+/// Row j of `n_rows` interleaved rows of `nb` blocks (layout L at `data`)
+/// back in GGUF's layout, nb blocks at `out`.
+template <class L>
+void deinterleave_row(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
+                      std::int64_t j, unsigned char* out) {
+  const auto row_bytes = static_cast<std::size_t>(nb) * L::kBlockBytes;
   if (j >= n_rows / kInterleave * kInterleave) {
     std::memcpy(out, data + static_cast<std::size_t>(j) * row_bytes, row_bytes);
     return;
   }
   const auto r = static_cast<std::size_t>(j % kInterleave);
   const unsigned char* group = data + static_cast<std::size_t>(j - j % kInterleave) * row_bytes;
-  for (std::int64_t b = 0; b < nb; ++b, group += kBytesQ4_0x8, out += kBytesQ4_0)
-    detail::block_from_group(group, r, out);
+  for (std::int64_t b = 0; b < nb; ++b, out += L::kBlockBytes)
+    L::from_group(group + static_cast<std::size_t>(b) * kInterleave * L::kBlockBytes, r, out);
 }
 
-/// Rows j0 .. j0 + count - 1 of `n_rows` interleaved rows of `nb` Q4_0
-/// blocks back in GGUF's layout, one after another at `out`: whole groups
-/// in one pass over their blocks each, other rows one by one.
-inline void deinterleave_rows_q4_0(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
-                                   std::int64_t j0, std::int64_t count, unsigned char* out) {
-  const auto row_bytes = static_cast<std::size_t>(nb) * kBytesQ4_0;
+/// Rows j0 .. j0 + count - 1 of `n_rows` interleaved rows of `nb` blocks
+/// (layout L) back in GGUF's layout, one after another at `out`: whole
+/// groups in one pass over their blocks each, other rows one by one.
+template <class L>
+void deinterleave_rows(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
+                       std::int64_t j0, std::int64_t count, unsigned char* out) {
+  const auto row_bytes = static_cast<std::size_t>(nb) * L::kBlockBytes;
   const std::int64_t grouped = n_rows / kInterleave * kInterleave;
   std::int64_t j = j0;
   for (; j % kInterleave != 0 && j < j0 + count; ++j)
-    deinterleave_row_q4_0(data, n_rows, nb, j, out + static_cast<std::size_t>(j - j0) * row_bytes);
+    deinterleave_row<L>(data, n_rows, nb, j, out + static_cast<std::size_t>(j - j0) * row_bytes);
   for (; j + kInterleave <= j0 + count && j < grouped; j += kInterleave) {
     const unsigned char* group = data + static_cast<std::size_t>(j) * row_bytes;
     unsigned char* o = out + static_cast<std::size_t>(j - j0) * row_bytes;
-    for (std::int64_t b = 0; b < nb; ++b, group += kBytesQ4_0x8, o += kBytesQ4_0) {
+    for (std::int64_t b = 0; b < nb; ++b, o += L::kBlockBytes) {
       for (std::size_t r = 0; r < kInterleave; ++r)
-        detail::block_from_group(group, r, o + r * row_bytes);
+        L::from_group(group + static_cast<std::size_t>(b) * kInterleave * L::kBlockBytes, r,
+                      o + r * row_bytes);
     }
   }
   for (; j < j0 + count; ++j)
-    deinterleave_row_q4_0(data, n_rows, nb, j, out + static_cast<std::size_t>(j - j0) * row_bytes);
+    deinterleave_row<L>(data, n_rows, nb, j, out + static_cast<std::size_t>(j - j0) * row_bytes);
+}
+
+/// The Q4_0 layout's functions by their names (interleave_rows<Q4_0Rows8>
+/// and the rest).
+inline void interleave_q4_0(const unsigned char* rows, std::int64_t n_rows, std::int64_t nb,
+                            unsigned char* out) {
+  interleave_rows<Q4_0Rows8>(rows, n_rows, nb, out);
+}
+inline void interleave_q4_0_in_place(unsigned char* rows, std::int64_t n_rows, std::int64_t nb) {
+  interleave_rows_in_place<Q4_0Rows8>(rows, n_rows, nb);
+}
+inline void deinterleave_row_q4_0(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
+                                  std::int64_t j, unsigned char* out) {
+  deinterleave_row<Q4_0Rows8>(data, n_rows, nb, j, out);
+}
+inline void deinterleave_rows_q4_0(const unsigned char* data, std::int64_t n_rows, std::int64_t nb,
+                                   std::int64_t j0, std::int64_t count, unsigned char* out) {
+  deinterleave_rows<Q4_0Rows8>(data, n_rows, nb, j0, count, out);
 }
 
 // ---- dequantize ---------------------------------------------------------------------------

@@ -81,11 +81,10 @@
 //   - more rows otherwise: panels of 64 rows of P are dequantized into a
 //     buffer in T and multiplied with Eigen's GEMM (X is not quantized, so
 //     prefill is as exact as the weights allow; decode adds X's Q8_0 error).
-//   - Q4_0 rows interleaved by eights (WeightMatrix<T, Q4_0Weights>::
-//     interleaved(), quant::interleave_q4_0: a copy the user asks for; a
-//     GGUF file opened with interleave_q4_0 holds its Q4_0 tensors so,
-//     rearranged in place, as runtime::Model::load does by default), up to
-//     kFewRows rows: each group
+//   - Q4_0 rows interleaved by eights (BlockWeightMatrix::interleaved(),
+//     quant::Q4_0Rows8: a copy the user asks for; a GGUF file opened with
+//     interleave_q4 holds its Q4_0 tensors so, rearranged in place, as
+//     runtime::Model::load does by default), up to kFewRows rows: each group
 //     of 8 rows of P is summed at once (detail::dot8_q4_0), block b giving
 //     row r the exact int32 S_rb, added in block order into one float per
 //     row: acc_r = lane_fma(d_w d_x, S_rb, acc_r). The same in the AVX2 and
@@ -94,6 +93,16 @@
 //     order than the rows' lanes: within (k / 32) 2^-24 sum |terms| of the
 //     exact sum, and different bits from the same matrix not interleaved.
 //     Prefill and the other products read the rows back (the same bits).
+//   - Q4_K rows interleaved by eights (quant::Q4_KRows8, the same ways),
+//     up to kFewRows rows: X's rows in ggml's Q8_K instead (detail::Q8KRow:
+//     one float scale per 256 values, as llama.cpp's k-quant products take
+//     them; coarser than Q8_0's one per 32), and per super-block each row's
+//     exact int32s I = sum_s sc_s sum q x, M = sum_s m_s sum x, then
+//     acc = lane_fma(d dx, I, acc), lane_fma(-dmin dx, M, acc)
+//     (detail::dot8_q4_k: the AVX2 loop multiplies 4 weights of each of 8
+//     rows by the same 4 values of X in one instruction, and keeps the sums
+//     of a sub-block in int16; the portable loop gives the same bits).
+//     Within (2 k / 256 + 2) 2^-24 sum |terms| of the exact sum.
 // A product along the other dimension (multiply() of a kCols matrix,
 // multiply_transposed() of a kRows one) is supported but slow: panels of P
 // are dequantized and accumulated with Eigen's GEMM for any number of rows.
@@ -336,26 +345,114 @@ std::vector<Q8Row> q8_rows(const ConstMatrixRef<T>& x) {
   return xs;
 }
 
+/// One row of X in ggml's Q8_K, for the decode of Q4_K rows interleaved by
+/// eights (dot8_q4_k): per super-block of 256 values, m the value of
+/// largest magnitude (the first on ties), d = 1 / (-127 / m) (float, not
+/// rounded to fp16) and q_j = min(127, nearest(x_j (-127 / m))) (ties to
+/// even), all 0 when m = 0; as ggml's quantize_row_q8_K_ref. Held unpacked:
+/// the quants, the scales, the sum of each 32 quants (|.| <= 4064), and
+/// the quants again with each run of 4 repeated 8 times (`wide`: 8 k bytes;
+/// the AVX2 loop multiplies 8 rows' 4 weights by them in one instruction).
+/// Inputs are meant to be finite (a NaN gives a quant of -127, not UB).
+struct Q8KRow {
+  Index nb = 0;  ///< super-blocks
+  std::vector<std::int8_t> q;
+  std::vector<float> d;
+  std::vector<std::int16_t> sum32;
+  std::vector<std::int8_t> wide;
+
+  /// From x[0..k) (k a multiple of 256).
+  void assign(const float* x, Index k) {
+    nb = k / quant::kBlockK;
+    const auto n = static_cast<std::size_t>(k);
+    q.assign(n, 0);
+    d.assign(static_cast<std::size_t>(nb), 0.0f);
+    sum32.assign(n / 32, 0);
+    wide.resize(8 * n);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(nb); ++i) {
+      const float* xb = x + 256 * i;
+      float m = 0.0f, amax = 0.0f;
+      for (std::size_t j = 0; j < 256; ++j) {
+        const float a = std::fabs(xb[j]);
+        if (a > amax) {
+          amax = a;
+          m = xb[j];
+        }
+      }
+      if (amax == 0.0f) continue;
+      const float iscale = -127.0f / m;
+      for (std::size_t j = 0; j < 256; ++j) {
+        const float v = std::fmin(std::fmax(iscale * xb[j], -127.0f), 127.0f);
+        q[256 * i + j] = static_cast<std::int8_t>(std::nearbyint(v));
+      }
+      d[i] = 1.0f / iscale;
+    }
+    for (std::size_t s = 0; s < n / 32; ++s) {
+      int sum = 0;
+      for (std::size_t j = 32 * s; j < 32 * s + 32; ++j) sum += q[j];
+      sum32[s] = static_cast<std::int16_t>(sum);
+    }
+    for (std::size_t c = 0; c < n / 4; ++c)
+      for (std::size_t r = 0; r < 8; ++r) std::memcpy(&wide[32 * c + 4 * r], &q[4 * c], 4);
+  }
+};
+
+/// X's rows in Q8_K (Q8KRow).
+template <Scalar T>
+std::vector<Q8KRow> q8k_rows(const ConstMatrixRef<T>& x) {
+  std::vector<Q8KRow> xs(static_cast<std::size_t>(x.rows()));
+  std::vector<float> xr(static_cast<std::size_t>(x.cols()));
+  for (Index r = 0; r < x.rows(); ++r) {
+    for (Index t = 0; t < x.cols(); ++t)
+      xr[static_cast<std::size_t>(t)] = static_cast<float>(x(r, t));
+    xs[static_cast<std::size_t>(r)].assign(xr.data(), x.cols());
+  }
+  return xs;
+}
+
 /// What the decode products of one X prepare once (see DecodeJob): its rows
-/// in Q8_0, made by the first block-format product that asks. It serves one
-/// X: a later call with another matrix throws std::logic_error (a kappa bug,
-/// never a user's input).
+/// in Q8_0, and in Q8_K for interleaved Q4_K matrices, each made by the
+/// first block-format product that asks for it. It serves one X: a later
+/// call with another matrix throws std::logic_error (a kappa bug, never a
+/// user's input).
 struct DecodeInput {
   template <Scalar T>
   const std::vector<Q8Row>& q8_rows(const ConstMatrixRef<T>& x) {
-    if (of == nullptr) {
+    if (!bind(x) || !made_q8) {
       q8 = detail::q8_rows<T>(x);
-      of = x.data();
-      rows = x.rows();
-      cols = x.cols();
-    } else if (of != x.data() || rows != x.rows() || cols != x.cols()) {
-      throw std::logic_error("kappa: DecodeInput holds the Q8_0 rows of one X, not of another");
+      made_q8 = true;
     }
     return q8;
   }
+  template <Scalar T>
+  const std::vector<Q8KRow>& q8k_rows(const ConstMatrixRef<T>& x) {
+    if (!bind(x) || !made_q8k) {
+      q8k = detail::q8k_rows<T>(x);
+      made_q8k = true;
+    }
+    return q8k;
+  }
   std::vector<Q8Row> q8;
-  const void* of = nullptr;  ///< X's data, once q8 is made
+  std::vector<Q8KRow> q8k;
+  bool made_q8 = false, made_q8k = false;
+  const void* of = nullptr;  ///< X's data, once a form of it is made
   Index rows = 0, cols = 0;
+
+ private:
+  /// False the first time (X is taken); true for the same X again.
+  template <Scalar T>
+  bool bind(const ConstMatrixRef<T>& x) {
+    if (of == nullptr) {
+      of = x.data();
+      rows = x.rows();
+      cols = x.cols();
+      return false;
+    }
+    if (of != x.data() || rows != x.rows() || cols != x.cols())
+      throw std::logic_error(
+          "kappa: DecodeInput holds the quantized rows of one X, not of another");
+    return true;
+  }
 };
 
 /// d s + acc with one rounding where the build has FMA (both paths then
@@ -1382,6 +1479,174 @@ inline void dot8_q4_0(const unsigned char* g, const Q8Row& x, float* out) {
 #endif
 }
 
+/// The exact int32s of one Q4_K super-block `w` (GGUF's layout) against
+/// X's 256 Q8_K quants `xq` and their sums per 32 `xs32`:
+/// I = sum_s sc_s sum_l q_sl x_sl and M = sum_s m_s sum_l x_sl (|I| <=
+/// 8 * 63 * 32 * 15 * 127 < 2^25, |M| <= 8 * 63 * 4064).
+inline void q4_k_q8k_ints(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs32,
+                          std::int32_t& ints, std::int32_t& mins) {
+  std::int32_t sc[8], m[8];
+  q4_k_scales_mins(w + 4, sc, m);
+  ints = 0;
+  mins = 0;
+  for (int s = 0; s < 8; ++s) {
+    const unsigned char* qp = w + 16 + std::ptrdiff_t{32} * (s / 2);
+    const int shift = 4 * (s & 1);
+    std::int32_t sum = 0;
+    for (int l = 0; l < 32; ++l)
+      sum += static_cast<std::int32_t>((qp[l] >> shift) & 0x0F) * xq[32 * s + l];
+    ints += sc[s] * sum;
+    mins += m[s] * xs32[s];
+  }
+}
+
+/// The float step of the Q8_K products, one per super-block i and row:
+/// acc = lane_fma(d dx_i, I, acc) then lane_fma(-(dmin dx_i), M, acc) (I
+/// converted to float rounds to nearest where |I| > 2^24; d dx_i and
+/// dmin dx_i are rounded float products).
+inline float q4_k_q8k_step(float d, float dmin, float dx, std::int32_t ints, std::int32_t mins,
+                           float acc) {
+  acc = lane_fma(d * dx, static_cast<float>(ints), acc);
+  return lane_fma(-(dmin * dx), static_cast<float>(mins), acc);
+}
+
+/// One row of Q4_K super-blocks `w` (GGUF's layout) against X's row in
+/// Q8_K, as one row of dot8_q4_k: the rows of an interleaved matrix after
+/// its last whole group of 8.
+inline float dot_q4_k_q8k(const unsigned char* w, const Q8KRow& x) {
+  float acc = 0.0f;
+  for (Index i = 0; i < x.nb; ++i, w += quant::kBytesQ4_K) {
+    std::int32_t ints = 0, mins = 0;
+    q4_k_q8k_ints(w, x.q.data() + 256 * i, x.sum32.data() + 8 * i, ints, mins);
+    acc = q4_k_q8k_step(block_scale(w), quant::fp16_to_float(quant::detail::load_u16(w + 2)),
+                        x.d[static_cast<std::size_t>(i)], ints, mins, acc);
+  }
+  return acc;
+}
+
+/// The decode of 8 interleaved Q4_K rows (quant::Q4_KRows8's layout: a
+/// group of 8 rows of P at `g`) against X's row in Q8_K: out[r] for row r
+/// of the group. Per super-block, row r's exact int32s I_r and M_r
+/// (q4_k_q8k_ints) and one float step (q4_k_q8k_step), in super-block
+/// order: one float per row. Within (2 k / 256 + 2) 2^-24 sum |terms| of
+/// the exact sum of the terms d dx I - dmin dx M (first order). Portable:
+/// each row's super-block is read back (Q4_KRows8::from_group) and summed
+/// as dot_q4_k_q8k does.
+inline void dot8_q4_k_portable(const unsigned char* g, const Q8KRow& x, float* out) {
+  float acc[8] = {};
+  unsigned char block[quant::kBytesQ4_K];
+  for (Index i = 0; i < x.nb; ++i, g += quant::kBytesQ4_Kx8) {
+    for (std::size_t r = 0; r < 8; ++r) {
+      quant::Q4_KRows8::from_group(g, r, block);
+      std::int32_t ints = 0, mins = 0;
+      q4_k_q8k_ints(block, x.q.data() + 256 * i, x.sum32.data() + 8 * i, ints, mins);
+      acc[r] = q4_k_q8k_step(block_scale(block),
+                             quant::fp16_to_float(quant::detail::load_u16(block + 2)),
+                             x.d[static_cast<std::size_t>(i)], ints, mins, acc[r]);
+    }
+  }
+  for (int r = 0; r < 8; ++r) out[r] = acc[r];
+}
+
+#if KAPPA_QUANT_AVX2
+/// dot8_q4_k_portable with AVX2 (bit for bit the same result); 32-bit lane
+/// r of every vector is row r. Per super-block:
+///   - the 6-bit scales and mins of the 8 rows from the three gathered
+///     words (two vectors each: sub-blocks 0..3 and 4..7, a byte each);
+///   - per pair p of sub-blocks, 8 pieces of 4 nibbles of each row (one
+///     load: low nibbles sub-block 2 p, high 2 p + 1), each times X's 4
+///     quants repeated 8 times (Q8KRow::wide) by _mm256_maddubs_epi16;
+///     a sub-block's 8 products add up in int16 (|.| <= 8 * 2 * 15 * 127
+///     = 30480), then _mm256_madd_epi16 against the sub-block's scale in
+///     both int16s of a row's lane gives sc_s sum q x, added into I (int32);
+///   - M from the mins widened to int16 and _mm256_madd_epi16 against X's
+///     sums per 32, one horizontal add;
+///   - the float step of the 8 rows at once (F16C for d and dmin).
+/// About 34 vector instructions per row and super-block, where the row
+/// loop (q4_k_block_avx2) takes about 65.
+inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F);
+  const __m256i top2 = _mm256_set1_epi8(0x30), zero = _mm256_setzero_si256();
+  // byte t of each row's lane, zero-extended into both int16s of the lane
+  __m256i pick[4];
+  for (int t = 0; t < 4; ++t) {
+    const auto b = static_cast<char>(t);
+    const auto c = static_cast<char>(t + 4), e = static_cast<char>(t + 8),
+               f = static_cast<char>(t + 12);
+    pick[t] = _mm256_setr_epi8(b, -1, b, -1, c, -1, c, -1, e, -1, e, -1, f, -1, f, -1, b, -1, b, -1,
+                               c, -1, c, -1, e, -1, e, -1, f, -1, f, -1);
+  }
+  __m256 acc = _mm256_setzero_ps();
+  const std::int8_t* xw = x.wide.data();
+  for (Index i = 0; i < x.nb; ++i, g += quant::kBytesQ4_Kx8, xw += 8 * 256) {
+    prefetch_ahead<quant::kBytesQ4_Kx8>(g);
+    const auto word = [g](int u) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * u));
+    };
+    const __m256i u0 = word(0), u1 = word(1), u2 = word(2);
+    const __m256i sc[2] = {_mm256_and_si256(u0, low6),
+                           _mm256_or_si256(_mm256_and_si256(u2, nibble),
+                                           _mm256_and_si256(_mm256_srli_epi32(u0, 2), top2))};
+    const __m256i mn[2] = {_mm256_and_si256(u1, low6),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), nibble),
+                                           _mm256_and_si256(_mm256_srli_epi32(u1, 2), top2))};
+    __m256i ints = _mm256_setzero_si256();
+    const unsigned char* qs = g + 128;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 4
+#endif
+    for (int p = 0; p < 4; ++p) {
+      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (8 * p + c)));
+        const __m256i xlo =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + 32 * (16 * p + c)));
+        const __m256i xhi =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + 32 * (16 * p + 8 + c)));
+        lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(v, nibble), xlo));
+        hi = _mm256_add_epi16(
+            hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), xhi));
+      }
+      const int s0 = 2 * p, s1 = 2 * p + 1;
+      ints = _mm256_add_epi32(ints,
+                              _mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc[s0 / 4], pick[s0 % 4])));
+      ints = _mm256_add_epi32(ints,
+                              _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc[s1 / 4], pick[s1 % 4])));
+    }
+    // M: rows 0, 1 (4, 5) from the low bytes of each half, 2, 3 (6, 7) from
+    // the high; [m_0 x_0 + m_1 x_1, m_2 x_2 + m_3 x_3] per row, then hadd.
+    std::int64_t sums[2];
+    std::memcpy(sums, x.sum32.data() + 8 * i, 16);
+    const __m256i s0123 = _mm256_set1_epi64x(sums[0]), s4567 = _mm256_set1_epi64x(sums[1]);
+    const __m256i m_lo =
+        _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(mn[0], zero), s0123),
+                         _mm256_madd_epi16(_mm256_unpacklo_epi8(mn[1], zero), s4567));
+    const __m256i m_hi =
+        _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpackhi_epi8(mn[0], zero), s0123),
+                         _mm256_madd_epi16(_mm256_unpackhi_epi8(mn[1], zero), s4567));
+    const __m256i mins = _mm256_hadd_epi32(m_lo, m_hi);
+    const __m256 dx = _mm256_set1_ps(x.d[static_cast<std::size_t>(i)]);
+    const __m256 d =
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))), dx);
+    const __m256 dmin = _mm256_mul_ps(
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16))), dx);
+    acc = kq_fma(d, ints, acc);
+    acc = kq_fnma(dmin, mins, acc);
+  }
+  _mm256_storeu_ps(out, acc);
+}
+#endif
+
+/// dot8_q4_k_portable, with AVX2 where the build has it.
+inline void dot8_q4_k(const unsigned char* g, const Q8KRow& x, float* out) {
+#if KAPPA_QUANT_AVX2
+  dot8_q4_k_avx2(g, x, out);
+#else
+  dot8_q4_k_portable(g, x, out);
+#endif
+}
+
 /// The smallest fp16 value not below v >= 0 (for scales that must cover a
 /// range); stays at the largest finite fp16 value for v beyond it.
 inline std::uint16_t fp16_not_below(float v) {
@@ -1567,6 +1832,15 @@ struct BlockFormatOps<Q6_KWeights> {
 /// comment); the common code of `WeightMatrix<T, Q8_0Weights>`,
 /// `WeightMatrix<T, Q4_0Weights>`, `WeightMatrix<T, Q4_KWeights>` and
 /// `WeightMatrix<T, Q6_KWeights>`.
+/// The formats whose rows can be held interleaved by eights, and the
+/// layout of each (quant_blocks.hpp).
+template <class Format>
+inline constexpr bool kInterleavable =
+    std::same_as<Format, Q4_0Weights> || std::same_as<Format, Q4_KWeights>;
+template <class Format>
+using RowsLayout8 =
+    std::conditional_t<std::same_as<Format, Q4_0Weights>, quant::Q4_0Rows8, quant::Q4_KRows8>;
+
 template <Scalar T, class Format>
 class BlockWeightMatrix {
   using Ops = BlockFormatOps<Format>;
@@ -1651,13 +1925,53 @@ class BlockWeightMatrix {
   }
   /// Rows j0 .. j0 + count - 1 of P in GGUF's layout, one after another: a
   /// pointer into blocks(), or for interleaved rows `scratch`, which it
-  /// fills (whole groups in one pass each, quant::deinterleave_rows_q4_0).
+  /// fills (whole groups in one pass each, quant::deinterleave_rows).
   const unsigned char* rows_blocks(Index j0, Index count,
                                    std::vector<unsigned char>& scratch) const {
     if (!interleaved_) return packed_row(j0);
     scratch.resize(static_cast<std::size_t>(count) * row_bytes());
-    quant::deinterleave_rows_q4_0(data_, n_p_, nb_, j0, count, scratch.data());
+    if constexpr (kInterleavable<Format>)
+      quant::deinterleave_rows<RowsLayout8<Format>>(data_, n_p_, nb_, j0, count, scratch.data());
     return scratch.data();
+  }
+
+  /// Q4_0 and Q4_K: a copy of W with the rows of P interleaved by groups
+  /// of 8 (quant::Q4_0Rows8, quant::Q4_KRows8; the rows after the last
+  /// whole group stay as they are), the same size in new memory. Its decode
+  /// product sums 8 rows at once:
+  ///   - Q4_0 (detail::dot8_q4_0), X in Q8_0 as for the rows: 1.22-1.29x
+  ///     the row loop per product with AVX2 alone, 1.01-1.07x the 512-bit
+  ///     loop AMD's AVX-512 CPUs take;
+  ///   - Q4_K (detail::dot8_q4_k), X in ggml's Q8_K (one scale per 256
+  ///     values, detail::Q8KRow) where the rows take Q8_0.
+  /// (benchmarks/README.md, "Q4_0 rows interleaved by eights" and "Q4_K
+  /// rows interleaved by eights"). The float order (and for Q4_K X's
+  /// quantization) differs from the rows', so decode results differ from
+  /// this matrix's by rounding; prefill and the other products read the
+  /// rows back and give the same bits.
+  template <class Self = WeightMatrix<T, Format>>
+  [[nodiscard]] Self interleaved() const requires kInterleavable<Format> {
+    return interleaved<Self>(nullptr, nullptr);
+  }
+  /// As interleaved(), into memory of the caller's: bytes() bytes at `into`
+  /// (any alignment; not overlapping blocks()), kept alive by `owner`,
+  /// which the copy and its copies hold. Returns a copy of *this when it is
+  /// interleaved already.
+  template <class Self = WeightMatrix<T, Format>>
+  [[nodiscard]] Self interleaved(unsigned char* into, std::shared_ptr<const void> owner)
+      const requires kInterleavable<Format> {
+    Self m(static_cast<const Self&>(*this));
+    m.interleave(into, std::move(owner));
+    return m;
+  }
+  /// `m`, built (viewed or copied) from blocks that are in the interleaved
+  /// layout already, read as such: a GGUF file opened with interleave_q4
+  /// holds its Q4_0 and Q4_K rows so (io::GgufFile,
+  /// GgufTensorInfo::interleaved), and the loaders view them with this.
+  template <class Self = WeightMatrix<T, Format>>
+  [[nodiscard]] static Self already_interleaved(Self m) requires kInterleavable<Format> {
+    m.held_interleaved();
+    return m;
   }
 
   /// Whether the rows of P are interleaved by eights (interleaved()).
@@ -1703,26 +2017,26 @@ class BlockWeightMatrix {
   }
 
  protected:
-  /// Q4_0 only: the rows of P interleaved by eights into new memory
-  /// (WeightMatrix<T, Q4_0Weights>::interleaved()).
+  /// Q4_0 and Q4_K: the rows of P interleaved by eights into new memory
+  /// (WeightMatrix<T, Q4_0Weights>::interleaved(), and Q4_K's).
   /// Into `into` (bytes() of them, not overlapping blocks()), kept alive
   /// by `owner`; null: into new memory of its own.
   void interleave(unsigned char* into,
-                  std::shared_ptr<const void> owner) requires std::same_as<Format, Q4_0Weights> {
+                  std::shared_ptr<const void> owner) requires kInterleavable<Format> {
     if (interleaved_) return;
     if (into == nullptr) {
       auto owned = std::make_shared<std::vector<unsigned char>>(packed_bytes());
       into = owned->data();
       owner = std::move(owned);
     }
-    quant::interleave_q4_0(data_, n_p_, nb_, into);
+    quant::interleave_rows<RowsLayout8<Format>>(data_, n_p_, nb_, into);
     data_ = into;
     owner_ = std::move(owner);
     interleaved_ = true;
   }
-  /// Q4_0 only: the blocks held are in quant::interleave_q4_0's layout
-  /// already (WeightMatrix<T, Q4_0Weights>::already_interleaved()).
-  void held_interleaved() requires std::same_as<Format, Q4_0Weights> { interleaved_ = true; }
+  /// Q4_0 and Q4_K: the blocks held are in the interleaved layout already
+  /// (WeightMatrix<T, Q4_0Weights>::already_interleaved(), and Q4_K's).
+  void held_interleaved() requires kInterleavable<Format> { interleaved_ = true; }
 
  private:
   /// Shapes only; validates that k is a multiple of the block.
@@ -1814,6 +2128,13 @@ class BlockWeightMatrix {
       return;
     }
     // Decode: X's rows in Q8_0 once, then integer block dot products.
+    if constexpr (std::same_as<Format, Q4_KWeights>) {
+      if (interleaved_) {
+        const std::vector<Q8KRow> xk = q8k_rows(x);
+        run_pieces(parts, [&](int p) { dots8_q4_k_piece(xk, out, p, parts); });
+        return;
+      }
+    }
     const std::vector<Q8Row> xs = q8_rows(x);
     run_pieces(parts, [&](int p) { dots_piece(xs, out, p, parts); });
   }
@@ -1827,6 +2148,13 @@ class BlockWeightMatrix {
     detail::require_product_shapes<T>(x, out, rows_, cols_, false, Format::kName);
     if (along_ != BlocksAlong::kRows)  // product_p: one thread, no region of its own
       return {1, [this, &x, &out](int) { product_p(x, out); }};
+    if constexpr (std::same_as<Format, Q4_KWeights>) {
+      if (interleaved_) {
+        const std::vector<Q8KRow>& xk = shared.q8k_rows(x);
+        const int parts = decode_parts(n_p_);
+        return {parts, [this, &xk, &out, parts](int p) { dots8_q4_k_piece(xk, out, p, parts); }};
+      }
+    }
     const std::vector<Q8Row>& xs = shared.q8_rows(x);
     const int parts = decode_parts(n_p_);
     return {parts, [this, &xs, &out, parts](int p) { dots_piece(xs, out, p, parts); }};
@@ -1869,6 +2197,28 @@ class BlockWeightMatrix {
     for (Index j = groups * quant::kInterleave; j < n_p_; ++j)
       for (std::size_t r = 0; r < xs.size(); ++r)
         out(static_cast<Index>(r), j) = static_cast<T>(Ops::dot(packed_row(j), xs[r]));
+  }
+
+  /// dots8_piece for interleaved Q4_K rows, X's rows in Q8_K: groups by
+  /// dot8_q4_k, the rows after them by dot_q4_k_q8k (the same steps).
+  void dots8_q4_k_piece(const std::vector<Q8KRow>& xs, MatrixRef<T>& out, int p, int parts) const {
+    const Index groups = n_p_ / quant::kInterleave;
+    Index lo = 0, hi = 0;
+    detail::block_range(groups, parts, p, lo, hi);
+    const std::size_t group_bytes = quant::kInterleave * row_bytes();
+    float sums[quant::kInterleave];
+    for (Index g = lo; g < hi; ++g) {
+      const unsigned char* w = data_ + static_cast<std::size_t>(g) * group_bytes;
+      for (std::size_t r = 0; r < xs.size(); ++r) {
+        dot8_q4_k(w, xs[r], sums);
+        for (Index i = 0; i < quant::kInterleave; ++i)
+          out(static_cast<Index>(r), g * quant::kInterleave + i) = static_cast<T>(sums[i]);
+      }
+    }
+    if (p != parts - 1) return;
+    for (Index j = groups * quant::kInterleave; j < n_p_; ++j)
+      for (std::size_t r = 0; r < xs.size(); ++r)
+        out(static_cast<Index>(r), j) = static_cast<T>(dot_q4_k_q8k(packed_row(j), xs[r]));
   }
 
   /// out = X P^T for many rows of X in 8-bit integers (quant_gemm.hpp):
@@ -1940,7 +2290,7 @@ class BlockWeightMatrix {
   Index k_ = 0, n_p_ = 0, nb_ = 0;
   const unsigned char* data_ = nullptr;
   std::shared_ptr<const void> owner_;
-  bool interleaved_ = false;  // Q4_0 rows interleaved by eights (interleaved())
+  bool interleaved_ = false;  // Q4_0 / Q4_K rows interleaved by eights (interleaved())
 };
 
 }  // namespace detail
@@ -1962,37 +2312,7 @@ template <Scalar T>
 class WeightMatrix<T, Q4_0Weights> : public detail::BlockWeightMatrix<T, Q4_0Weights> {
  public:
   using detail::BlockWeightMatrix<T, Q4_0Weights>::BlockWeightMatrix;
-
-  /// A copy of W with the rows of P interleaved by groups of 8
-  /// (quant::interleave_q4_0; the rows after the last whole group stay as
-  /// they are), the same size in new memory. Its decode product sums 8 rows
-  /// at once (detail::dot8_q4_0): 1.22-1.29x the row loop per product with
-  /// AVX2 alone, 1.01-1.07x the 512-bit loop AMD's AVX-512 CPUs take
-  /// (benchmarks/README.md, "Q4_0 rows interleaved by eights"). Its float
-  /// order differs from the rows' (detail::dot8_q4_0_portable), so decode
-  /// results differ from this matrix's by float rounding; prefill and the
-  /// other products read the rows back and give the same bits.
-  [[nodiscard]] WeightMatrix interleaved() const { return interleaved(nullptr, nullptr); }
-
-  /// As interleaved(), into memory of the caller's: bytes() bytes at `into`
-  /// (any alignment; not overlapping blocks()), kept alive by `owner`,
-  /// which the copy and its copies hold (a loader's huge pages). Returns a
-  /// copy of *this when it is interleaved already.
-  [[nodiscard]] WeightMatrix interleaved(unsigned char* into,
-                                         std::shared_ptr<const void> owner) const {
-    WeightMatrix m(*this);
-    m.interleave(into, std::move(owner));
-    return m;
-  }
-
-  /// `m`, built (viewed or copied) from blocks that are in
-  /// quant::interleave_q4_0's layout already, read as such: a GGUF file
-  /// opened with interleave_q4_0 holds its Q4_0 rows so (io::GgufFile,
-  /// GgufTensorInfo::interleaved), and the loaders view them with this.
-  [[nodiscard]] static WeightMatrix already_interleaved(WeightMatrix m) {
-    m.held_interleaved();
-    return m;
-  }
+  // interleaved(), already_interleaved(): see BlockWeightMatrix.
 };
 
 /// W in Q4_K super-blocks (4.5 bits per weight). Layout, products and
@@ -2002,6 +2322,7 @@ template <Scalar T>
 class WeightMatrix<T, Q4_KWeights> : public detail::BlockWeightMatrix<T, Q4_KWeights> {
  public:
   using detail::BlockWeightMatrix<T, Q4_KWeights>::BlockWeightMatrix;
+  // interleaved(), already_interleaved(): see BlockWeightMatrix.
 };
 
 /// W in Q6_K super-blocks (6.5625 bits per weight). Layout, products and

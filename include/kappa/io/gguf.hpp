@@ -228,10 +228,11 @@ struct GgufTensorInfo {
   std::int64_t numel = 0;         ///< product of dims
   std::int64_t n_rows = 0;        ///< product of dims[1..]
   std::uint64_t byte = 0;         ///< where the entry (its name's length) starts
-  /// Q4_0 only: the rows are held interleaved by eights
-  /// (quant::interleave_q4_0), each matrix of dims[1] rows on its own (a
-  /// merged [n_expert][out][in] tensor: each expert's). A GgufFile opened
-  /// with interleave_q4_0 holds every Q4_0 tensor of 2 or more dimensions so.
+  /// Q4_0 and Q4_K only: the rows are held interleaved by eights
+  /// (quant::Q4_0Rows8, quant::Q4_KRows8), each matrix of dims[1] rows on
+  /// its own (a merged [n_expert][out][in] tensor: each expert's). A
+  /// GgufFile opened with interleave_q4 holds every Q4_0 and Q4_K tensor of
+  /// 2 or more dimensions so.
   bool interleaved = false;
 
   /// Row-major shape (outermost first): dims reversed.
@@ -520,19 +521,20 @@ class GgufFile {
   /// regular file (directory, FIFO, ...), or that breaks any rule of the
   /// format.
   ///
-  /// `interleave_q4_0`: every Q4_0 tensor of 2 or more dimensions is then
-  /// held with its rows interleaved by eights (quant::interleave_q4_0, each
-  /// matrix of dims[1] rows on its own; GgufTensorInfo::interleaved), the
-  /// layout whose decode product sums 8 rows at once. The rows are
+  /// `interleave_q4`: every Q4_0 and Q4_K tensor of 2 or more dimensions is
+  /// then held with its rows interleaved by eights (quant::Q4_0Rows8,
+  /// quant::Q4_KRows8, each matrix of dims[1] rows on its own;
+  /// GgufTensorInfo::interleaved), the layouts whose decode products sum 8
+  /// rows at once. The rows are
   /// rearranged where they are, before the bytes are made read-only: no
   /// second copy (Residence::kMapped: the pages of those tensors become
   /// private copies, the rest stay the file's). raw() gives the bytes as
   /// held; dequantize() reads them back in rows, as without it.
   explicit GgufFile(const std::string& path, Residence residence = Residence::kMapped,
-                    bool interleave_q4_0 = false)
-      : path_(path), file_(open_regular(path, residence, interleave_q4_0)) {
+                    bool interleave_q4 = false)
+      : path_(path), file_(open_regular(path, residence, interleave_q4)) {
     parse();
-    if (interleave_q4_0) interleave_q4_0_tensors();
+    if (interleave_q4) interleave_q4_tensors();
     file_.seal();
   }
 
@@ -666,12 +668,15 @@ class GgufFile {
         break;
       case GgmlType::kQ4_0:
         if (t.interleaved)
-          dequantize_interleaved_q4_0(t, p, out);
+          dequantize_interleaved<quant::Q4_0Rows8>(t, p, out, &quant::dequantize_row_q4_0);
         else
           quant::dequantize_row_q4_0(p, out, n);
         break;
       case GgmlType::kQ4_K:
-        quant::dequantize_row_q4_K(p, out, n);
+        if (t.interleaved)
+          dequantize_interleaved<quant::Q4_KRows8>(t, p, out, &quant::dequantize_row_q4_K);
+        else
+          quant::dequantize_row_q4_K(p, out, n);
         break;
       case GgmlType::kQ6_K:
         quant::dequantize_row_q6_K(p, out, n);
@@ -693,34 +698,41 @@ class GgufFile {
     return detail::MappedFile(path, residence, writable);
   }
 
-  /// Each Q4_0 tensor of 2+ dimensions, matrix by matrix of dims[1] rows,
-  /// interleaved by eights where it is (the bytes are still writable).
-  void interleave_q4_0_tensors() {
+  /// Each Q4_0 and Q4_K tensor of 2+ dimensions, matrix by matrix of
+  /// dims[1] rows, interleaved by eights where it is (the bytes are still
+  /// writable).
+  void interleave_q4_tensors() {
     unsigned char* const data = file_.writable_data();
     if (data == nullptr) return;  // an empty file: no tensors
-    for (GgufTensorInfo& t : tensors_) {
-      if (t.type != GgmlType::kQ4_0 || t.dims.size() < 2 || t.numel == 0) continue;
-      const std::int64_t rows = t.dims[1], nb = t.dims[0] / quant::kBlock32;
-      const auto matrix_bytes = static_cast<std::size_t>(rows * nb) * quant::kBytesQ4_0;
+    const auto each_matrix = [&]<class L>(GgufTensorInfo& t) {
+      const std::int64_t rows = t.dims[1], nb = t.dims[0] / L::kBlockWeights;
+      const auto matrix_bytes = static_cast<std::size_t>(rows * nb) * L::kBlockBytes;
       file_.populate_for_writing(t.file_offset, t.bytes);  // one call, not a fault per page
       for (std::int64_t m = 0; m < t.n_rows / rows; ++m)
-        quant::interleave_q4_0_in_place(
+        quant::interleave_rows_in_place<L>(
             data + t.file_offset + static_cast<std::size_t>(m) * matrix_bytes, rows, nb);
       t.interleaved = true;
+    };
+    for (GgufTensorInfo& t : tensors_) {
+      if (t.dims.size() < 2 || t.numel == 0) continue;
+      if (t.type == GgmlType::kQ4_0) each_matrix.template operator()<quant::Q4_0Rows8>(t);
+      if (t.type == GgmlType::kQ4_K) each_matrix.template operator()<quant::Q4_KRows8>(t);
     }
   }
 
-  /// An interleaved Q4_0 tensor `t` (or one matrix of it, an expert's
+  /// An interleaved tensor `t` (layout L; or one matrix of it, an expert's
   /// slice: its dims[1] rows are each matrix's) at `p` as floats in rows.
-  static void dequantize_interleaved_q4_0(const GgufTensorInfo& t, const unsigned char* p,
-                                          float* out) {
-    const std::int64_t rows = t.dims[1], nb = t.dims[0] / quant::kBlock32;
-    const auto matrix_bytes = static_cast<std::size_t>(rows * nb) * quant::kBytesQ4_0;
+  template <class L>
+  static void dequantize_interleaved(const GgufTensorInfo& t, const unsigned char* p, float* out,
+                                     void (*dequantize_rows)(const unsigned char*, float*,
+                                                             std::int64_t)) {
+    const std::int64_t rows = t.dims[1], nb = t.dims[0] / L::kBlockWeights;
+    const auto matrix_bytes = static_cast<std::size_t>(rows * nb) * L::kBlockBytes;
     std::vector<unsigned char> in_rows(matrix_bytes);
     for (std::int64_t m = 0; m < t.n_rows / rows; ++m) {
-      quant::deinterleave_rows_q4_0(p + static_cast<std::size_t>(m) * matrix_bytes, rows, nb, 0,
-                                    rows, in_rows.data());
-      quant::dequantize_row_q4_0(in_rows.data(), out + m * rows * t.dims[0], rows * t.dims[0]);
+      quant::deinterleave_rows<L>(p + static_cast<std::size_t>(m) * matrix_bytes, rows, nb, 0, rows,
+                                  in_rows.data());
+      dequantize_rows(in_rows.data(), out + m * rows * t.dims[0], rows * t.dims[0]);
     }
   }
 

@@ -149,7 +149,7 @@ Loaded load_as(const std::filesystem::path& path, const LoadOptions& o) {
                                   o.file_memory == LoadOptions::FileMemory::kMapped
                                       ? io::Residence::kMapped
                                       : io::Residence::kHugePages,
-                                  o.interleave_q4_0);
+                                  o.interleave_q4);
     if (g.eos_id) out.options.eos_ids = std::vector<TokenId>{*g.eos_id};
     out.model = std::make_unique<ModelBackendOf<S>>(std::move(g.model));
     out.tokenizer = std::make_unique<TokenizerImpl>(std::move(g.tokenizer));

@@ -232,8 +232,8 @@ class GgufTensors {
   /// `n_head`, `n_kv`: the head counts (for kLlama's permutation).
   /// `mapping`: what keeps `f` (its mapping) alive, for weight matrices that
   /// view the file's blocks (stored_weight()); null: they copy the blocks.
-  /// Q4_0 weight matrices are held as `f` holds them: interleaved by eights
-  /// when it was opened so (io::GgufFile's interleave_q4_0).
+  /// Q4_0 and Q4_K weight matrices are held as `f` holds them: interleaved
+  /// by eights when it was opened so (io::GgufFile's interleave_q4).
   GgufTensors(const io::GgufFile& f, GgufLayout layout, Index n_head, Index n_kv,
               std::shared_ptr<const void> mapping = nullptr)
       : f_(f), layout_(layout), n_head_(n_head), n_kv_(n_kv), mapping_(std::move(mapping)) {}
@@ -455,14 +455,15 @@ class GgufTensors {
         f_.raw(t.name).data() + (t.file_offset - f_.tensor(t.name).file_offset);
     const auto size = static_cast<std::size_t>(t.bytes);
     // The tensor's rows (one per output) in HF's order: W^Q / W^K of the
-    // llama layout reordered whole (a copy), else nullptr (use `at`). Q4_0
-    // rows held interleaved are read back row by row as they move, and the
-    // copy is interleaved again.
+    // llama layout reordered whole (a copy), else nullptr (use `at`). Q4_0 /
+    // Q4_K rows held interleaved are read back row by row as they move, and
+    // the copy is interleaved again.
     const auto reordered = [&]() -> std::shared_ptr<std::vector<unsigned char>> {
       const Index perm_heads = permuted_heads(hf);
       if (perm_heads == 0) return nullptr;
       const std::size_t row = size / static_cast<std::size_t>(out);
-      const std::int64_t nb = in / quant::kBlock32;
+      const bool q4_k = t.type == io::GgmlType::kQ4_K;
+      const std::int64_t nb = in / (q4_k ? quant::kBlockK : quant::kBlock32);
       auto re = std::make_shared<std::vector<unsigned char>>(size);
       const Index width = out / perm_heads, half = width / 2;
       for (Index h = 0; h < perm_heads; ++h)
@@ -471,12 +472,17 @@ class GgufTensors {
             unsigned char* to =
                 re->data() + static_cast<std::size_t>(h * width + j * half + i) * row;
             const Index from = h * width + 2 * i + j;
-            if (t.interleaved)
-              quant::deinterleave_row_q4_0(at, out, nb, from, to);
+            if (t.interleaved && q4_k)
+              quant::deinterleave_row<quant::Q4_KRows8>(at, out, nb, from, to);
+            else if (t.interleaved)
+              quant::deinterleave_row<quant::Q4_0Rows8>(at, out, nb, from, to);
             else
               std::memcpy(to, at + static_cast<std::size_t>(from) * row, row);
           }
-      if (t.interleaved) quant::interleave_q4_0_in_place(re->data(), out, nb);
+      if (t.interleaved && q4_k)
+        quant::interleave_rows_in_place<quant::Q4_KRows8>(re->data(), out, nb);
+      else if (t.interleaved)
+        quant::interleave_rows_in_place<quant::Q4_0Rows8>(re->data(), out, nb);
       return re;
     };
     // A half-precision tensor's (F16, BF16) values to view and their owner:
@@ -502,7 +508,7 @@ class GgufTensors {
     };
     const auto held = [&]<class F>() -> std::optional<WeightMatrix<T, S>> {
       auto m = blocks.template operator()<F>();
-      if constexpr (std::same_as<F, Q4_0Weights>) {
+      if constexpr (kappa::detail::kInterleavable<F>) {
         if (t.interleaved) m = WeightMatrix<T, F>::already_interleaved(std::move(*m));
       }
       if constexpr (requires { S::kPerMatrix; })
@@ -957,10 +963,10 @@ CausalLM<T, S> load_causal_lm(const io::GgufFile& f) {
 }
 
 /// As above for a file shared with the model: weight matrices kept in the
-/// file's format view its mapping (no copy), and keep `f` alive. Q4_0
-/// matrices are read as `f` holds them: interleaved by eights when it was
-/// opened with interleave_q4_0 (io::GgufFile), which their decode product
-/// reads 8 rows at a time.
+/// file's format view its mapping (no copy), and keep `f` alive. Q4_0 and
+/// Q4_K matrices are read as `f` holds them: interleaved by eights when it
+/// was opened with interleave_q4 (io::GgufFile), which their decode
+/// products read 8 rows at a time.
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 CausalLM<T, S> load_causal_lm(std::shared_ptr<const io::GgufFile> f) {
   const io::GgufFile& file = *f;
@@ -1302,15 +1308,15 @@ struct LoadedCausalLM {
 
 /// One call: the model and the tokenizer of GGUF file `path` (as
 /// hf::load for a directory). \throws as load_causal_lm() and
-/// load_tokenizer(). `interleave_q4_0`: the file's Q4_0 matrices held
-/// interleaved by eights, rearranged in place as it is opened (io::GgufFile;
-/// WeightMatrix<T, Q4_0Weights>::interleaved() says what that buys).
+/// load_tokenizer(). `interleave_q4`: the file's Q4_0 and Q4_K matrices
+/// held interleaved by eights, rearranged in place as it is opened
+/// (io::GgufFile; BlockWeightMatrix::interleaved() in core/quant_weights.hpp
+/// says what that buys).
 template <Scalar T, WeightStoragePolicy S = DenseWeights>
 LoadedCausalLM<T, S> load(const std::filesystem::path& path,
                           io::Residence residence = io::Residence::kMapped,
-                          bool interleave_q4_0 = false) {
-  const auto shared =
-      std::make_shared<const io::GgufFile>(path.string(), residence, interleave_q4_0);
+                          bool interleave_q4 = false) {
+  const auto shared = std::make_shared<const io::GgufFile>(path.string(), residence, interleave_q4);
   const io::GgufFile& f = *shared;
   CausalLM<T, S> model = load_causal_lm<T, S>(shared);
   tokenize::HfTokenizer tok = load_tokenizer(f);
