@@ -350,16 +350,13 @@ std::vector<Q8Row> q8_rows(const ConstMatrixRef<T>& x) {
 /// largest magnitude (the first on ties), d = 1 / (-127 / m) (float, not
 /// rounded to fp16) and q_j = min(127, nearest(x_j (-127 / m))) (ties to
 /// even), all 0 when m = 0; as ggml's quantize_row_q8_K_ref. Held unpacked:
-/// the quants, the scales, the sum of each 32 quants (|.| <= 4064), and
-/// the quants again with each run of 4 repeated 8 times (`wide`: 8 k bytes;
-/// the AVX2 loop multiplies 8 rows' 4 weights by them in one instruction).
+/// the quants, the scales and the sum of each 32 quants (|.| <= 4064).
 /// Inputs are meant to be finite (a NaN gives a quant of -127, not UB).
 struct Q8KRow {
   Index nb = 0;  ///< super-blocks
   std::vector<std::int8_t> q;
   std::vector<float> d;
   std::vector<std::int16_t> sum32;
-  std::vector<std::int8_t> wide;
 
   /// From x[0..k) (k a multiple of 256).
   void assign(const float* x, Index k) {
@@ -368,7 +365,6 @@ struct Q8KRow {
     q.assign(n, 0);
     d.assign(static_cast<std::size_t>(nb), 0.0f);
     sum32.assign(n / 32, 0);
-    wide.resize(8 * n);
     for (std::size_t i = 0; i < static_cast<std::size_t>(nb); ++i) {
       const float* xb = x + 256 * i;
       float m = 0.0f, amax = 0.0f;
@@ -392,8 +388,6 @@ struct Q8KRow {
       for (std::size_t j = 32 * s; j < 32 * s + 32; ++j) sum += q[j];
       sum32[s] = static_cast<std::int16_t>(sum);
     }
-    for (std::size_t c = 0; c < n / 4; ++c)
-      for (std::size_t r = 0; r < 8; ++r) std::memcpy(&wide[32 * c + 4 * r], &q[4 * c], 4);
   }
 };
 
@@ -1555,7 +1549,8 @@ inline void dot8_q4_k_portable(const unsigned char* g, const Q8KRow& x, float* o
 ///     words (two vectors each: sub-blocks 0..3 and 4..7, a byte each);
 ///   - per pair p of sub-blocks, 8 pieces of 4 nibbles of each row (one
 ///     load: low nibbles sub-block 2 p, high 2 p + 1), each times X's 4
-///     quants repeated 8 times (Q8KRow::wide) by _mm256_maddubs_epi16;
+///     quants broadcast to the 8 lanes (a broadcast load) by
+///     _mm256_maddubs_epi16;
 ///     a sub-block's 8 products add up in int16 (|.| <= 8 * 2 * 15 * 127
 ///     = 30480), then _mm256_madd_epi16 against the sub-block's scale in
 ///     both int16s of a row's lane gives sc_s sum q x, added into I (int32);
@@ -1577,8 +1572,8 @@ inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) 
                                c, -1, c, -1, e, -1, e, -1, f, -1, f, -1);
   }
   __m256 acc = _mm256_setzero_ps();
-  const std::int8_t* xw = x.wide.data();
-  for (Index i = 0; i < x.nb; ++i, g += quant::kBytesQ4_Kx8, xw += 8 * 256) {
+  const std::int8_t* xq = x.q.data();
+  for (Index i = 0; i < x.nb; ++i, g += quant::kBytesQ4_Kx8, xq += 256) {
     prefetch_ahead<quant::kBytesQ4_Kx8>(g);
     const auto word = [g](int u) {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * u));
@@ -1600,10 +1595,10 @@ inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) 
       for (int c = 0; c < 8; ++c) {
         const __m256i v =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (8 * p + c)));
-        const __m256i xlo =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + 32 * (16 * p + c)));
-        const __m256i xhi =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + 32 * (16 * p + 8 + c)));
+        std::int32_t x4lo = 0, x4hi = 0;
+        std::memcpy(&x4lo, xq + 4 * (16 * p + c), 4);
+        std::memcpy(&x4hi, xq + 4 * (16 * p + 8 + c), 4);
+        const __m256i xlo = _mm256_set1_epi32(x4lo), xhi = _mm256_set1_epi32(x4hi);
         lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(v, nibble), xlo));
         hi = _mm256_add_epi16(
             hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), xhi));
