@@ -154,7 +154,7 @@ std::optional<Args> parse(int argc, char** argv) {
   cli.flag("Model", "--no-interleave-q4",
            "keep a GGUF file's Q4_0 and Q4_K weights in rows as stored; by default they are "
            "interleaved by eights in place at load (Q4_0 generation 1.2-1.4x faster with AVX2 "
-           "alone, 1.0-1.2x with AVX-512; Q4_K_M 1.03-1.10x, X then in Q8_K; no extra memory)",
+           "alone, 1.0-1.2x with AVX-512; Q4_K_M 1.0-1.07x, X then in Q8_K; no extra memory)",
            [&] { a.interleave_q4 = false; });
   cli.flag(
       "Model", "--interleave-q4",
