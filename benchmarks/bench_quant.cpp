@@ -139,8 +139,16 @@ const kappa::WeightMatrix<float, kappa::AsStoredWeights>& weights<F32View>(Index
   });
 }
 
-/// Q4_0 with the rows of P interleaved by eights
-/// (WeightMatrix<float, Q4_0Weights>::interleaved()), built once.
+/// Q4_0 or Q4_K (F) with the rows of P interleaved by eights
+/// (WeightMatrix<float, F>::interleaved(); Q4_K's decode takes X in Q8_K),
+/// built once.
+template <class F>
+const kappa::WeightMatrix<float, F>& interleaved_weights(Index k, Index m, bool head) {
+  using W = kappa::WeightMatrix<float, F>;
+  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
+    return std::make_unique<W>(weights<F>(kk, mm, hd).interleaved());
+  });
+}
 struct Q4_0Interleaved {};
 template <>
 struct Held<Q4_0Interleaved> {
@@ -149,14 +157,8 @@ struct Held<Q4_0Interleaved> {
 template <>
 const kappa::WeightMatrix<float, kappa::Q4_0Weights>& weights<Q4_0Interleaved>(Index k, Index m,
                                                                                bool head) {
-  using W = kappa::WeightMatrix<float, kappa::Q4_0Weights>;
-  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
-    return std::make_unique<W>(weights<kappa::Q4_0Weights>(kk, mm, hd).interleaved());
-  });
+  return interleaved_weights<kappa::Q4_0Weights>(k, m, head);
 }
-
-/// Q4_K with the rows of P interleaved by eights
-/// (WeightMatrix<float, Q4_KWeights>::interleaved(); X in Q8_K), built once.
 struct Q4_KInterleaved {};
 template <>
 struct Held<Q4_KInterleaved> {
@@ -165,10 +167,7 @@ struct Held<Q4_KInterleaved> {
 template <>
 const kappa::WeightMatrix<float, kappa::Q4_KWeights>& weights<Q4_KInterleaved>(Index k, Index m,
                                                                                bool head) {
-  using W = kappa::WeightMatrix<float, kappa::Q4_KWeights>;
-  return built_once<W>(k, m, head, [](Index kk, Index mm, bool hd) {
-    return std::make_unique<W>(weights<kappa::Q4_KWeights>(kk, mm, hd).interleaved());
-  });
+  return interleaved_weights<kappa::Q4_KWeights>(k, m, head);
 }
 
 struct ThreadsScope {

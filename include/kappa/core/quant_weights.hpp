@@ -2126,7 +2126,7 @@ class BlockWeightMatrix {
     if constexpr (std::same_as<Format, Q4_KWeights>) {
       if (interleaved_) {
         const std::vector<Q8KRow> xk = q8k_rows(x);
-        run_pieces(parts, [&](int p) { dots8_q4_k_piece(xk, out, p, parts); });
+        run_pieces(parts, [&](int p) { dots8_piece(xk, out, p, parts); });
         return;
       }
     }
@@ -2147,7 +2147,7 @@ class BlockWeightMatrix {
       if (interleaved_) {
         const std::vector<Q8KRow>& xk = shared.q8k_rows(x);
         const int parts = decode_parts(n_p_);
-        return {parts, [this, &xk, &out, parts](int p) { dots8_q4_k_piece(xk, out, p, parts); }};
+        return {parts, [this, &xk, &out, parts](int p) { dots8_piece(xk, out, p, parts); }};
       }
     }
     const std::vector<Q8Row>& xs = shared.q8_rows(x);
@@ -2174,7 +2174,10 @@ class BlockWeightMatrix {
 
   /// dots_piece for interleaved rows: the pieces split the groups of 8
   /// rows (the last piece also takes the rows after them, row by row).
-  void dots8_piece(const std::vector<Q8Row>& xs, MatrixRef<T>& out, int p, int parts) const {
+  /// Q4_0: X's rows in Q8_0, dot8_q4_0 and the rows' dot_q4_0; Q4_K: X's
+  /// rows in Q8_K, dot8_q4_k and dot_q4_k_q8k (the same steps).
+  template <class XRow>
+  void dots8_piece(const std::vector<XRow>& xs, MatrixRef<T>& out, int p, int parts) const {
     const Index groups = n_p_ / quant::kInterleave;
     Index lo = 0, hi = 0;
     detail::block_range(groups, parts, p, lo, hi);
@@ -2183,37 +2186,22 @@ class BlockWeightMatrix {
     for (Index g = lo; g < hi; ++g) {
       const unsigned char* w = data_ + static_cast<std::size_t>(g) * group_bytes;
       for (std::size_t r = 0; r < xs.size(); ++r) {
-        dot8_q4_0(w, xs[r], sums);
+        if constexpr (std::same_as<XRow, Q8KRow>)
+          dot8_q4_k(w, xs[r], sums);
+        else
+          dot8_q4_0(w, xs[r], sums);
         for (Index i = 0; i < quant::kInterleave; ++i)
           out(static_cast<Index>(r), g * quant::kInterleave + i) = static_cast<T>(sums[i]);
       }
     }
     if (p != parts - 1) return;
     for (Index j = groups * quant::kInterleave; j < n_p_; ++j)
-      for (std::size_t r = 0; r < xs.size(); ++r)
-        out(static_cast<Index>(r), j) = static_cast<T>(Ops::dot(packed_row(j), xs[r]));
-  }
-
-  /// dots8_piece for interleaved Q4_K rows, X's rows in Q8_K: groups by
-  /// dot8_q4_k, the rows after them by dot_q4_k_q8k (the same steps).
-  void dots8_q4_k_piece(const std::vector<Q8KRow>& xs, MatrixRef<T>& out, int p, int parts) const {
-    const Index groups = n_p_ / quant::kInterleave;
-    Index lo = 0, hi = 0;
-    detail::block_range(groups, parts, p, lo, hi);
-    const std::size_t group_bytes = quant::kInterleave * row_bytes();
-    float sums[quant::kInterleave];
-    for (Index g = lo; g < hi; ++g) {
-      const unsigned char* w = data_ + static_cast<std::size_t>(g) * group_bytes;
       for (std::size_t r = 0; r < xs.size(); ++r) {
-        dot8_q4_k(w, xs[r], sums);
-        for (Index i = 0; i < quant::kInterleave; ++i)
-          out(static_cast<Index>(r), g * quant::kInterleave + i) = static_cast<T>(sums[i]);
+        if constexpr (std::same_as<XRow, Q8KRow>)
+          out(static_cast<Index>(r), j) = static_cast<T>(dot_q4_k_q8k(packed_row(j), xs[r]));
+        else
+          out(static_cast<Index>(r), j) = static_cast<T>(Ops::dot(packed_row(j), xs[r]));
       }
-    }
-    if (p != parts - 1) return;
-    for (Index j = groups * quant::kInterleave; j < n_p_; ++j)
-      for (std::size_t r = 0; r < xs.size(); ++r)
-        out(static_cast<Index>(r), j) = static_cast<T>(dot_q4_k_q8k(packed_row(j), xs[r]));
   }
 
   /// out = X P^T for many rows of X in 8-bit integers (quant_gemm.hpp):
