@@ -15,6 +15,12 @@
 // weights GB/s against BM_Ceiling_Read_Gpt2Weights (a plain read) is
 // the fraction of the bandwidth bound reached.
 //
+// BM_Model_DecodeInterleaved_* hold the Q4_0 and Q4_K matrices with their
+// rows interleaved by eights, as the runtime holds a GGUF file's (kappa-
+// generate's default), built through the same calls the GGUF loader makes:
+// each matrix set in the layer's storage, W_gate and W_up apart, the head a
+// stored matrix.
+//
 // BM_Model_DecodeCacheF16_* runs each decode step over a float cache and
 // over an fp16 one, alternated, and reports the ratio.
 //
@@ -87,15 +93,82 @@ std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
       kappa::RMSNorm<float>(ones(d), 1e-5), std::nullopt, 131072);
 }
 
-/// The models, built on first use (one per storage).
-template <class S = kappa::DenseWeights>
+/// W (fan_in x fan_out) in storage S with the rows of P interleaved by
+/// eights (Q4_0, Q4_K), as a loaded GGUF file's matrices are held.
+template <class S>
+kappa::WeightMatrix<float, S> interleaved(const RowMatrix<float>& w,
+                                          kappa::BlocksAlong along = kappa::BlocksAlong::kRows) {
+  return kappa::WeightMatrix<float, S>(w, along).interleaved();
+}
+
+/// The models of make_gpt2 / make_llama_1b (the same weights) with every
+/// matrix held interleaved, each set through the stored-matrix calls the
+/// GGUF loader makes (so W_gate and W_up are two products, as from a file).
+template <class S>
+std::unique_ptr<kappa::Gpt2<float, S>> make_gpt2_interleaved() {
+  const Index d = 768, L = 12, H = 12, V = 50257, P = 1024, F = 3072;
+  std::vector<kappa::Gpt2Layer<float, S>> layers;
+  for (Index l = 0; l < L; ++l) {
+    typename kappa::Gpt2Layer<float, S>::AttentionType attn({.d_in = d, .n_heads = H});
+    attn.set_weights(interleaved<S>(fill(d, d, 10 * l + 1)), interleaved<S>(fill(d, d, 10 * l + 2)),
+                     interleaved<S>(fill(d, d, 10 * l + 3)),
+                     interleaved<S>(fill(d, d, 10 * l + 4)));
+    attn.set_biases(fill(1, d, 5), fill(1, d, 6), fill(1, d, 7), fill(1, d, 8));
+    kappa::Mlp<float, kappa::GeluTanh, S> mlp(d, F);
+    mlp.set_weights(interleaved<S>(fill(d, F, 10 * l + 5)), fill(1, F, 9),
+                    interleaved<S>(fill(F, d, 10 * l + 6)), fill(1, d, 11));
+    layers.emplace_back(std::move(attn), kappa::LayerNorm<float>(ones(d), fill(1, d, 12), 1e-5),
+                        kappa::LayerNorm<float>(ones(d), fill(1, d, 13), 1e-5), std::move(mlp));
+  }
+  const RowMatrix<float> e = fill(V, d, 1000);
+  return std::make_unique<kappa::Gpt2<float, S>>(
+      kappa::Embedding<float>(e), kappa::LearnedPositions<float>(fill(P, d, 1001)),
+      std::move(layers), kappa::LayerNorm<float>(ones(d), fill(1, d, 14), 1e-5),
+      interleaved<S>(e, kappa::BlocksAlong::kCols), /*tied=*/true, P);
+}
+
+template <class S>
+std::unique_ptr<kappa::Llama<float, S>> make_llama_1b_interleaved() {
+  const Index d = 2048, L = 16, H = 32, Hkv = 8, dh = 64, V = 32000, F = 8192;
+  std::vector<kappa::LlamaLayer<float, S>> layers;
+  for (Index l = 0; l < L; ++l) {
+    kappa::LlamaAttention<float, S> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
+                                         kappa::RopeOptions{.base = 500000.0});
+    attn.set_weights(
+        interleaved<S>(fill(d, H * dh, 10 * l + 1)), interleaved<S>(fill(d, Hkv * dh, 10 * l + 2)),
+        interleaved<S>(fill(d, Hkv * dh, 10 * l + 3)), interleaved<S>(fill(H * dh, d, 10 * l + 4)));
+    kappa::SwiGlu<float, S> mlp(d, F);
+    mlp.set_weights(interleaved<S>(fill(d, F, 10 * l + 5)), interleaved<S>(fill(d, F, 10 * l + 6)),
+                    interleaved<S>(fill(F, d, 10 * l + 7)));
+    layers.emplace_back(std::move(attn), kappa::RMSNorm<float>(ones(d), 1e-5),
+                        kappa::RMSNorm<float>(ones(d), 1e-5), std::move(mlp));
+  }
+  const RowMatrix<float> e = fill(V, d, 1000);
+  return std::make_unique<kappa::Llama<float, S>>(
+      kappa::Embedding<float>(e), kappa::NoAbsolutePositions{}, std::move(layers),
+      kappa::RMSNorm<float>(ones(d), 1e-5), interleaved<S>(e, kappa::BlocksAlong::kCols),
+      /*tied=*/true, 131072);
+}
+
+/// The models, built on first use (one per storage and layout).
+template <class S = kappa::DenseWeights, bool kInterleaved = false>
 kappa::Gpt2<float, S>& gpt2() {
-  static const std::unique_ptr<kappa::Gpt2<float, S>> m = make_gpt2<S>();
+  static const std::unique_ptr<kappa::Gpt2<float, S>> m = [] {
+    if constexpr (kInterleaved)
+      return make_gpt2_interleaved<S>();
+    else
+      return make_gpt2<S>();
+  }();
   return *m;
 }
-template <class S = kappa::DenseWeights>
+template <class S = kappa::DenseWeights, bool kInterleaved = false>
 kappa::Llama<float, S>& llama() {
-  static const std::unique_ptr<kappa::Llama<float, S>> m = make_llama_1b<S>();
+  static const std::unique_ptr<kappa::Llama<float, S>> m = [] {
+    if constexpr (kInterleaved)
+      return make_llama_1b_interleaved<S>();
+    else
+      return make_llama_1b<S>();
+  }();
   return *m;
 }
 
@@ -140,6 +213,15 @@ void BM_Model_Decode_Gpt2Small_(benchmark::State& st) {
 template <class S>
 void BM_Model_Decode_Llama1B_(benchmark::State& st) {
   decode(st, llama<S>());
+}
+/// Decode with the Q4_0 or Q4_K matrices held interleaved by eights.
+template <class S>
+void BM_Model_DecodeInterleaved_Gpt2Small_(benchmark::State& st) {
+  decode(st, gpt2<S, true>());
+}
+template <class S>
+void BM_Model_DecodeInterleaved_Llama1B_(benchmark::State& st) {
+  decode(st, llama<S, true>());
 }
 
 /// Where a decode step's time goes: the attention sub-layers (projections,
@@ -239,6 +321,10 @@ BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_a
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_0Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Gpt2Small_, kappa::Q4_0Weights)
+    ->Apply(on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Gpt2Small_, kappa::Q4_KWeights)
+    ->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
@@ -258,7 +344,12 @@ const bool kLarge = [] {
     BENCHMARK(BM_Model_Decode_Llama1B)->Apply(on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_0Weights)->Apply(on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Llama1B_, kappa::Q4_0Weights)
+        ->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Llama1B_, kappa::Q4_KWeights)
+        ->Apply(on_1_and_2_threads);
     return true;
   }
   return false;
