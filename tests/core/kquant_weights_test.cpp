@@ -570,8 +570,8 @@ double kq_q8k_dot_ref(const unsigned char* w_row, const std::vector<int>& xq,
 }
 
 // Q8KRow: the quants and scales ggml's definition gives and the sums per
-// 32; a block of zeros, a negative largest value and exact ties (m = -127:
-// iscale = 1) included.
+// 16 (ggml's bsums); a block of zeros, a negative largest value and exact
+// ties (m = -127: iscale = 1) included.
 TEST(KQuantInterleaved, Q8KRowAsGgmlDefines) {
   std::mt19937_64 g(41);
   RowMatrix<float> x = kq_random(1, 1024, g, 1.0f);
@@ -594,10 +594,10 @@ TEST(KQuantInterleaved, Q8KRowAsGgmlDefines) {
   EXPECT_EQ(row.q[768 + 4], 2);   // x = 1.5
   EXPECT_EQ(row.q[768 + 7], -2);  // x = -1.5
   for (std::size_t j = 0; j < 1024; ++j) ASSERT_EQ(row.q[j], qs[j]) << "element " << j;
-  for (std::size_t s = 0; s < 32; ++s) {
+  for (std::size_t s = 0; s < 64; ++s) {  // ggml's bsums: per 16 quants
     int sum = 0;
-    for (std::size_t j = 32 * s; j < 32 * s + 32; ++j) sum += qs[j];
-    EXPECT_EQ(row.sum32[s], sum) << "sub-block " << s;
+    for (std::size_t j = 16 * s; j < 16 * s + 16; ++j) sum += qs[j];
+    EXPECT_EQ(row.sum16[s], sum) << "group of 16 " << s;
   }
 }
 

@@ -350,13 +350,14 @@ std::vector<Q8Row> q8_rows(const ConstMatrixRef<T>& x) {
 /// largest magnitude (the first on ties), d = 1 / (-127 / m) (float, not
 /// rounded to fp16) and q_j = min(127, nearest(x_j (-127 / m))) (ties to
 /// even), all 0 when m = 0; as ggml's quantize_row_q8_K_ref. Held unpacked:
-/// the quants, the scales and the sum of each 32 quants (|.| <= 4064).
+/// the quants, the scales and the sum of each 16 quants (|.| <= 2032;
+/// ggml's bsums, and Q8Row's sum16).
 /// Inputs are meant to be finite (a NaN gives a quant of -127, not UB).
 struct Q8KRow {
   Index nb = 0;  ///< super-blocks
   std::vector<std::int8_t> q;
   std::vector<float> d;
-  std::vector<std::int16_t> sum32;
+  std::vector<std::int16_t> sum16;
 
   /// From x[0..k) (k a multiple of 256).
   void assign(const float* x, Index k) {
@@ -364,7 +365,7 @@ struct Q8KRow {
     const auto n = static_cast<std::size_t>(k);
     q.assign(n, 0);
     d.assign(static_cast<std::size_t>(nb), 0.0f);
-    sum32.assign(n / 32, 0);
+    sum16.assign(n / 16, 0);
     for (std::size_t i = 0; i < static_cast<std::size_t>(nb); ++i) {
       const float* xb = x + 256 * i;
       float m = 0.0f, amax = 0.0f;
@@ -383,10 +384,10 @@ struct Q8KRow {
       }
       d[i] = 1.0f / iscale;
     }
-    for (std::size_t s = 0; s < n / 32; ++s) {
+    for (std::size_t s = 0; s < n / 16; ++s) {
       int sum = 0;
-      for (std::size_t j = 32 * s; j < 32 * s + 32; ++j) sum += q[j];
-      sum32[s] = static_cast<std::int16_t>(sum);
+      for (std::size_t j = 16 * s; j < 16 * s + 16; ++j) sum += q[j];
+      sum16[s] = static_cast<std::int16_t>(sum);
     }
   }
 };
@@ -1474,23 +1475,19 @@ inline void dot8_q4_0(const unsigned char* g, const Q8Row& x, float* out) {
 }
 
 /// The exact int32s of one Q4_K super-block `w` (GGUF's layout) against
-/// X's 256 Q8_K quants `xq` and their sums per 32 `xs32`:
-/// I = sum_s sc_s sum_l q_sl x_sl and M = sum_s m_s sum_l x_sl (|I| <=
-/// 8 * 63 * 32 * 15 * 127 < 2^25, |M| <= 8 * 63 * 4064).
-inline void q4_k_q8k_ints(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs32,
+/// X's 256 Q8_K quants `xq` and their sums per 16 `xs`: the sums over the
+/// sub-blocks of q4_k_ints_portable's, I = sum_s sc_s sum_l q_sl x_sl and
+/// M = sum_s m_s sum_l x_sl (|I| <= 8 * 63 * 32 * 15 * 127 < 2^25,
+/// |M| <= 8 * 63 * 4064).
+inline void q4_k_q8k_ints(const unsigned char* w, const std::int8_t* xq, const std::int16_t* xs,
                           std::int32_t& ints, std::int32_t& mins) {
-  std::int32_t sc[8], m[8];
-  q4_k_scales_mins(w + 4, sc, m);
+  std::int32_t sub_ints[8], sub_mins[8];
+  q4_k_ints_portable(w, xq, xs, sub_ints, sub_mins);
   ints = 0;
   mins = 0;
   for (int s = 0; s < 8; ++s) {
-    const unsigned char* qp = w + 16 + std::ptrdiff_t{32} * (s / 2);
-    const int shift = 4 * (s & 1);
-    std::int32_t sum = 0;
-    for (int l = 0; l < 32; ++l)
-      sum += static_cast<std::int32_t>((qp[l] >> shift) & 0x0F) * xq[32 * s + l];
-    ints += sc[s] * sum;
-    mins += m[s] * xs32[s];
+    ints += sub_ints[s];
+    mins += sub_mins[s];
   }
 }
 
@@ -1511,7 +1508,7 @@ inline float dot_q4_k_q8k(const unsigned char* w, const Q8KRow& x) {
   float acc = 0.0f;
   for (Index i = 0; i < x.nb; ++i, w += quant::kBytesQ4_K) {
     std::int32_t ints = 0, mins = 0;
-    q4_k_q8k_ints(w, x.q.data() + 256 * i, x.sum32.data() + 8 * i, ints, mins);
+    q4_k_q8k_ints(w, x.q.data() + 256 * i, x.sum16.data() + 16 * i, ints, mins);
     acc = q4_k_q8k_step(block_scale(w), quant::fp16_to_float(quant::detail::load_u16(w + 2)),
                         x.d[static_cast<std::size_t>(i)], ints, mins, acc);
   }
@@ -1533,7 +1530,7 @@ inline void dot8_q4_k_portable(const unsigned char* g, const Q8KRow& x, float* o
     for (std::size_t r = 0; r < 8; ++r) {
       quant::Q4_KRows8::from_group(g, r, block);
       std::int32_t ints = 0, mins = 0;
-      q4_k_q8k_ints(block, x.q.data() + 256 * i, x.sum32.data() + 8 * i, ints, mins);
+      q4_k_q8k_ints(block, x.q.data() + 256 * i, x.sum16.data() + 16 * i, ints, mins);
       acc[r] = q4_k_q8k_step(block_scale(block),
                              quant::fp16_to_float(quant::detail::load_u16(block + 2)),
                              x.d[static_cast<std::size_t>(i)], ints, mins, acc[r]);
@@ -1609,11 +1606,13 @@ inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) 
       ints = _mm256_add_epi32(ints,
                               _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc[s1 / 4], pick[s1 % 4])));
     }
-    // M: rows 0, 1 (4, 5) from the low bytes of each half, 2, 3 (6, 7) from
-    // the high; [m_0 x_0 + m_1 x_1, m_2 x_2 + m_3 x_3] per row, then hadd.
-    std::int64_t sums[2];
-    std::memcpy(sums, x.sum32.data() + 8 * i, 16);
-    const __m256i s0123 = _mm256_set1_epi64x(sums[0]), s4567 = _mm256_set1_epi64x(sums[1]);
+    // M: X's sums per 32 from its sums per 16 (one horizontal add); rows
+    // 0, 1 (4, 5) from the low bytes of each half, 2, 3 (6, 7) from the
+    // high; [m_0 x_0 + m_1 x_1, m_2 x_2 + m_3 x_3] per row, then hadd.
+    const auto* xs = reinterpret_cast<const __m128i*>(x.sum16.data() + 16 * i);
+    const __m128i xs32 = _mm_hadd_epi16(_mm_loadu_si128(xs), _mm_loadu_si128(xs + 1));
+    const __m256i s0123 = _mm256_broadcastq_epi64(xs32);
+    const __m256i s4567 = _mm256_broadcastq_epi64(_mm_unpackhi_epi64(xs32, xs32));
     const __m256i m_lo =
         _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(mn[0], zero), s0123),
                          _mm256_madd_epi16(_mm256_unpacklo_epi8(mn[1], zero), s4567));

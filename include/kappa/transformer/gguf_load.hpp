@@ -462,27 +462,31 @@ class GgufTensors {
       const Index perm_heads = permuted_heads(hf);
       if (perm_heads == 0) return nullptr;
       const std::size_t row = size / static_cast<std::size_t>(out);
-      const bool q4_k = t.type == io::GgmlType::kQ4_K;
-      const std::int64_t nb = in / (q4_k ? quant::kBlockK : quant::kBlock32);
       auto re = std::make_shared<std::vector<unsigned char>>(size);
       const Index width = out / perm_heads, half = width / 2;
-      for (Index h = 0; h < perm_heads; ++h)
-        for (Index j = 0; j < 2; ++j)
-          for (Index i = 0; i < half; ++i) {
-            unsigned char* to =
-                re->data() + static_cast<std::size_t>(h * width + j * half + i) * row;
-            const Index from = h * width + 2 * i + j;
-            if (t.interleaved && q4_k)
-              quant::deinterleave_row<quant::Q4_KRows8>(at, out, nb, from, to);
-            else if (t.interleaved)
-              quant::deinterleave_row<quant::Q4_0Rows8>(at, out, nb, from, to);
-            else
-              std::memcpy(to, at + static_cast<std::size_t>(from) * row, row);
-          }
-      if (t.interleaved && q4_k)
-        quant::interleave_rows_in_place<quant::Q4_KRows8>(re->data(), out, nb);
-      else if (t.interleaved)
-        quant::interleave_rows_in_place<quant::Q4_0Rows8>(re->data(), out, nb);
+      // copy_row(from, to): the tensor's row `from` into the copy's `to`
+      const auto permute = [&](const auto& copy_row) {
+        for (Index h = 0; h < perm_heads; ++h)
+          for (Index j = 0; j < 2; ++j)
+            for (Index i = 0; i < half; ++i)
+              copy_row(h * width + 2 * i + j,
+                       re->data() + static_cast<std::size_t>(h * width + j * half + i) * row);
+      };
+      const auto permute_interleaved = [&]<class L>() {
+        const std::int64_t nb = in / L::kBlockWeights;
+        permute([&](Index from, unsigned char* to) {
+          quant::deinterleave_row<L>(at, out, nb, from, to);
+        });
+        quant::interleave_rows_in_place<L>(re->data(), out, nb);
+      };
+      if (!t.interleaved)
+        permute([&](Index from, unsigned char* to) {
+          std::memcpy(to, at + static_cast<std::size_t>(from) * row, row);
+        });
+      else if (t.type == io::GgmlType::kQ4_K)
+        permute_interleaved.template operator()<quant::Q4_KRows8>();
+      else
+        permute_interleaved.template operator()<quant::Q4_0Rows8>();
       return re;
     };
     // A half-precision tensor's (F16, BF16) values to view and their owner:
