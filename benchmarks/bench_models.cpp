@@ -1,8 +1,9 @@
 // benchmarks/bench_models.cpp - whole decoder-only models in float: prefill
 // and decode tokens/s of a GPT-2-small-shaped model (12 layers, 12 heads,
-// d 768, vocab 50257) and, with KAPPA_BENCH_LARGE=1 in the environment, a
+// d 768, vocab 50257) and, with KAPPA_BENCH_LARGE=1 in the environment, the
+// decode of a GPT-2-medium-shaped one (24 layers, 16 heads, d 1024) and a
 // LLaMA-shaped model of about 1B parameters (16 layers, d 2048, 32 heads,
-// 8 kv heads, ffn 8192, vocab 32000, tied), both with random weights, on 1
+// 8 kv heads, ffn 8192, vocab 32000, tied), all with random weights, on 1
 // and 2 threads.
 //
 // Storage variants keep every projection (attention's W^Q, W^K, W^V, W^O,
@@ -55,120 +56,102 @@ RowVector<float> ones(Index n) {
   return RowVector<float>::Ones(n);
 }
 
-template <class S = kappa::DenseWeights>
-std::unique_ptr<kappa::Gpt2<float, S>> make_gpt2() {
-  const Index d = 768, L = 12, H = 12, V = 50257, P = 1024, F = 3072;
-  std::vector<kappa::Gpt2Layer<float, S>> layers;
-  for (Index l = 0; l < L; ++l) {
-    typename kappa::Gpt2Layer<float, S>::AttentionType attn({.d_in = d, .n_heads = H});
-    attn.set_weights(fill(d, d, 10 * l + 1), fill(d, d, 10 * l + 2), fill(d, d, 10 * l + 3),
-                     fill(d, d, 10 * l + 4));
-    attn.set_biases(fill(1, d, 5), fill(1, d, 6), fill(1, d, 7), fill(1, d, 8));
-    kappa::Mlp<float, kappa::GeluTanh, S> mlp(d, F);
-    mlp.set_weights(fill(d, F, 10 * l + 5), fill(1, F, 9), fill(F, d, 10 * l + 6), fill(1, d, 11));
-    layers.emplace_back(std::move(attn), kappa::LayerNorm<float>(ones(d), fill(1, d, 12), 1e-5),
-                        kappa::LayerNorm<float>(ones(d), fill(1, d, 13), 1e-5), std::move(mlp));
-  }
-  return std::make_unique<kappa::Gpt2<float, S>>(
-      kappa::Embedding<float>(fill(V, d, 1000)), kappa::LearnedPositions<float>(fill(P, d, 1001)),
-      std::move(layers), kappa::LayerNorm<float>(ones(d), fill(1, d, 14), 1e-5), std::nullopt, P);
-}
+/// How a model's matrices are held: as the storage's constructor from float
+/// makes them (rows of P; gated MLPs' W_gate | W_up fused), or Q4_0 / Q4_K
+/// interleaved by eights and set through the stored-matrix calls the GGUF
+/// loader makes (W_gate and W_up two products), as a loaded file's are.
+enum class Held { kRows, kInterleaved };
 
-template <class S = kappa::DenseWeights>
-std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
-  const Index d = 2048, L = 16, H = 32, Hkv = 8, dh = 64, V = 32000, F = 8192;
-  std::vector<kappa::LlamaLayer<float, S>> layers;
-  for (Index l = 0; l < L; ++l) {
-    kappa::LlamaAttention<float, S> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
-                                         kappa::RopeOptions{.base = 500000.0});
-    attn.set_weights(fill(d, H * dh, 10 * l + 1), fill(d, Hkv * dh, 10 * l + 2),
-                     fill(d, Hkv * dh, 10 * l + 3), fill(H * dh, d, 10 * l + 4));
-    kappa::SwiGlu<float, S> mlp(d, F);
-    mlp.set_weights(fill(d, F, 10 * l + 5), fill(d, F, 10 * l + 6), fill(F, d, 10 * l + 7));
-    layers.emplace_back(std::move(attn), kappa::RMSNorm<float>(ones(d), 1e-5),
-                        kappa::RMSNorm<float>(ones(d), 1e-5), std::move(mlp));
-  }
-  return std::make_unique<kappa::Llama<float, S>>(
-      kappa::Embedding<float>(fill(V, d, 1000)), kappa::NoAbsolutePositions{}, std::move(layers),
-      kappa::RMSNorm<float>(ones(d), 1e-5), std::nullopt, 131072);
-}
+/// The GPT-2 shapes: small (124 M parameters) and medium (355 M).
+struct Gpt2Shape {
+  Index d, layers, heads, ffn;
+};
+constexpr Gpt2Shape kSmall{768, 12, 12, 3072}, kMedium{1024, 24, 16, 4096};
 
 /// W (fan_in x fan_out) in storage S with the rows of P interleaved by
-/// eights (Q4_0, Q4_K), as a loaded GGUF file's matrices are held.
+/// eights.
 template <class S>
 kappa::WeightMatrix<float, S> interleaved(const RowMatrix<float>& w,
                                           kappa::BlocksAlong along = kappa::BlocksAlong::kRows) {
   return kappa::WeightMatrix<float, S>(w, along).interleaved();
 }
 
-/// The models of make_gpt2 / make_llama_1b (the same weights) with every
-/// matrix held interleaved, each set through the stored-matrix calls the
-/// GGUF loader makes (so W_gate and W_up are two products, as from a file).
-template <class S>
-std::unique_ptr<kappa::Gpt2<float, S>> make_gpt2_interleaved() {
-  const Index d = 768, L = 12, H = 12, V = 50257, P = 1024, F = 3072;
+/// layer.set_weights(w...) from float, or from the matrices interleaved.
+template <class S, Held kHeld, class Layer, class... W>
+void set_weights(Layer& layer, const W&... w) {
+  if constexpr (kHeld == Held::kInterleaved)
+    layer.set_weights(interleaved<S>(w)...);
+  else
+    layer.set_weights(w...);
+}
+
+/// The model from its parts; a stored head (tied, E's blocks along d) when
+/// interleaved.
+template <class Model, class S, Held kHeld, class Positions, class Layers, class Norm>
+std::unique_ptr<Model> assemble(const RowMatrix<float>& e, Positions positions, Layers layers,
+                                Norm norm, Index context) {
+  if constexpr (kHeld == Held::kInterleaved)
+    return std::make_unique<Model>(
+        kappa::Embedding<float>(e), std::move(positions), std::move(layers), std::move(norm),
+        interleaved<S>(e, kappa::BlocksAlong::kCols), /*tied=*/true, context);
+  else
+    return std::make_unique<Model>(kappa::Embedding<float>(e), std::move(positions),
+                                   std::move(layers), std::move(norm), std::nullopt, context);
+}
+
+template <class S, Held kHeld, Gpt2Shape kShape>
+std::unique_ptr<kappa::Gpt2<float, S>> make_gpt2() {
+  const Index d = kShape.d, H = kShape.heads, F = kShape.ffn, V = 50257, P = 1024;
   std::vector<kappa::Gpt2Layer<float, S>> layers;
-  for (Index l = 0; l < L; ++l) {
+  for (Index l = 0; l < kShape.layers; ++l) {
     typename kappa::Gpt2Layer<float, S>::AttentionType attn({.d_in = d, .n_heads = H});
-    attn.set_weights(interleaved<S>(fill(d, d, 10 * l + 1)), interleaved<S>(fill(d, d, 10 * l + 2)),
-                     interleaved<S>(fill(d, d, 10 * l + 3)),
-                     interleaved<S>(fill(d, d, 10 * l + 4)));
+    set_weights<S, kHeld>(attn, fill(d, d, 10 * l + 1), fill(d, d, 10 * l + 2),
+                          fill(d, d, 10 * l + 3), fill(d, d, 10 * l + 4));
     attn.set_biases(fill(1, d, 5), fill(1, d, 6), fill(1, d, 7), fill(1, d, 8));
     kappa::Mlp<float, kappa::GeluTanh, S> mlp(d, F);
-    mlp.set_weights(interleaved<S>(fill(d, F, 10 * l + 5)), fill(1, F, 9),
-                    interleaved<S>(fill(F, d, 10 * l + 6)), fill(1, d, 11));
+    if constexpr (kHeld == Held::kInterleaved)
+      mlp.set_weights(interleaved<S>(fill(d, F, 10 * l + 5)), fill(1, F, 9),
+                      interleaved<S>(fill(F, d, 10 * l + 6)), fill(1, d, 11));
+    else
+      mlp.set_weights(fill(d, F, 10 * l + 5), fill(1, F, 9), fill(F, d, 10 * l + 6),
+                      fill(1, d, 11));
     layers.emplace_back(std::move(attn), kappa::LayerNorm<float>(ones(d), fill(1, d, 12), 1e-5),
                         kappa::LayerNorm<float>(ones(d), fill(1, d, 13), 1e-5), std::move(mlp));
   }
-  const RowMatrix<float> e = fill(V, d, 1000);
-  return std::make_unique<kappa::Gpt2<float, S>>(
-      kappa::Embedding<float>(e), kappa::LearnedPositions<float>(fill(P, d, 1001)),
-      std::move(layers), kappa::LayerNorm<float>(ones(d), fill(1, d, 14), 1e-5),
-      interleaved<S>(e, kappa::BlocksAlong::kCols), /*tied=*/true, P);
+  return assemble<kappa::Gpt2<float, S>, S, kHeld>(
+      fill(V, d, 1000), kappa::LearnedPositions<float>(fill(P, d, 1001)), std::move(layers),
+      kappa::LayerNorm<float>(ones(d), fill(1, d, 14), 1e-5), P);
 }
 
-template <class S>
-std::unique_ptr<kappa::Llama<float, S>> make_llama_1b_interleaved() {
+template <class S, Held kHeld>
+std::unique_ptr<kappa::Llama<float, S>> make_llama_1b() {
   const Index d = 2048, L = 16, H = 32, Hkv = 8, dh = 64, V = 32000, F = 8192;
   std::vector<kappa::LlamaLayer<float, S>> layers;
   for (Index l = 0; l < L; ++l) {
     kappa::LlamaAttention<float, S> attn({.d_in = d, .n_heads = H, .d_head = dh, .n_kv_heads = Hkv},
                                          kappa::RopeOptions{.base = 500000.0});
-    attn.set_weights(
-        interleaved<S>(fill(d, H * dh, 10 * l + 1)), interleaved<S>(fill(d, Hkv * dh, 10 * l + 2)),
-        interleaved<S>(fill(d, Hkv * dh, 10 * l + 3)), interleaved<S>(fill(H * dh, d, 10 * l + 4)));
+    set_weights<S, kHeld>(attn, fill(d, H * dh, 10 * l + 1), fill(d, Hkv * dh, 10 * l + 2),
+                          fill(d, Hkv * dh, 10 * l + 3), fill(H * dh, d, 10 * l + 4));
     kappa::SwiGlu<float, S> mlp(d, F);
-    mlp.set_weights(interleaved<S>(fill(d, F, 10 * l + 5)), interleaved<S>(fill(d, F, 10 * l + 6)),
-                    interleaved<S>(fill(F, d, 10 * l + 7)));
+    set_weights<S, kHeld>(mlp, fill(d, F, 10 * l + 5), fill(d, F, 10 * l + 6),
+                          fill(F, d, 10 * l + 7));
     layers.emplace_back(std::move(attn), kappa::RMSNorm<float>(ones(d), 1e-5),
                         kappa::RMSNorm<float>(ones(d), 1e-5), std::move(mlp));
   }
-  const RowMatrix<float> e = fill(V, d, 1000);
-  return std::make_unique<kappa::Llama<float, S>>(
-      kappa::Embedding<float>(e), kappa::NoAbsolutePositions{}, std::move(layers),
-      kappa::RMSNorm<float>(ones(d), 1e-5), interleaved<S>(e, kappa::BlocksAlong::kCols),
-      /*tied=*/true, 131072);
+  return assemble<kappa::Llama<float, S>, S, kHeld>(fill(V, d, 1000), kappa::NoAbsolutePositions{},
+                                                    std::move(layers),
+                                                    kappa::RMSNorm<float>(ones(d), 1e-5), 131072);
 }
 
-/// The models, built on first use (one per storage and layout).
-template <class S = kappa::DenseWeights, bool kInterleaved = false>
+/// The models, built on first use (one per storage, layout and shape).
+template <class S = kappa::DenseWeights, Held kHeld = Held::kRows, Gpt2Shape kShape = kSmall>
 kappa::Gpt2<float, S>& gpt2() {
-  static const std::unique_ptr<kappa::Gpt2<float, S>> m = [] {
-    if constexpr (kInterleaved)
-      return make_gpt2_interleaved<S>();
-    else
-      return make_gpt2<S>();
-  }();
+  static const std::unique_ptr<kappa::Gpt2<float, S>> m = make_gpt2<S, kHeld, kShape>();
   return *m;
 }
-template <class S = kappa::DenseWeights, bool kInterleaved = false>
+template <class S = kappa::DenseWeights, Held kHeld = Held::kRows>
 kappa::Llama<float, S>& llama() {
-  static const std::unique_ptr<kappa::Llama<float, S>> m = [] {
-    if constexpr (kInterleaved)
-      return make_llama_1b_interleaved<S>();
-    else
-      return make_llama_1b<S>();
-  }();
+  static const std::unique_ptr<kappa::Llama<float, S>> m = make_llama_1b<S, kHeld>();
   return *m;
 }
 
@@ -217,11 +200,16 @@ void BM_Model_Decode_Llama1B_(benchmark::State& st) {
 /// Decode with the Q4_0 or Q4_K matrices held interleaved by eights.
 template <class S>
 void BM_Model_DecodeInterleaved_Gpt2Small_(benchmark::State& st) {
-  decode(st, gpt2<S, true>());
+  decode(st, gpt2<S, Held::kInterleaved>());
 }
 template <class S>
 void BM_Model_DecodeInterleaved_Llama1B_(benchmark::State& st) {
-  decode(st, llama<S, true>());
+  decode(st, llama<S, Held::kInterleaved>());
+}
+/// GPT-2 medium: decode with the weights in storage S, held as kHeld.
+template <class S, Held kHeld>
+void BM_Model_Decode_Gpt2Medium_(benchmark::State& st) {
+  decode(st, gpt2<S, kHeld, kMedium>());
 }
 
 /// Where a decode step's time goes: the attention sub-layers (projections,
@@ -336,10 +324,27 @@ BENCHMARK(BM_Ceiling_Read_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Copy_Gpt2Weights)->Apply(on_1_and_2_threads);
 BENCHMARK(BM_Ceiling_Gemm_128x768x3072)->Apply(on_1_and_2_threads);
 
-// The 1B model needs 4.4 GB and a few seconds per iteration: only on request.
+// GPT-2 medium (1.4 GB in float) and the 1B model (4.4 GB, a few seconds per
+// iteration): only on request.
 const bool kLarge = [] {
   const char* e = std::getenv("KAPPA_BENCH_LARGE");
   if (e != nullptr && e[0] == '1') {
+    using kappa::Bf16Weights, kappa::DenseWeights, kappa::Q4_0Weights, kappa::Q4_KWeights,
+        kappa::Q8_0Weights;
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, DenseWeights, Held::kRows)
+        ->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Bf16Weights, Held::kRows)
+        ->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q8_0Weights, Held::kRows)
+        ->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_0Weights, Held::kRows)
+        ->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_KWeights, Held::kRows)
+        ->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_0Weights, Held::kInterleaved)
+        ->Apply(on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_KWeights, Held::kInterleaved)
+        ->Apply(on_1_and_2_threads);
     BENCHMARK(BM_Model_Prefill_Llama1B)->Apply(on_1_and_2_threads);
     BENCHMARK(BM_Model_Decode_Llama1B)->Apply(on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
