@@ -427,13 +427,14 @@ struct DecodeInput {
     }
     return q8k;
   }
+
+ private:
   std::vector<Q8Row> q8;
   std::vector<Q8KRow> q8k;
   bool made_q8 = false, made_q8k = false;
   const void* of = nullptr;  ///< X's data, once a form of it is made
   Index rows = 0, cols = 0;
 
- private:
   /// False the first time (X is taken); true for the same X again.
   template <Scalar T>
   bool bind(const ConstMatrixRef<T>& x) {
