@@ -651,9 +651,10 @@ TEST(KQuantInterleaved, LayoutAsDocumentedAndRowsReadBack) {
 }
 
 // dot8_q4_k (AVX2 where built) equals dot8_q4_k_portable bit for bit, and
-// both are within the stated bound of the double reference. Trial 0 takes
-// the extremes: every nibble 15, every scale and min 63, X at +-127 (the
-// largest int16 sums of the AVX2 loop: 8 x 2 x 15 x 127).
+// both are within the stated bound of the double reference. Trials 0 and 1
+// take the extremes: every nibble 15, every scale and min 63, X at +-127
+// (trial 1: all at 127, the largest int16 sums of the AVX2 and 512-bit
+// loops: 16 x 15 x 127).
 TEST(KQuantInterleaved, Dot8EqualsPortableAndReference) {
   std::mt19937_64 g(43);
   for (Index nb : {1, 2, 5}) {
@@ -662,12 +663,12 @@ TEST(KQuantInterleaved, Dot8EqualsPortableAndReference) {
       std::vector<unsigned char> rows =
           kq_random_blocks<Q4_KWeights>(static_cast<std::size_t>(8 * nb), g);
       RowMatrix<float> x = kq_random(1, k, g, 1.0f);
-      if (trial == 0) {
+      if (trial < 2) {
         for (std::size_t b = 0; b < rows.size(); b += 144) {
           std::memset(rows.data() + b + 4, 0xFF, 12);
           std::memset(rows.data() + b + 16, 0xFF, 128);
         }
-        for (Index t = 0; t < k; ++t) x(0, t) = t % 3 ? 1.0f : -1.0f;
+        for (Index t = 0; t < k; ++t) x(0, t) = trial == 1 || t % 3 ? 1.0f : -1.0f;
       }
       kappa::detail::Q8KRow row;
       row.assign(x.data(), k);
@@ -679,9 +680,25 @@ TEST(KQuantInterleaved, Dot8EqualsPortableAndReference) {
       float fast[8], portable[8];
       kappa::detail::dot8_q4_k(il.data(), row, fast);
       kappa::detail::dot8_q4_k_portable(il.data(), row, portable);
+      // each built loop on its own, whichever q4_0_wide() picks
+#if KAPPA_QUANT_AVX2
+      float avx2[8];
+      kappa::detail::dot8_q4_k_avx2(il.data(), row, avx2);
+#endif
+#if KAPPA_QUANT_WIDE_LOOPS && defined(__AVX512VNNI__)
+      float wide[8];
+      kappa::detail::dot8_q4_k_wide(il.data(), row, wide);
+#endif
       for (int r = 0; r < 8; ++r) {
         const unsigned char* w = rows.data() + static_cast<std::size_t>(r * nb) * 144;
         EXPECT_EQ(fast[r], portable[r]) << "nb " << nb << " trial " << trial << " row " << r;
+#if KAPPA_QUANT_AVX2
+        EXPECT_EQ(avx2[r], portable[r]) << "avx2: nb " << nb << " trial " << trial << " row " << r;
+#endif
+#if KAPPA_QUANT_WIDE_LOOPS && defined(__AVX512VNNI__)
+        EXPECT_EQ(wide[r], portable[r])
+            << "512-bit: nb " << nb << " trial " << trial << " row " << r;
+#endif
         EXPECT_EQ(portable[r], kappa::detail::dot_q4_k_q8k(w, row)) << "row " << r;
         double tol = 0;
         const double ref = kq_q8k_dot_ref(w, xq, xd, k, tol);
