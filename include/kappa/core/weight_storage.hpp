@@ -41,11 +41,12 @@
 #include "kappa/core/parallel_product.hpp"
 #include "kappa/core/threading.hpp"
 
+// (undefined again at the end of this header: not part of the API)
 #if __has_include(<sys/mman.h>)
 #include <sys/mman.h>
-#define KAPPA_HAS_MMAP 1
+#define KAPPA_DETAIL_HAS_MMAP 1
 #else
-#define KAPPA_HAS_MMAP 0
+#define KAPPA_DETAIL_HAS_MMAP 0
 #endif
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -104,7 +105,7 @@ namespace detail {
 /// weights (MultiHeadAttention's zero_weights) take no time and no resident
 /// memory this way. \throws std::bad_alloc.
 inline std::shared_ptr<const void> zero_pages(std::size_t bytes) {
-#if KAPPA_HAS_MMAP
+#if KAPPA_DETAIL_HAS_MMAP
   if (bytes >= (std::size_t{1} << 16)) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
@@ -555,3 +556,5 @@ class WeightMatrix<T, Bf16Weights> {
 };
 
 }  // namespace kappa
+
+#undef KAPPA_DETAIL_HAS_MMAP
