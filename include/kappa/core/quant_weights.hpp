@@ -1593,6 +1593,53 @@ inline void dot8_q4_k_portable(const unsigned char* g, const Q8KRow& x, float* o
 }
 
 #if KAPPA_QUANT_AVX2
+/// The 6-bit scales `sc` and mins `mn` of the 8 rows of a Q4_KRows8
+/// super-block `g`, from its three gathered words: per vector (sub-blocks
+/// 0..3, then 4..7) a byte each, row r in 32-bit lane r.
+inline void q4_k8_scales(const unsigned char* g, __m256i sc[2], __m256i mn[2]) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F);
+  const __m256i top2 = _mm256_set1_epi8(0x30);
+  const auto word = [g](int u) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * u));
+  };
+  const __m256i u0 = word(0), u1 = word(1), u2 = word(2);
+  sc[0] = _mm256_and_si256(u0, low6);
+  sc[1] = _mm256_or_si256(_mm256_and_si256(u2, nibble),
+                          _mm256_and_si256(_mm256_srli_epi32(u0, 2), top2));
+  mn[0] = _mm256_and_si256(u1, low6);
+  mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), nibble),
+                          _mm256_and_si256(_mm256_srli_epi32(u1, 2), top2));
+}
+
+/// The end of super-block i of the 8-row Q4_K loops: the 8 rows' M from
+/// their mins `mn` and X's sums per 16, then the float step with their
+/// ints I: acc = lane_fma(d dx, I, acc), lane_fma(-(dmin dx), M, acc).
+inline __m256 q4_k8_step(const unsigned char* g, const Q8KRow& x, Index i, const __m256i mn[2],
+                         __m256i ints, __m256 acc) {
+  const __m256i zero = _mm256_setzero_si256();
+  // M: X's sums per 32 from its sums per 16 (one horizontal add); rows
+  // 0, 1 (4, 5) from the low bytes of each half, 2, 3 (6, 7) from the
+  // high; [m_0 x_0 + m_1 x_1, m_2 x_2 + m_3 x_3] per row, then hadd.
+  const auto* xs = reinterpret_cast<const __m128i*>(x.sum16.data() + 16 * i);
+  const __m128i xs32 = _mm_hadd_epi16(_mm_loadu_si128(xs), _mm_loadu_si128(xs + 1));
+  const __m256i s0123 = _mm256_broadcastq_epi64(xs32);
+  const __m256i s4567 = _mm256_broadcastq_epi64(_mm_unpackhi_epi64(xs32, xs32));
+  const __m256i m_lo =
+      _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(mn[0], zero), s0123),
+                       _mm256_madd_epi16(_mm256_unpacklo_epi8(mn[1], zero), s4567));
+  const __m256i m_hi =
+      _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpackhi_epi8(mn[0], zero), s0123),
+                       _mm256_madd_epi16(_mm256_unpackhi_epi8(mn[1], zero), s4567));
+  const __m256i mins = _mm256_hadd_epi32(m_lo, m_hi);
+  const __m256 dx = _mm256_set1_ps(x.d[static_cast<std::size_t>(i)]);
+  const __m256 d =
+      _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))), dx);
+  const __m256 dmin =
+      _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16))), dx);
+  acc = kq_fma(d, ints, acc);
+  return kq_fnma(dmin, mins, acc);
+}
+
 /// dot8_q4_k_portable with AVX2 (bit for bit the same result); 32-bit lane
 /// r of every vector is row r. Per super-block:
 ///   - the 6-bit scales and mins of the 8 rows from the three gathered
@@ -1610,8 +1657,7 @@ inline void dot8_q4_k_portable(const unsigned char* g, const Q8KRow& x, float* o
 /// About 34 vector instructions per row and super-block, where the row
 /// loop (q4_k_block_avx2) takes about 65.
 inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) {
-  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F);
-  const __m256i top2 = _mm256_set1_epi8(0x30), zero = _mm256_setzero_si256();
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
   // byte t of each row's lane, zero-extended into both int16s of the lane
   __m256i pick[4];
   for (int t = 0; t < 4; ++t) {
@@ -1625,16 +1671,8 @@ inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) 
   const std::int8_t* xq = x.q.data();
   for (Index i = 0; i < x.nb; ++i, g += quant::kBytesQ4_Kx8, xq += 256) {
     prefetch_ahead<quant::kBytesQ4_Kx8>(g);
-    const auto word = [g](int u) {
-      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * u));
-    };
-    const __m256i u0 = word(0), u1 = word(1), u2 = word(2);
-    const __m256i sc[2] = {_mm256_and_si256(u0, low6),
-                           _mm256_or_si256(_mm256_and_si256(u2, nibble),
-                                           _mm256_and_si256(_mm256_srli_epi32(u0, 2), top2))};
-    const __m256i mn[2] = {_mm256_and_si256(u1, low6),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), nibble),
-                                           _mm256_and_si256(_mm256_srli_epi32(u1, 2), top2))};
+    __m256i sc[2], mn[2];
+    q4_k8_scales(g, sc, mn);
     __m256i ints = _mm256_setzero_si256();
     const unsigned char* qs = g + 128;
 #if defined(__GNUC__) && !defined(__clang__)
@@ -1659,27 +1697,7 @@ inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) 
       ints = _mm256_add_epi32(ints,
                               _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc[s1 / 4], pick[s1 % 4])));
     }
-    // M: X's sums per 32 from its sums per 16 (one horizontal add); rows
-    // 0, 1 (4, 5) from the low bytes of each half, 2, 3 (6, 7) from the
-    // high; [m_0 x_0 + m_1 x_1, m_2 x_2 + m_3 x_3] per row, then hadd.
-    const auto* xs = reinterpret_cast<const __m128i*>(x.sum16.data() + 16 * i);
-    const __m128i xs32 = _mm_hadd_epi16(_mm_loadu_si128(xs), _mm_loadu_si128(xs + 1));
-    const __m256i s0123 = _mm256_broadcastq_epi64(xs32);
-    const __m256i s4567 = _mm256_broadcastq_epi64(_mm_unpackhi_epi64(xs32, xs32));
-    const __m256i m_lo =
-        _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(mn[0], zero), s0123),
-                         _mm256_madd_epi16(_mm256_unpacklo_epi8(mn[1], zero), s4567));
-    const __m256i m_hi =
-        _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpackhi_epi8(mn[0], zero), s0123),
-                         _mm256_madd_epi16(_mm256_unpackhi_epi8(mn[1], zero), s4567));
-    const __m256i mins = _mm256_hadd_epi32(m_lo, m_hi);
-    const __m256 dx = _mm256_set1_ps(x.d[static_cast<std::size_t>(i)]);
-    const __m256 d =
-        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))), dx);
-    const __m256 dmin = _mm256_mul_ps(
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16))), dx);
-    acc = kq_fma(d, ints, acc);
-    acc = kq_fnma(dmin, mins, acc);
+    acc = q4_k8_step(g, x, i, mn, ints, acc);
   }
   _mm256_storeu_ps(out, acc);
 }
@@ -1697,8 +1715,6 @@ inline void dot8_q4_k_avx2(const unsigned char* g, const Q8KRow& x, float* out) 
 /// into I. The halves are added once per super-block; M and the float
 /// step are the AVX2 loop's.
 inline void dot8_q4_k_wide(const unsigned char* g, const Q8KRow& x, float* out) {
-  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F);
-  const __m256i top2 = _mm256_set1_epi8(0x30), zero = _mm256_setzero_si256();
   const __m512i nib = _mm512_set1_epi8(0x0F);
   // byte t of each row's lane into the low int16 of the lane, 0 above
   __m512i pick[4];
@@ -1721,17 +1737,9 @@ inline void dot8_q4_k_wide(const unsigned char* g, const Q8KRow& x, float* out) 
   const std::int8_t* xq = x.q.data();
   for (Index i = 0; i < x.nb; ++i, g += quant::kBytesQ4_Kx8, xq += 256) {
     prefetch_ahead<quant::kBytesQ4_Kx8>(g);
-    const auto word = [g](int u) {
-      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * u));
-    };
-    const __m256i u0 = word(0), u1 = word(1), u2 = word(2);
-    const __m512i sc[2] = {
-        _mm512_broadcast_i64x4(_mm256_and_si256(u0, low6)),
-        _mm512_broadcast_i64x4(_mm256_or_si256(_mm256_and_si256(u2, nibble),
-                                               _mm256_and_si256(_mm256_srli_epi32(u0, 2), top2)))};
-    const __m256i mn[2] = {_mm256_and_si256(u1, low6),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), nibble),
-                                           _mm256_and_si256(_mm256_srli_epi32(u1, 2), top2))};
+    __m256i sc8[2], mn[2];
+    q4_k8_scales(g, sc8, mn);
+    const __m512i sc[2] = {_mm512_broadcast_i64x4(sc8[0]), _mm512_broadcast_i64x4(sc8[1])};
     __m512i ints = _mm512_setzero_si512();
     const unsigned char* qs = g + 128;
     for (int p = 0; p < 4; ++p) {
@@ -1750,25 +1758,7 @@ inline void dot8_q4_k_wide(const unsigned char* g, const Q8KRow& x, float* out) 
     }
     const __m256i ints8 =
         _mm256_add_epi32(_mm512_castsi512_si256(ints), _mm512_extracti64x4_epi64(ints, 1));
-    // M as in dot8_q4_k_avx2
-    const auto* xs = reinterpret_cast<const __m128i*>(x.sum16.data() + 16 * i);
-    const __m128i xs32 = _mm_hadd_epi16(_mm_loadu_si128(xs), _mm_loadu_si128(xs + 1));
-    const __m256i s0123 = _mm256_broadcastq_epi64(xs32);
-    const __m256i s4567 = _mm256_broadcastq_epi64(_mm_unpackhi_epi64(xs32, xs32));
-    const __m256i m_lo =
-        _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(mn[0], zero), s0123),
-                         _mm256_madd_epi16(_mm256_unpacklo_epi8(mn[1], zero), s4567));
-    const __m256i m_hi =
-        _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpackhi_epi8(mn[0], zero), s0123),
-                         _mm256_madd_epi16(_mm256_unpackhi_epi8(mn[1], zero), s4567));
-    const __m256i mins = _mm256_hadd_epi32(m_lo, m_hi);
-    const __m256 dx = _mm256_set1_ps(x.d[static_cast<std::size_t>(i)]);
-    const __m256 d =
-        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))), dx);
-    const __m256 dmin = _mm256_mul_ps(
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16))), dx);
-    acc = kq_fma(d, ints8, acc);
-    acc = kq_fnma(dmin, mins, acc);
+    acc = q4_k8_step(g, x, i, mn, ints8, acc);
   }
   _mm256_storeu_ps(out, acc);
 }
