@@ -302,17 +302,22 @@ void BM_Ceiling_Gemm_128x768x3072(benchmark::State& st) {
   kappa_bench::gemm_ceiling(st, fill(kPrompt, 768, 1), fill(768, 3072, 2));
 }
 
+using kappa_bench::decode_on_1_and_2_threads;
 using kappa_bench::on_1_and_2_threads;
 BENCHMARK(BM_Model_Prefill_Gpt2Small)->Apply(on_1_and_2_threads);
-BENCHMARK(BM_Model_Decode_Gpt2Small)->Apply(on_1_and_2_threads);
-BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
-BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
-BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_0Weights)->Apply(on_1_and_2_threads);
-BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
+BENCHMARK(BM_Model_Decode_Gpt2Small)->Apply(decode_on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Bf16Weights)
+    ->Apply(decode_on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q8_0Weights)
+    ->Apply(decode_on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_0Weights)
+    ->Apply(decode_on_1_and_2_threads);
+BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Small_, kappa::Q4_KWeights)
+    ->Apply(decode_on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Gpt2Small_, kappa::Q4_0Weights)
-    ->Apply(on_1_and_2_threads);
+    ->Apply(decode_on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Gpt2Small_, kappa::Q4_KWeights)
-    ->Apply(on_1_and_2_threads);
+    ->Apply(decode_on_1_and_2_threads);
 BENCHMARK(BM_Model_DecodeSplit_Gpt2Small)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
 BENCHMARK_TEMPLATE(BM_Model_DecodeSplit_Gpt2Small_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
@@ -332,29 +337,33 @@ const bool kLarge = [] {
     using kappa::Bf16Weights, kappa::DenseWeights, kappa::Q4_0Weights, kappa::Q4_KWeights,
         kappa::Q8_0Weights;
     BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, DenseWeights, Held::kRows)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Bf16Weights, Held::kRows)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q8_0Weights, Held::kRows)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_0Weights, Held::kRows)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_KWeights, Held::kRows)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_0Weights, Held::kInterleaved)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_Decode_Gpt2Medium_, Q4_KWeights, Held::kInterleaved)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK(BM_Model_Prefill_Llama1B)->Apply(on_1_and_2_threads);
-    BENCHMARK(BM_Model_Decode_Llama1B)->Apply(on_1_and_2_threads);
-    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Bf16Weights)->Apply(on_1_and_2_threads);
-    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q8_0Weights)->Apply(on_1_and_2_threads);
-    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_0Weights)->Apply(on_1_and_2_threads);
-    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_KWeights)->Apply(on_1_and_2_threads);
+    BENCHMARK(BM_Model_Decode_Llama1B)->Apply(decode_on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Bf16Weights)
+        ->Apply(decode_on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q8_0Weights)
+        ->Apply(decode_on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_0Weights)
+        ->Apply(decode_on_1_and_2_threads);
+    BENCHMARK_TEMPLATE(BM_Model_Decode_Llama1B_, kappa::Q4_KWeights)
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Llama1B_, kappa::Q4_0Weights)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     BENCHMARK_TEMPLATE(BM_Model_DecodeInterleaved_Llama1B_, kappa::Q4_KWeights)
-        ->Apply(on_1_and_2_threads);
+        ->Apply(decode_on_1_and_2_threads);
     return true;
   }
   return false;

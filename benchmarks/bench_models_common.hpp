@@ -93,6 +93,11 @@ class ArgThreads {
 inline void on_1_and_2_threads(benchmark::internal::Benchmark* b) {
   b->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 }
+/// The same for benchmarks that pair each step with a plain read
+/// (run_decode): their time is the steps' alone (manual time).
+inline void decode_on_1_and_2_threads(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseManualTime();
+}
 
 /// Flops of a prefill of `tokens` with LogitsFor::kLast: 2 x the layers'
 /// parameters (layer_bytes(layer) / sizeof(float) each) per token (the
@@ -128,8 +133,15 @@ enum class CacheCounter { kNo, kYes };
 
 /// One decode step after `prompt`, the cache rolled back to the prompt's
 /// length after each step (every step sees the same length); step i decodes
-/// next[i mod next.size()]. Counters: tokens/s, GB/s and read_MB (the
-/// model's decode_bytes() per step), peak_MB, and cache_MB if asked.
+/// next[i mod next.size()]. Each step is paired with a plain read of the
+/// same bytes (read_once of decode_bytes(), alternate()), so that the
+/// step's fraction of the read comes from one run: our VMs' reads move by
+/// 1.5x between minutes, which separate runs of the step and the read
+/// cannot tell from a change in the step. The benchmark's time is the
+/// steps' alone (register it with decode_on_1_and_2_threads). Counters:
+/// tokens/s, GB/s and read_MB (the model's decode_bytes() per step),
+/// read_GB/s (the paired reads), of_read (the steps' GB/s over the reads'),
+/// peak_MB (before the read's buffer), and cache_MB if asked.
 template <class M>
 void run_decode(benchmark::State& st, M& m, std::span<const kappa::TokenId> prompt,
                 std::span<const kappa::TokenId> next, CacheCounter cache_counter) {
@@ -137,20 +149,28 @@ void run_decode(benchmark::State& st, M& m, std::span<const kappa::TokenId> prom
   const auto length = static_cast<kappa::Index>(prompt.size());
   auto cache = m.make_cache();
   (void)m.forward_cached(prompt, cache, kappa::LogitsFor::kLast);
+  st.counters["peak_MB"] = peak_mb();
+  const auto bytes = static_cast<double>(m.decode_bytes());
+  const std::vector<float> src(m.decode_bytes() / sizeof(float), 1.0f);
   std::size_t i = 0;
-  for (auto _ : st) {
-    benchmark::DoNotOptimize(
-        m.forward_cached(next.subspan(i, 1), cache, kappa::LogitsFor::kLast).data());
-    cache.truncate(length);
-    i = (i + 1) % next.size();
-  }
+  const auto [t_step, t_read] = alternate(
+      st,
+      [&] {
+        benchmark::DoNotOptimize(
+            m.forward_cached(next.subspan(i, 1), cache, kappa::LogitsFor::kLast).data());
+        cache.truncate(length);
+        i = (i + 1) % next.size();
+      },
+      [&] { benchmark::DoNotOptimize(read_once(src, arg_threads(st))); });
+  const auto read = static_cast<double>(src.size() * sizeof(float));
   st.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(m.decode_bytes()) * 1e-9,
-                                           benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["read_MB"] = static_cast<double>(m.decode_bytes()) / 1e6;
+  st.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["read_MB"] = bytes / 1e6;
+  st.counters["read_GB/s"] = read * static_cast<double>(st.iterations()) / t_read * 1e-9;
+  st.counters["of_read"] = (bytes / t_step) / (read / t_read);
   if (cache_counter == CacheCounter::kYes)
     st.counters["cache_MB"] = static_cast<double>(cache.bytes()) / 1e6;
-  st.counters["peak_MB"] = peak_mb();
 }
 
 /// The GEMM ceiling: Eigen's product a x b. GFLOP/s = 2 x rows(a) x cols(a)

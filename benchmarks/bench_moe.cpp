@@ -247,11 +247,13 @@ void moe_layer_decode(benchmark::State& st, M& m) {
 /// order so that each model is built once (see Resident).
 template <class M>
 void register_model(const std::string& name, M& (*sparse)(), M& (*dense)()) {
-  const auto add = [&name](const std::string& what, auto fn) {
+  // decode(): steps paired with plain reads, timed alone (run_decode)
+  const auto add = [&name](const std::string& what, auto fn, bool paired = false) {
     benchmark::RegisterBenchmark(("BM_" + what + "_" + name).c_str(), fn)
-        ->Apply(kappa_bench::on_1_and_2_threads);
+        ->Apply(paired ? kappa_bench::decode_on_1_and_2_threads : kappa_bench::on_1_and_2_threads);
   };
-  add("Moe_Decode", [sparse](benchmark::State& st) { decode(st, sparse()); });
+  add(
+      "Moe_Decode", [sparse](benchmark::State& st) { decode(st, sparse()); }, true);
   add("Ceiling_Read", [sparse](benchmark::State& st) {
     kappa_bench::memory_read(st, sparse().decode_bytes(), kappa_bench::arg_threads(st));
   });
@@ -262,7 +264,8 @@ void register_model(const std::string& name, M& (*sparse)(), M& (*dense)()) {
   });
   add("Moe_Prefill", [sparse](benchmark::State& st) { prefill(st, sparse()); });
   add("Dense_Prefill", [dense](benchmark::State& st) { prefill(st, dense()); });
-  add("Dense_Decode", [dense](benchmark::State& st) { decode(st, dense()); });
+  add(
+      "Dense_Decode", [dense](benchmark::State& st) { decode(st, dense()); }, true);
 }
 
 [[maybe_unused]] const bool kRegistered = [] {
