@@ -663,8 +663,9 @@ inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std
 }
 
 /// Asks for the kStep bytes that a decode loop's step at `w` will read
-/// KAPPA_QUANT_PREFETCH_BYTES later (one prefetch per 64-byte line, into
-/// L1). Each step of the block loops calls it, so the requests go out at
+/// KAPPA_QUANT_PREFETCH_BYTES later (one prefetch per 64-byte line, with
+/// KAPPA_WEIGHT_PREFETCH_HINT: non-temporal by default, see
+/// kappa/core/weight_storage.hpp). Each step of the block loops calls it, so the requests go out at
 /// the pace the weights are consumed and run on across rows (the rows of P
 /// are contiguous). At a matrix's end it asks for bytes past it: a prefetch
 /// never faults, and the address is formed as an integer.
@@ -680,7 +681,7 @@ template <std::size_t kStep>
 inline void prefetch_ahead(const unsigned char* w) {
   const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(w) + KAPPA_QUANT_PREFETCH_BYTES;
   for (std::size_t b = 0; b < kStep; b += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(at + b), KAPPA_WEIGHT_PREFETCH_HINT);
 }
 
 #if KAPPA_QUANT_SCALES8

@@ -53,6 +53,18 @@
 #include <immintrin.h>
 #endif
 
+// The hint of the software prefetches that the decode loops of bf16 and of
+// the block formats (kappa/core/quant_weights.hpp) issue ahead of the
+// weights they stream. A decode step reads each weight once, so the lines
+// need not stay in L2: _MM_HINT_NTA. On an AMD EPYC VM (1 thread) the 8-row
+// Q4_0 loop over GPT-2 medium's 96 products (170 MB in sequence) read 36-38
+// GB/s with it against 25-27 with _MM_HINT_T0 (Eigen's sum of the same
+// bytes: 35-43), and whole GPT-2-medium decode steps moved 0-8 % closer to
+// a paired plain read (benchmarks/README.md, "Prefetch hint"). In L3 the
+// two are equal. Define it as _MM_HINT_T0 for the earlier behaviour.
+#ifndef KAPPA_WEIGHT_PREFETCH_HINT
+#define KAPPA_WEIGHT_PREFETCH_HINT _MM_HINT_NTA
+#endif
 namespace kappa {
 
 /// Weights stored in the compute type.
@@ -426,7 +438,8 @@ class WeightMatrix<T, Bf16Weights> {
     const auto prefetch = [&](Index at) {
       if (ahead != nullptr && at % 32 == 0)
         for (int i = 0; i < R; ++i)
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + i * pc_ + at), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + i * pc_ + at),
+                       KAPPA_WEIGHT_PREFETCH_HINT);
     };
 #else
     if (ahead != nullptr)  // all of it now
