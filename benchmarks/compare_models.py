@@ -34,7 +34,8 @@ def kappa_run(bench, large, repeats):
     for b in json.loads(out)["benchmarks"]:
         if b.get("aggregate_name") != "median":
             continue
-        name = b["run_name"].replace("/real_time", "")
+        # decode benchmarks run on manual time (each step paired with a read)
+        name = b["run_name"].replace("/real_time", "").replace("/manual_time", "")
         rows[name] = b
     return rows
 
@@ -98,7 +99,7 @@ def main():
             frac = f"{gbs / copy:8.2f}" if (gbs and copy) else " " * 8
             print(f"{m:10} {thr:>3} {phase:8} {kb['tokens/s']:12.1f} {row[key]:12.1f} {ratio:6.2f} "
                   f"{(gbs or 0):6.1f} {frac}")
-        kb = k.get(f"BM_Model_Decode_{m}_Bf16/{thr}")
+        kb = k.get(f"BM_Model_Decode_{m}_<kappa::Bf16Weights>/{thr}")
         if kb is not None:
             print(f"{m + '-bf16':10} {thr:>3} {'decode':8} {kb['tokens/s']:12.1f} {row['decode_tokens_per_s']:12.1f} "
                   f"{kb['tokens/s'] / row['decode_tokens_per_s']:6.2f} {kb['GB/s']:6.1f} "
