@@ -667,8 +667,9 @@ inline __m256i q4_lanes(const unsigned char* w, const std::int8_t* xq, const std
 /// KAPPA_WEIGHT_PREFETCH_HINT: non-temporal by default, see
 /// kappa/core/weight_storage.hpp). Each step of the block loops calls it,
 /// so the requests go out at the pace the weights are consumed and run on
-/// across rows (the rows of P are contiguous). At a matrix's end it asks for bytes past it: a prefetch
-/// never faults, and the address is formed as an integer.
+/// across rows (the rows of P are contiguous). At a matrix's end it asks
+/// for bytes past it: a prefetch never faults, and the address is formed as
+/// an integer.
 /// Why per step: the loop used to prefetch each row a row ahead in one burst
 /// (18 prefetches for LLaMA-1B's Q4_K rows, 72 for its down projection);
 /// the burst filled the miss buffers and stalled the loop on them. On an AMD
